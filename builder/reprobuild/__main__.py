@@ -1,0 +1,3 @@
+from reprobuild.cli import entrypoint
+
+entrypoint()

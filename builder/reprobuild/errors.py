@@ -1,0 +1,82 @@
+"""The one error hierarchy: every failure a user can cause is a ReprobuildError.
+
+Each subclass carries the data that explains it and writes its own one-line message;
+the CLI prints ``error: <message>`` (plus an optional hint) and exits non-zero.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ReprobuildError(Exception):
+    """Base class. ``message`` is one line; ``hint`` says what to do about it."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(ReprobuildError):
+    """reprobuild.yaml is missing, malformed, or holds a bad value."""
+
+    def __init__(self, path: Path | str, problem: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{path}: {problem}", hint=hint)
+        self.path = Path(path)
+        self.problem = problem
+
+
+class LockfileError(ReprobuildError):
+    """A lockfile line that cannot be installed reproducibly (file:line names it)."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        line: int | None,
+        problem: str,
+        *,
+        hint: str | None = None,
+    ) -> None:
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {problem}", hint=hint)
+        self.path = Path(path)
+        self.line = line
+        self.problem = problem
+
+
+class ImageRefError(ReprobuildError):
+    """An image reference that is malformed or not pinned by digest."""
+
+
+class CatalogError(ReprobuildError):
+    """The base-image catalog is invalid or has no such entry."""
+
+
+class RegistryError(ReprobuildError):
+    """The registry refused or could not answer a request."""
+
+
+class EngineError(ReprobuildError):
+    """The Docker engine is unreachable or a build/run on it failed."""
+
+
+class EngineUnavailableError(EngineError):
+    """No Docker engine answers."""
+
+
+class BuildError(EngineError):
+    """``docker build`` failed; ``log_tail`` holds the last lines of its output."""
+
+    def __init__(self, message: str, *, log_tail: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.log_tail = log_tail
+
+
+class OutputError(ReprobuildError):
+    """An output path cannot be written."""

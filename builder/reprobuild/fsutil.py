@@ -1,0 +1,47 @@
+"""Atomic writes: a reader sees the old file or the new one, never half of either."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same directory, then rename."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def replace_dir(staged: Path, target: Path) -> None:
+    """Swap a fully written directory ``staged`` into place at ``target``.
+
+    The old ``target`` (if any) is moved aside first and removed only after the swap, so a
+    failure leaves either the old directory or the new one, never a mix.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    aside: Path | None = None
+    if target.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+        aside.rmdir()
+        os.replace(target, aside)
+    try:
+        os.replace(staged, target)
+    except BaseException:
+        if aside is not None:
+            os.replace(aside, target)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)

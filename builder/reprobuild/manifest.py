@@ -1,0 +1,88 @@
+"""The image manifest: a typed, schema-versioned record of the stack an image carries.
+
+Stored in the image at /opt/reprobuild/manifest.json; its sha256 is a label, so a copy can be
+checked against the image it claims to describe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from reprobuild.errors import ReprobuildError
+
+SCHEMA_VERSION = 1
+MANIFEST_PATH = "/opt/reprobuild/manifest.json"
+
+
+@dataclass(frozen=True, order=True)
+class Distribution:
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    builder_version: str
+    name: str
+    variant: str
+    base_ref: str
+    base_digest: str
+    lock_file: str
+    lock_sha256: str
+    seed: int
+    determinism: str
+    created: str
+    python_version: str
+    machine: str
+    distributions: tuple[Distribution, ...] = field(default_factory=tuple)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["distributions"] = [asdict(d) for d in self.distributions]
+        return data
+
+    def to_json(self) -> bytes:
+        """Canonical bytes: sorted keys, two-space indent, trailing newline."""
+        return (json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n").encode()
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.to_json()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Manifest:
+        if not isinstance(data, dict):
+            raise ReprobuildError("manifest is not a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ReprobuildError(
+                f"manifest schema_version {version!r} is not supported (this reprobuild reads "
+                f"{SCHEMA_VERSION})",
+                hint="use the reprobuild release that built the image",
+            )
+        try:
+            dists = tuple(
+                Distribution(str(d["name"]), str(d["version"])) for d in data["distributions"]
+            )
+            fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "distributions"}
+        except (KeyError, TypeError) as exc:
+            raise ReprobuildError(f"manifest is missing field {exc}") from None
+        return cls(**fields, distributions=dists)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Manifest:
+        try:
+            return cls.from_dict(json.loads(raw))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ReprobuildError(f"manifest is not valid JSON: {exc}") from None
+
+    def labels(self) -> dict[str, str]:
+        """The labels that depend on what the build produced."""
+        return {
+            "io.reprobuild.manifest.sha256": self.sha256,
+            "io.reprobuild.python": self.python_version,
+        }

@@ -1,0 +1,158 @@
+"""Gather what a render needs from disk and git: the I/O half of ``render``."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from reprobuild import __version__
+from reprobuild.catalog import Catalog, load_catalog, resolve_base
+from reprobuild.config import ProjectConfig, load_config
+from reprobuild.errors import ConfigError, ReprobuildError
+from reprobuild.lockfile import load_lock
+from reprobuild.refs import parse_pinned
+from reprobuild.render import FileEntry, RenderSpec, Variant
+
+_SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".reprobuild"}
+
+
+def variant_of(gpu: bool) -> Variant:
+    return "gpu" if gpu else "cpu"
+
+
+def make_spec(
+    directory: Path,
+    *,
+    gpu: bool = False,
+    base: str | None = None,
+    online: bool = False,
+    ca_cert: Path | None = None,
+    catalog: Catalog | None = None,
+) -> tuple[ProjectConfig, RenderSpec]:
+    config = load_config(directory)
+    variant = variant_of(gpu)
+    lock_path = config.gpu_lock if gpu else config.lock
+    if lock_path is None:
+        raise ConfigError(
+            config.config_path, "--gpu needs a gpu_lock: the hashed lock for the GPU image"
+        )
+    base_value = base or (config.base_gpu if gpu else config.base_cpu)
+    if not base_value:
+        raise ConfigError(config.config_path, f"base.{variant} is not set and no --base was given")
+    base_ref = (
+        parse_pinned(base, what="--base")
+        if base
+        else resolve_base(base_value, catalog or load_catalog())
+    )
+    if ca_cert is not None and not online:
+        raise ReprobuildError(
+            "--ca-cert is only used with --online (hermetic builds need no network)"
+        )
+    ca_bytes = _read_ca(ca_cert) if ca_cert is not None else None
+    lock = load_lock(lock_path)
+    spec = RenderSpec(
+        name=config.name,
+        variant=variant,
+        base=base_ref,
+        lock=lock,
+        seed=config.seed,
+        determinism=config.determinism,
+        builder_version=__version__,
+        command=config.command,
+        apt=config.apt,
+        online=online,
+        ca_cert=ca_bytes,
+        epoch=source_date_epoch(config.root),
+        revision=git_revision(config.root),
+        version=git_version(config.root),
+        app_files=app_files(config),
+        runtime_files=runtime_files(),
+    )
+    return config, spec
+
+
+def _read_ca(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ReprobuildError(f"--ca-cert {str(path)!r}: cannot read: {exc.strerror}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ReprobuildError(f"--ca-cert {str(path)!r} is not a PEM certificate bundle")
+    return data
+
+
+def app_files(config: ProjectConfig) -> dict[str, FileEntry]:
+    """The include list expanded to files, relative to the project root, sorted."""
+    out: dict[str, FileEntry] = {}
+    for item in config.include:
+        top = config.root / item
+        paths = [top] if top.is_file() or top.is_symlink() else sorted(_walk(top))
+        for path in paths:
+            rel = path.relative_to(config.root).as_posix()
+            if path.is_symlink():
+                raise ConfigError(
+                    config.config_path,
+                    f"include {item!r} contains a symlink ({rel}); "
+                    "symlinks are not copied: list the real file",
+                )
+            mode = 0o755 if path.stat().st_mode & stat.S_IXUSR else 0o644
+            out[rel] = FileEntry(path.read_bytes(), mode)
+    return dict(sorted(out.items()))
+
+
+def _walk(top: Path) -> list[Path]:
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            if not name.endswith((".pyc", ".pyo")):
+                found.append(Path(dirpath) / name)
+    return found
+
+
+def runtime_files() -> dict[str, FileEntry]:
+    """The in-image runtime package, as shipped inside this reprobuild."""
+    root = resources.files("reprobuild_entrypoint")
+    out: dict[str, FileEntry] = {}
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if entry.is_file() and entry.name.endswith((".py", ".sh")):
+            mode = 0o755 if entry.name.endswith(".sh") else 0o644
+            out[f"reprobuild_entrypoint/{entry.name}"] = FileEntry(entry.read_bytes(), mode)
+    return out
+
+
+def source_date_epoch(root: Path) -> int:
+    """The fixed time stamped into the image: SOURCE_DATE_EPOCH, else the project's last
+    commit time, else 0. Never the wall clock."""
+    env = os.environ.get("SOURCE_DATE_EPOCH")
+    if env is not None:
+        if not env.isdigit():
+            raise ReprobuildError(f"SOURCE_DATE_EPOCH {env!r} must be a non-negative integer")
+        return int(env)
+    out = _git(root, "log", "-1", "--format=%ct")
+    return int(out) if out and out.isdigit() else 0
+
+
+def git_revision(root: Path) -> str | None:
+    """HEAD's commit when the project has no uncommitted changes (else it is not that revision)."""
+    head = _git(root, "rev-parse", "HEAD")
+    if head is None or _git(root, "status", "--porcelain", "--", ".") != "":
+        return None
+    return head
+
+
+def git_version(root: Path) -> str | None:
+    return _git(root, "describe", "--tags", "--exact-match")
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=False, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None

@@ -1,0 +1,175 @@
+"""Hermetic installs: download the locked wheels on the host, hash-checked, into a cache.
+
+The build then installs them with ``--no-index``, so the image build needs no network.
+The cache is keyed by target (Python version, ABI, platform), and a file is used only when its
+sha256 is one of the lock's hashes for that requirement.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from reprobuild.errors import ReprobuildError
+from reprobuild.fsutil import write_atomic
+from reprobuild.lockfile import Lock
+
+_MANYLINUX_LEGACY = {5: "manylinux1", 12: "manylinux2010", 17: "manylinux2014"}
+
+
+class WheelError(ReprobuildError):
+    """The locked wheels could not be fetched for the base's platform."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The interpreter and platform the wheels must fit (read from the base image)."""
+
+    python_version: str  # "3.11"
+    machine: str  # "x86_64"
+    glibc: tuple[int, int] | None  # (2, 36); None for musl/unknown
+
+    @property
+    def abi(self) -> str:
+        return "cp" + self.python_version.replace(".", "")
+
+    @property
+    def key(self) -> str:
+        libc = f"glibc{self.glibc[0]}.{self.glibc[1]}" if self.glibc else "nolibc"
+        return f"{self.abi}-{self.machine}-{libc}"
+
+    def platforms(self) -> list[str]:
+        out: list[str] = []
+        if self.glibc and self.glibc[0] == 2:
+            for minor in range(self.glibc[1], 4, -1):
+                out.append(f"manylinux_2_{minor}_{self.machine}")
+                if minor in _MANYLINUX_LEGACY:
+                    out.append(f"{_MANYLINUX_LEGACY[minor]}_{self.machine}")
+        out.append(f"linux_{self.machine}")
+        return out
+
+    @classmethod
+    def from_probe(cls, probe: dict[str, object]) -> Target:
+        py = probe.get("python")
+        plat = probe.get("platform")
+        if not isinstance(py, dict) or not isinstance(plat, dict):
+            raise WheelError("the base image's probe gave no python/platform facts")
+        version = ".".join(str(py.get("version", "")).split(".")[:2])
+        glibc: tuple[int, int] | None = None
+        if plat.get("libc") == "glibc":
+            parts = str(plat.get("libc_version", "")).split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                glibc = (int(parts[0]), int(parts[1]))
+        return cls(version, str(plat.get("machine", "x86_64")), glibc)
+
+
+def cache_root() -> Path:
+    env = os.environ.get("REPROBUILD_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "reprobuild"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _hash_index(folder: Path) -> dict[str, str]:
+    """sha256 of every file in ``folder``, memoised in ``.index.json`` by (name, size, mtime)."""
+    index_path = folder / ".index.json"
+    try:
+        old = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        old = {}
+    new: dict[str, list[object]] = {}
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        st = path.stat()
+        stamp = [st.st_size, st.st_mtime_ns]
+        entry = old.get(path.name)
+        digest = entry[2] if isinstance(entry, list) and entry[:2] == stamp else _sha256(path)
+        new[path.name] = [*stamp, digest]
+    if new != old:
+        write_atomic(index_path, json.dumps(new, sort_keys=True))
+    return {name: str(v[2]) for name, v in new.items()}
+
+
+def fetch_wheels(lock: Lock, target: Target, dest: Path, *, log=print) -> list[Path]:  # type: ignore[no-untyped-def]
+    """Fill ``dest`` with exactly the wheels the lock pins for ``target``; return their paths."""
+    folder = cache_root() / "wheels" / target.key
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="reprobuild-lock-") as tmp:
+        req = Path(tmp) / "requirements.lock"
+        req.write_text(lock.render(index_options=True))
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--require-hashes",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            "--python-version",
+            target.python_version,
+            "--implementation",
+            "cp",
+            "--abi",
+            target.abi,
+            "--abi",
+            "abi3",
+            "--abi",
+            "none",
+            *[arg for p in target.platforms() for arg in ("--platform", p)],
+            "-d",
+            str(folder),
+            "-r",
+            str(req),
+        ]
+        log(f"fetching {len(lock.requirements)} locked wheels for {target.key}")
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        first = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else "pip failed")
+        raise WheelError(
+            f"cannot fetch the locked wheels for {target.key}: {first.strip()}",
+            hint="check the lock was compiled for this Python/platform, or build with --online",
+        )
+    by_hash = {digest: folder / name for name, digest in _hash_index(folder).items()}
+    dest.mkdir(parents=True, exist_ok=True)
+    chosen: list[Path] = []
+    missing: list[str] = []
+    for requirement in lock.requirements:
+        hexes = {h.split(":", 1)[1] for h in requirement.hashes if h.startswith("sha256:")}
+        found = [by_hash[h] for h in sorted(hexes) if h in by_hash]
+        if not found:
+            if requirement.marker is None:
+                missing.append(f"{requirement.name}=={requirement.version}")
+            continue
+        for src in found:
+            out = dest / src.name
+            if not out.exists():
+                try:
+                    os.link(src, out)
+                except OSError:
+                    shutil.copy2(src, out)
+            chosen.append(out)
+    if missing:
+        raise WheelError(
+            f"no wheel matching the lock's hashes was fetched for: {', '.join(missing)}"
+        )
+    return chosen
