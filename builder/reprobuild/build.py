@@ -13,12 +13,13 @@ from pathlib import Path
 from reprobuild.context import write_tree
 from reprobuild.engine import Builder, Engine
 from reprobuild.errors import EngineError, ImageRefError, ReprobuildError
+from reprobuild.fsutil import write_atomic
 from reprobuild.lockfile import Lock
 from reprobuild.manifest import Distribution, Manifest
 from reprobuild.plan import make_spec
 from reprobuild.refs import parse_ref
 from reprobuild.render import RenderSpec, epoch_iso, render_context, render_stamp
-from reprobuild.wheels import Target, fetch_wheels
+from reprobuild.wheels import Target, cache_root, fetch_wheels
 
 Log = Callable[[str], None]
 PROBE = ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint.probe"]
@@ -46,8 +47,17 @@ def normalize_tag(tag: str) -> str:
 
 
 def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, object]:
-    """Python version and platform of the base, read by running its own python3."""
+    """Python version and platform of the base, read by running its own python3.
+
+    Cached by digest: what a digest names never changes."""
     from reprobuild_entrypoint import probe as probe_module
+
+    cached = cache_root() / "bases" / f"{(spec.base.digest or '').replace(':', '-')}.json"
+    try:
+        data: dict[str, object] = json.loads(cached.read_text())
+        return data
+    except (OSError, ValueError):
+        pass
 
     source = Path(probe_module.__file__).read_text()
     result = engine.run(spec.base.by_digest(), [], entrypoint=["python3", "-c", source])
@@ -57,7 +67,9 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, object]:
             f"{result.stderr.decode(errors='replace').strip()[-200:]}",
             hint="use a python:*-slim base or a Debian base with python3 and python3-venv",
         )
-    data: dict[str, object] = json.loads(result.stdout)
+    data = json.loads(result.stdout)
+    data.pop("distributions", None)
+    write_atomic(cached, json.dumps(data, sort_keys=True))
     return data
 
 

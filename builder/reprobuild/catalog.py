@@ -46,8 +46,12 @@ class Catalog:
 
 
 def default_catalog_text() -> str:
-    """The catalog shipped inside the package (a copy of images/catalog.yaml)."""
-    return resources.files("reprobuild").joinpath("data/catalog.yaml").read_text("utf-8")
+    """The catalog shipped inside the wheel (a copy of images/catalog.yaml), or the source
+    tree's images/catalog.yaml when running from a checkout."""
+    packaged = resources.files("reprobuild").joinpath("data/catalog.yaml")
+    if packaged.is_file():
+        return packaged.read_text("utf-8")
+    return (Path(__file__).resolve().parents[2] / "images" / "catalog.yaml").read_text("utf-8")
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

@@ -10,17 +10,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from reprobuild.errors import ReprobuildError
 from reprobuild.fsutil import write_atomic
 from reprobuild.lockfile import Lock
 
+Log = Callable[[str], None]
 _MANYLINUX_LEGACY = {5: "manylinux1", 12: "manylinux2010", 17: "manylinux2014"}
 
 
@@ -107,48 +112,74 @@ def _hash_index(folder: Path) -> dict[str, str]:
     return {name: str(v[2]) for name, v in new.items()}
 
 
-def fetch_wheels(lock: Lock, target: Target, dest: Path, *, log=print) -> list[Path]:  # type: ignore[no-untyped-def]
-    """Fill ``dest`` with exactly the wheels the lock pins for ``target``; return their paths."""
-    folder = cache_root() / "wheels" / target.key
-    folder.mkdir(parents=True, exist_ok=True)
+def _unmatched(lock: Lock, index: dict[str, str]) -> list[str]:
+    """Requirements (without markers) that no cached file's sha256 satisfies."""
+    have = set(index.values())
+    return [
+        f"{r.name}=={r.version}"
+        for r in lock.requirements
+        if r.marker is None and not any(h.split(":", 1)[1] in have for h in r.hashes)
+    ]
+
+
+def _pip_download(lock: Lock, target: Target, folder: Path, log: Log) -> None:
     with tempfile.TemporaryDirectory(prefix="reprobuild-lock-") as tmp:
         req = Path(tmp) / "requirements.lock"
         req.write_text(lock.render(index_options=True))
         argv = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--require-hashes",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "--progress-bar",
-            "off",
-            "--python-version",
-            target.python_version,
-            "--implementation",
-            "cp",
-            "--abi",
-            target.abi,
-            "--abi",
-            "abi3",
-            "--abi",
-            "none",
+            sys.executable, "-m", "pip", "download",
+            "--require-hashes", "--only-binary=:all:",
+            "--disable-pip-version-check", "--progress-bar", "off",
+            "--python-version", target.python_version,
+            "--implementation", "cp",
+            "--abi", target.abi, "--abi", "abi3", "--abi", "none",
             *[arg for p in target.platforms() for arg in ("--platform", p)],
-            "-d",
-            str(folder),
-            "-r",
-            str(req),
-        ]
+            "-d", str(folder), "-r", str(req),
+        ]  # fmt: skip
         log(f"fetching {len(lock.requirements)} locked wheels for {target.key}")
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
+        mismatch = _hash_mismatch(lock, proc.stderr)
+        if mismatch:
+            raise mismatch
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         first = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else "pip failed")
         raise WheelError(
             f"cannot fetch the locked wheels for {target.key}: {first.strip()}",
             hint="check the lock was compiled for this Python/platform, or build with --online",
         )
+
+
+_MISMATCH_RE = re.compile(
+    r"^\s+(?P<req>[A-Za-z0-9._-]+)==(?P<ver>\S+) from .*?\n\s+Expected sha256 (?P<want>[0-9a-f]+)"
+    r".*?\n\s+Got\s+(?P<got>[0-9a-f]{64})",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def _hash_mismatch(lock: Lock, stderr: str) -> WheelError | None:
+    """Turn pip's hash-mismatch report into one line naming the lock line and both hashes."""
+    match = _MISMATCH_RE.search(stderr)
+    if match is None:
+        return None
+    name = canonicalize_name(match["req"])
+    line = next((r.line for r in lock.requirements if r.name == name), None)
+    where = f"{lock.path}:{line}" if line else str(lock.path)
+    return WheelError(
+        f"{where}: the downloaded {match['req']}=={match['ver']} has sha256 {match['got']}, "
+        "which is none of the lock's hashes",
+        hint="the lock is wrong or the file was tampered with; regenerate the lock and compare",
+    )
+
+
+def fetch_wheels(lock: Lock, target: Target, dest: Path, *, log: Log = print) -> list[Path]:
+    """Fill ``dest`` with exactly the wheels the lock pins for ``target``; return their paths."""
+    folder = cache_root() / "wheels" / target.key
+    folder.mkdir(parents=True, exist_ok=True)
+    if _unmatched(lock, _hash_index(folder)):
+        _pip_download(lock, target, folder, log)
+    else:
+        log(f"all {len(lock.requirements)} locked wheels are cached for {target.key}")
     by_hash = {digest: folder / name for name, digest in _hash_index(folder).items()}
     dest.mkdir(parents=True, exist_ok=True)
     chosen: list[Path] = []

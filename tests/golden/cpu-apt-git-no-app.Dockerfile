@@ -1,0 +1,52 @@
+# Rendered by reprobuild 0.0.0-golden from requirements.lock (sha256 96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4).
+# Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
+
+# ---- stage 1: install the locked distributions into a virtual environment ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS deps
+ENV SOURCE_DATE_EPOCH=1700000000 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_NO_INPUT=1
+# The target venv gets no pip of its own; a throwaway bootstrap venv installs into it.
+# SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
+RUN python3 -m venv --without-pip /opt/venv \
+ && python3 -m venv /tmp/reprobuild/bootstrap \
+ && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\n')"
+COPY requirements.lock /tmp/reprobuild/requirements.lock
+COPY wheels/ /tmp/reprobuild/wheels/
+RUN /tmp/reprobuild/bootstrap/bin/pip --python /opt/venv/bin/python install \
+      --no-index --find-links /tmp/reprobuild/wheels \
+      --require-hashes --only-binary=:all: \
+      -r /tmp/reprobuild/requirements.lock
+
+# ---- stage 2: the image that ships ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl=7.88.1-10+deb12u12 git=1:2.39.5-0+deb12u2 \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
+RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
+ && install -d -o 10001 -g 10001 /app \
+ && install -d /opt/reprobuild
+COPY --from=deps /opt/venv /opt/venv
+COPY runtime/ /opt/reprobuild/runtime/
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONUNBUFFERED=1 \
+    REPROBUILD_IMAGE_SEED=1234 \
+    REPROBUILD_IMAGE_DETERMINISM=warn \
+    REPROBUILD_VARIANT=cpu
+WORKDIR /app
+USER 10001:10001
+ENTRYPOINT ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint"]
+CMD ["python"]
+LABEL io.reprobuild.builder.version="0.0.0-golden" \
+      io.reprobuild.determinism="warn" \
+      io.reprobuild.lock.sha256="96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4" \
+      io.reprobuild.seed="1234" \
+      io.reprobuild.variant="cpu" \
+      org.opencontainers.image.base.digest="sha256:abababababababababababababababababababababababababababababababab" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.revision="0123456789abcdef0123456789abcdef01234567" \
+      org.opencontainers.image.title="example/golden" \
+      org.opencontainers.image.version="v1.2.3"

@@ -1,0 +1,96 @@
+"""Rendered Dockerfiles compared whole against golden files, one per variant of the template.
+
+Refresh after an intended change, then review the diff like code:
+    REPROBUILD_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render_golden.py
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from reprobuild.lockfile import load_lock
+from reprobuild.refs import parse_pinned
+from reprobuild.render import FileEntry, RenderSpec, render_context, render_dockerfile
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+LOCK = Path(__file__).parent.parent / "data" / "projects" / "tiny" / "requirements.lock"
+BASE = "python:3.11-slim-bookworm@sha256:" + "ab" * 32
+APP = {"hello.py": FileEntry(b"print('hi')\n")}
+
+
+def spec(**over: object) -> RenderSpec:
+    values: dict[str, object] = dict(
+        name="example/golden",
+        variant="cpu",
+        base=parse_pinned(BASE),
+        lock=load_lock(LOCK),
+        seed=1234,
+        determinism="strict",
+        builder_version="0.0.0-golden",
+        command=("python", "hello.py"),
+        app_files=APP,
+        epoch=1700000000,
+    )
+    values.update(over)
+    return RenderSpec(**values)  # type: ignore[arg-type]
+
+
+CASES = {
+    "cpu-hermetic": spec(),
+    "cpu-online-ca": spec(online=True, ca_cert=b"-----BEGIN CERTIFICATE-----\n"),
+    "cpu-online-no-ca": spec(online=True),
+    "cpu-apt-git-no-app": spec(
+        apt=("curl=7.88.1-10+deb12u12", "git=1:2.39.5-0+deb12u2"),
+        app_files={},
+        command=(),
+        revision="0123456789abcdef" * 2 + "01234567",
+        version="v1.2.3",
+        determinism="warn",
+    ),
+    "gpu-private-registry": spec(
+        variant="gpu",
+        base=parse_pinned("registry.example.com:5000/team/base:1@sha256:" + "cd" * 32),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_dockerfile_matches_golden(case: str) -> None:
+    text = render_dockerfile(CASES[case])
+    path = GOLDEN / f"{case}.Dockerfile"
+    if os.environ.get("REPROBUILD_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.is_file(), f"missing golden file {path}; run with REPROBUILD_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+def test_render_is_byte_identical_across_calls() -> None:
+    one = render_context(spec(runtime_files={"reprobuild_entrypoint/x.py": FileEntry(b"x")}))
+    two = render_context(spec(runtime_files={"reprobuild_entrypoint/x.py": FileEntry(b"x")}))
+    assert one == two
+    assert list(one) == sorted(one)
+    assert set(one) == {
+        "Dockerfile",
+        "requirements.lock",
+        "wheels/.keep",
+        "app/hello.py",
+        "runtime/reprobuild_entrypoint/x.py",
+    }
+
+
+def test_online_context_carries_the_ca_and_no_wheels_dir() -> None:
+    files = render_context(spec(online=True, ca_cert=b"PEM"))
+    assert files["ca/ca.pem"].data == b"PEM"
+    assert "wheels/.keep" not in files
+
+
+def test_label_values_cannot_break_out_of_the_dockerfile() -> None:
+    from reprobuild.errors import ReprobuildError
+    from reprobuild.render import dockerfile_str
+
+    assert dockerfile_str('a"b$c\\d') == '"a\\"b\\$c\\\\d"'
+    with pytest.raises(ReprobuildError):
+        dockerfile_str("line\nRUN rm -rf /")
