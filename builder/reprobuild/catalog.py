@@ -65,7 +65,8 @@ def load_catalog(path: Path | None = None) -> Catalog:
 
 
 def parse_catalog(data: Any, where: str) -> Catalog:
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise CatalogError(f"{where}: schema_version must be {SCHEMA_VERSION}")
     bases = data.get("bases")
     if not isinstance(bases, dict):
@@ -80,6 +81,8 @@ def parse_catalog(data: Any, where: str) -> Catalog:
         missing = [k for k in _REQUIRED if k not in raw]
         if missing:
             raise CatalogError(f"{where}: base {name!r} lacks {missing[0]!r}")
+        if not isinstance(raw.get("verified", False), bool):
+            raise CatalogError(f"{where}: base {name!r} verified must be true or false")
         if raw["kind"] not in ("cpu", "gpu"):
             raise CatalogError(f"{where}: base {name!r} kind must be cpu or gpu")
         try:

@@ -86,7 +86,7 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
     if unknown:
         raise ConfigError(path, f"unknown key {unknown[0]!r}; allowed keys: {', '.join(KEYS)}")
     name = data.get("name")
-    if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > 128:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or len(name) > 128:
         raise ConfigError(
             path,
             f"name {name!r} is not a valid image name: lowercase letters, digits, "
@@ -122,7 +122,7 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
     if not isinstance(apt, list) or not all(isinstance(a, str) for a in apt):
         raise ConfigError(path, "apt must be a list of 'package=version' strings")
     for item in apt:
-        if not _APT_RE.match(item):
+        if not _APT_RE.fullmatch(item):
             raise ConfigError(
                 path, f"apt entry {item!r} must be 'package=version' (pinned; no spaces or shell)"
             )
@@ -143,7 +143,7 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
 
 def _inside(root: Path, path: Path, key: str, value: str) -> Path:
     rel = PurePosixPath(value)
-    if rel.is_absolute() or ".." in rel.parts or not _SAFE_PATH_RE.match(value):
+    if rel.is_absolute() or ".." in rel.parts or not _SAFE_PATH_RE.fullmatch(value):
         raise ConfigError(
             path,
             f"{key} {value!r} must be a relative path inside the project "

@@ -40,6 +40,11 @@ def write_context(files: dict[str, FileEntry], out: Path, *, epoch: int) -> None
         write_tree(files, staged, epoch=epoch)
         os.chmod(staged, 0o755)
         replace_dir(staged, out)
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise OutputError(
+            f"cannot write the context to {str(out)!r}: {exc.strerror or exc}"
+        ) from None
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise

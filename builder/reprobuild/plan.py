@@ -89,7 +89,7 @@ def app_files(config: ProjectConfig) -> dict[str, FileEntry]:
     out: dict[str, FileEntry] = {}
     for item in config.include:
         top = config.root / item
-        paths = [top] if top.is_file() or top.is_symlink() else sorted(_walk(top))
+        paths = [top] if top.is_file() or top.is_symlink() else _walk(top)
         for path in paths:
             rel = path.relative_to(config.root).as_posix()
             if path.is_symlink():
@@ -104,13 +104,14 @@ def app_files(config: ProjectConfig) -> dict[str, FileEntry]:
 
 
 def _walk(top: Path) -> list[Path]:
+    """Files under ``top``, sorted. A symlinked directory is returned as an entry (not
+    followed), so the caller refuses it like a symlinked file instead of dropping it."""
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            if not name.endswith((".pyc", ".pyo")):
-                found.append(Path(dirpath) / name)
-    return found
+        found.extend(Path(dirpath) / d for d in dirnames if (Path(dirpath) / d).is_symlink())
+        found.extend(Path(dirpath) / n for n in filenames if not n.endswith((".pyc", ".pyo")))
+    return sorted(found)
 
 
 def runtime_files() -> dict[str, FileEntry]:

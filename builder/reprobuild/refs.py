@@ -6,6 +6,7 @@ A value that fails here never reaches a Dockerfile: the grammar is Docker's own
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -71,8 +72,19 @@ class ImageRef:
 
 
 def is_loopback(registry: str) -> bool:
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    return host == "localhost" or host.startswith("127.") or host == "[::1]"
+    """True for localhost and literal loopback addresses (127.0.0.0/8, [::1]), with or without
+    a port: registries Docker itself allows over plain HTTP."""
+    host = registry
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else host
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_ref(text: str) -> ImageRef:
@@ -84,7 +96,7 @@ def parse_ref(text: str) -> ImageRef:
     digest: str | None = None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
-        if not _DIGEST_RE.match(digest):
+        if not _DIGEST_RE.fullmatch(digest):
             raise ImageRefError(
                 f"invalid digest {digest!r} in image reference {text!r}: "
                 "expected sha256: followed by 64 lowercase hex digits"
@@ -93,16 +105,16 @@ def parse_ref(text: str) -> ImageRef:
     last = rest.rsplit("/", 1)[-1]
     if ":" in last:
         rest, tag = rest.rsplit(":", 1)
-        if not _TAG_RE.match(tag):
+        if not _TAG_RE.fullmatch(tag):
             raise ImageRefError(f"invalid tag {tag!r} in image reference {text!r}: {allowed}")
     registry = DEFAULT_REGISTRY
     explicit = False
     first, _, remainder = rest.partition("/")
     if remainder and ("." in first or ":" in first or first == "localhost"):
-        if not _HOST_RE.match(first):
+        if not _HOST_RE.fullmatch(first):
             raise ImageRefError(f"invalid registry {first!r} in image reference {text!r}")
         registry, rest, explicit = first, remainder, True
-    if not _PATH_RE.match(rest):
+    if not _PATH_RE.fullmatch(rest):
         raise ImageRefError(
             f"invalid repository name {rest!r} in image reference {text!r}: "
             "lowercase letters, digits and . _ - / separators only"

@@ -219,7 +219,7 @@ def _sha256(data: bytes) -> str:
 
 
 def _check_digest(digest: str, what: str) -> None:
-    if not isinstance(digest, str) or not _DIGEST_RE.match(digest):
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
         raise RegistryError(
             f"unsupported digest {digest!r} for {what}: "
             "expected sha256: and 64 lowercase hex digits"

@@ -98,6 +98,8 @@ def _hash_index(folder: Path) -> dict[str, str]:
         old = json.loads(index_path.read_text())
     except (OSError, ValueError):
         old = {}
+    if not isinstance(old, dict):
+        old = {}  # a damaged index is only a cache: rebuild it
     new: dict[str, list[object]] = {}
     for path in sorted(folder.iterdir()):
         if path.name.startswith(".") or not path.is_file():

@@ -1,0 +1,157 @@
+"""The image manifest: canonical JSON, a stable sha256, a strict reader."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import pytest
+
+from reprobuild.errors import ReprobuildError
+from reprobuild.manifest import SCHEMA_VERSION, Distribution, Manifest
+
+
+def manifest(**over: object) -> Manifest:
+    values: dict[str, object] = dict(
+        builder_version="0.1.0",
+        name="team/demo",
+        variant="cpu",
+        base_ref="python:3.11-slim@sha256:" + "ab" * 32,
+        base_digest="sha256:" + "ab" * 32,
+        lock_file="requirements.lock",
+        lock_sha256="cd" * 32,
+        seed=7,
+        determinism="warn",
+        created="1970-01-01T00:00:00Z",
+        python_version="3.11.9",
+        machine="x86_64",
+        distributions=(Distribution("idna", "3.10"), Distribution("six", "1.17.0")),
+    )
+    values.update(over)
+    return Manifest(**values)  # type: ignore[arg-type]
+
+
+FIELDS = [f.name for f in dataclasses.fields(Manifest)]
+
+
+def test_to_json_is_canonical() -> None:
+    raw = manifest().to_json()
+    assert isinstance(raw, bytes)
+    assert raw.endswith(b"}\n")
+    assert not raw.endswith(b"\n\n")
+    data = json.loads(raw)
+    assert list(data) == sorted(data)
+    assert list(data["distributions"][0]) == ["name", "version"]
+    assert raw == (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
+    assert b'\n  "builder_version": "0.1.0",\n' in raw
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert set(data) == set(FIELDS)
+
+
+def test_to_json_independent_of_construction_order() -> None:
+    a = manifest()
+    kwargs = {f: getattr(a, f) for f in reversed(FIELDS)}
+    b = Manifest(**kwargs)  # type: ignore[arg-type]
+    assert a.to_json() == b.to_json()
+
+
+def test_sha256_is_sha_of_the_canonical_bytes() -> None:
+    m = manifest()
+    assert m.sha256 == hashlib.sha256(m.to_json()).hexdigest()
+    assert m.sha256 == manifest().sha256
+    assert len(m.sha256) == 64
+
+
+def test_sha256_changes_with_any_field() -> None:
+    base = manifest().sha256
+    assert manifest(seed=8).sha256 != base
+    assert manifest(distributions=(Distribution("idna", "3.10"),)).sha256 != base
+    assert manifest(created="1970-01-01T00:00:01Z").sha256 != base
+
+
+def test_non_ascii_is_escaped_and_stable() -> None:
+    raw = manifest(name="café").to_json()
+    assert raw.isascii()
+    assert Manifest.from_json(raw).name == "café"
+
+
+def test_round_trip() -> None:
+    m = manifest()
+    again = Manifest.from_json(m.to_json())
+    assert again == m
+    assert again.to_json() == m.to_json()
+    assert isinstance(again.distributions, tuple)
+    assert all(isinstance(d, Distribution) for d in again.distributions)
+
+
+def test_round_trip_no_distributions() -> None:
+    m = manifest(distributions=())
+    assert Manifest.from_json(m.to_json()) == m
+
+
+def test_from_json_ignores_key_order_and_whitespace() -> None:
+    m = manifest()
+    compact = json.dumps(m.to_dict(), separators=(",", ":")).encode()
+    assert Manifest.from_json(compact) == m
+
+
+def test_to_dict_lists_distributions() -> None:
+    data = manifest().to_dict()
+    assert data["distributions"] == [
+        {"name": "idna", "version": "3.10"},
+        {"name": "six", "version": "1.17.0"},
+    ]
+
+
+def test_labels() -> None:
+    m = manifest()
+    assert m.labels() == {
+        "io.reprobuild.manifest.sha256": m.sha256,
+        "io.reprobuild.python": "3.11.9",
+    }
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", None])
+def test_wrong_schema_version_refused(version: object) -> None:
+    data = manifest().to_dict()
+    data["schema_version"] = version
+    with pytest.raises(ReprobuildError) as info:
+        Manifest.from_json(json.dumps(data).encode())
+    assert f"manifest schema_version {version!r} is not supported" in info.value.message
+    assert f"reads {SCHEMA_VERSION}" in info.value.message
+    assert info.value.hint is not None
+
+
+def test_missing_schema_version_refused() -> None:
+    data = manifest().to_dict()
+    del data["schema_version"]
+    with pytest.raises(ReprobuildError, match="schema_version None is not supported"):
+        Manifest.from_dict(data)
+
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if f != "schema_version"])
+def test_missing_field_named(field: str) -> None:
+    data = manifest().to_dict()
+    del data[field]
+    with pytest.raises(ReprobuildError, match=f"manifest is missing field '{field}'"):
+        Manifest.from_dict(data)
+
+
+def test_distribution_without_version() -> None:
+    data = manifest().to_dict()
+    data["distributions"] = [{"name": "six"}]
+    with pytest.raises(ReprobuildError, match="manifest is missing field 'version'"):
+        Manifest.from_dict(data)
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"not json", b"{'a': 1}", b"\xff\xfe\x00"])
+def test_invalid_json_refused(raw: bytes) -> None:
+    with pytest.raises(ReprobuildError, match="manifest is not valid JSON"):
+        Manifest.from_json(raw)
+
+
+@pytest.mark.parametrize("raw", [b"[]", b"1", b'"x"', b"null"])
+def test_not_an_object_refused(raw: bytes) -> None:
+    with pytest.raises(ReprobuildError, match="manifest is not a JSON object"):
+        Manifest.from_json(raw)

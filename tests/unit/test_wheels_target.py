@@ -1,0 +1,328 @@
+"""wheels: the target a base image implies, the cached hash index, and which locked
+requirements the cache cannot yet satisfy. No pip, no network."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from reprobuild import wheels
+from reprobuild.lockfile import Lock, load_lock
+from reprobuild.wheels import Target, WheelError, _hash_index, _unmatched, cache_root
+
+H = {c: "sha256:" + c * 64 for c in "abcdef"}
+
+
+def probe(
+    version: str = "3.11.9",
+    libc: str | None = "glibc",
+    libc_version: str = "2.36",
+    machine: str = "x86_64",
+) -> dict[str, object]:
+    return {
+        "python": {"version": version, "implementation": "cpython"},
+        "platform": {"libc": libc, "libc_version": libc_version, "machine": machine},
+    }
+
+
+def expected_glibc_platforms(minor: int, machine: str) -> list[str]:
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    out: list[str] = []
+    for m in range(minor, 4, -1):
+        out.append(f"manylinux_2_{m}_{machine}")
+        if m in legacy:
+            out.append(f"{legacy[m]}_{machine}")
+    return [*out, f"linux_{machine}"]
+
+
+# --------------------------------------------------------------------------- Target
+
+
+def test_from_probe_glibc_236_x86_64() -> None:
+    target = Target.from_probe(probe())
+    assert target == Target("3.11", "x86_64", (2, 36))
+    assert target.abi == "cp311"
+    assert target.key == "cp311-x86_64-glibc2.36"
+    platforms = target.platforms()
+    assert platforms[0] == "manylinux_2_36_x86_64"
+    assert platforms[-1] == "linux_x86_64"
+    # Newest first; each legacy alias right after the PEP 600 tag it equals (pip's order).
+    assert platforms[platforms.index("manylinux_2_17_x86_64") + 1] == "manylinux2014_x86_64"
+    assert platforms[platforms.index("manylinux_2_12_x86_64") + 1] == "manylinux2010_x86_64"
+    assert platforms[platforms.index("manylinux_2_5_x86_64") + 1] == "manylinux1_x86_64"
+    assert platforms == expected_glibc_platforms(36, "x86_64")
+    assert len(platforms) == (36 - 5 + 1) + 3 + 1
+    assert len(set(platforms)) == len(platforms)
+    assert "manylinux_2_4_x86_64" not in platforms
+    assert "manylinux_2_37_x86_64" not in platforms
+
+
+def test_platforms_match_packaging_order() -> None:
+    """The same list packaging.tags would give for this glibc, filtered to linux tags."""
+    from packaging import _manylinux  # the source of pip's own platform tags
+
+    legacy = _manylinux._LEGACY_MANYLINUX_MAP
+    theirs: list[str] = []
+    for minor in range(36, 4, -1):
+        theirs.append(f"manylinux_2_{minor}_x86_64")
+        if (2, minor) in legacy:
+            theirs.append(f"{legacy[(2, minor)]}_x86_64")
+    assert Target("3.11", "x86_64", (2, 36)).platforms() == [*theirs, "linux_x86_64"]
+
+
+def test_from_probe_aarch64_glibc_231() -> None:
+    target = Target.from_probe(probe(version="3.12.4", libc_version="2.31", machine="aarch64"))
+    assert target == Target("3.12", "aarch64", (2, 31))
+    assert target.abi == "cp312"
+    assert target.key == "cp312-aarch64-glibc2.31"
+    assert target.platforms() == expected_glibc_platforms(31, "aarch64")
+    assert "manylinux2014_aarch64" in target.platforms()
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("3.11.9", "3.11"), ("3.10.0", "3.10"), ("3.13.0rc1", "3.13"), ("3.9", "3.9")],
+)
+def test_python_version_truncated(version: str, expected: str) -> None:
+    target = Target.from_probe(probe(version=version))
+    assert target.python_version == expected
+    assert target.abi == "cp" + expected.replace(".", "")
+
+
+@pytest.mark.parametrize(
+    ("libc", "libc_version"),
+    [("musl", "1.2.4"), (None, ""), ("glibc", ""), ("glibc", "2"), ("glibc", "two.36")],
+)
+def test_from_probe_without_usable_glibc(libc: str | None, libc_version: str) -> None:
+    target = Target.from_probe(probe(libc=libc, libc_version=libc_version))
+    assert target.glibc is None
+    assert target.key == "cp311-x86_64-nolibc"
+    assert target.platforms() == ["linux_x86_64"]
+
+
+def test_from_probe_glibc_with_patch_level() -> None:
+    assert Target.from_probe(probe(libc_version="2.28.1")).glibc == (2, 28)
+
+
+def test_from_probe_machine_defaults_to_x86_64() -> None:
+    data = probe()
+    platform = data["platform"]
+    assert isinstance(platform, dict)
+    del platform["machine"]
+    assert Target.from_probe(data).machine == "x86_64"
+
+
+def test_old_glibc_has_only_linux_tag() -> None:
+    assert Target("3.11", "x86_64", (2, 4)).platforms() == ["linux_x86_64"]
+    assert Target("3.11", "x86_64", (2, 5)).platforms() == [
+        "manylinux_2_5_x86_64",
+        "manylinux1_x86_64",
+        "linux_x86_64",
+    ]
+
+
+def test_non_2_glibc_major_has_only_linux_tag() -> None:
+    assert Target("3.11", "x86_64", (3, 1)).platforms() == ["linux_x86_64"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"python": {}},
+        {"platform": {}},
+        {"python": "3.11", "platform": {}},
+        {"python": {}, "platform": []},
+    ],
+)
+def test_from_probe_without_facts_refused(data: dict[str, object]) -> None:
+    with pytest.raises(WheelError, match="gave no python/platform facts"):
+        Target.from_probe(data)
+
+
+def test_target_is_hashable_and_frozen() -> None:
+    target = Target("3.11", "x86_64", (2, 36))
+    assert {target: 1}[Target("3.11", "x86_64", (2, 36))] == 1
+    with pytest.raises(AttributeError):
+        target.machine = "aarch64"  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- cache_root
+
+
+def test_cache_root_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("REPROBUILD_CACHE_DIR", str(tmp_path / "c"))
+    assert cache_root() == tmp_path / "c"
+    monkeypatch.delenv("REPROBUILD_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache_root() == tmp_path / "x" / "reprobuild"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "reprobuild"
+
+
+# --------------------------------------------------------------------------- _hash_index
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    f = tmp_path / "wheels"
+    f.mkdir()
+    (f / "a-1.0-py3-none-any.whl").write_bytes(b"alpha")
+    (f / "b-2.0-py3-none-any.whl").write_bytes(b"beta")
+    return f
+
+
+def sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_hash_index_hashes_files(folder: Path) -> None:
+    (folder / ".hidden").write_bytes(b"skip")
+    (folder / "subdir").mkdir()
+    index = _hash_index(folder)
+    assert index == {
+        "a-1.0-py3-none-any.whl": sha(b"alpha"),
+        "b-2.0-py3-none-any.whl": sha(b"beta"),
+    }
+    stored = json.loads((folder / ".index.json").read_text())
+    assert set(stored) == set(index)
+    st = (folder / "a-1.0-py3-none-any.whl").stat()
+    assert stored["a-1.0-py3-none-any.whl"] == [st.st_size, st.st_mtime_ns, sha(b"alpha")]
+
+
+def test_hash_index_uses_cache(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _hash_index(folder)
+    written = (folder / ".index.json").stat().st_mtime_ns
+
+    def boom(path: Path) -> str:
+        raise AssertionError(f"re-hashed {path.name} although its stamp did not change")
+
+    monkeypatch.setattr(wheels, "_sha256", boom)
+    assert _hash_index(folder) == first
+    # Nothing changed, so the index file is not rewritten either.
+    assert (folder / ".index.json").stat().st_mtime_ns == written
+
+
+def test_hash_index_rehashes_changed_file_only(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hash_index(folder)
+    changed = folder / "b-2.0-py3-none-any.whl"
+    changed.write_bytes(b"beta, rebuilt")
+    os.utime(changed, ns=(1, 1))
+    hashed: list[str] = []
+    real = wheels._sha256
+
+    def spy(path: Path) -> str:
+        hashed.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(wheels, "_sha256", spy)
+    index = _hash_index(folder)
+    assert hashed == ["b-2.0-py3-none-any.whl"]
+    assert index["b-2.0-py3-none-any.whl"] == sha(b"beta, rebuilt")
+    assert json.loads((folder / ".index.json").read_text())["b-2.0-py3-none-any.whl"][2] == sha(
+        b"beta, rebuilt"
+    )
+
+
+def test_hash_index_same_size_new_mtime_rehashed(folder: Path) -> None:
+    _hash_index(folder)
+    path = folder / "a-1.0-py3-none-any.whl"
+    path.write_bytes(b"ALPHA")  # same size
+    os.utime(path, ns=(5, 5))
+    assert _hash_index(folder)["a-1.0-py3-none-any.whl"] == sha(b"ALPHA")
+
+
+def test_hash_index_drops_removed_and_adds_new(folder: Path) -> None:
+    _hash_index(folder)
+    (folder / "a-1.0-py3-none-any.whl").unlink()
+    (folder / "c-3.0-py3-none-any.whl").write_bytes(b"gamma")
+    index = _hash_index(folder)
+    assert index == {
+        "b-2.0-py3-none-any.whl": sha(b"beta"),
+        "c-3.0-py3-none-any.whl": sha(b"gamma"),
+    }
+    assert set(json.loads((folder / ".index.json").read_text())) == set(index)
+
+
+@pytest.mark.parametrize(
+    "garbage", ["not json", "", '{"a-1.0-py3-none-any.whl": 3}', "[]", "null", '"x"']
+)
+def test_hash_index_survives_corrupt_index(folder: Path, garbage: str) -> None:
+    (folder / ".index.json").write_text(garbage)
+    assert _hash_index(folder)["a-1.0-py3-none-any.whl"] == sha(b"alpha")
+    assert isinstance(json.loads((folder / ".index.json").read_text()), dict)
+
+
+def test_hash_index_empty_folder(tmp_path: Path) -> None:
+    assert _hash_index(tmp_path) == {}
+
+
+# --------------------------------------------------------------------------- _unmatched
+
+
+@pytest.fixture
+def lock(tmp_path: Path) -> Lock:
+    path = tmp_path / "requirements.txt"
+    path.write_text(
+        f"Alpha_Pkg==1.0 --hash={H['a']}\n"
+        f"beta==2.0 \\\n    --hash={H['b']} \\\n    --hash={H['c']}\n"
+        f'gamma==3.0 ; python_version < "3" --hash={H["d"]}\n'
+    )
+    return load_lock(path)
+
+
+def test_lock_fixture_shape(lock: Lock) -> None:
+    assert [(r.name, r.version, r.marker is None) for r in lock.requirements] == [
+        ("alpha-pkg", "1.0", True),
+        ("beta", "2.0", True),
+        ("gamma", "3.0", False),
+    ]
+
+
+def test_unmatched_empty_cache(lock: Lock) -> None:
+    assert _unmatched(lock, {}) == ["alpha-pkg==1.0", "beta==2.0"]
+
+
+def test_unmatched_all_matched(lock: Lock) -> None:
+    index = {"alpha.whl": "a" * 64, "beta.whl": "b" * 64}
+    assert _unmatched(lock, index) == []
+
+
+def test_unmatched_any_of_several_hashes_is_enough(lock: Lock) -> None:
+    index = {"alpha.whl": "a" * 64, "beta-other.whl": "c" * 64}
+    assert _unmatched(lock, index) == []
+
+
+def test_unmatched_lists_only_the_missing(lock: Lock) -> None:
+    assert _unmatched(lock, {"beta.whl": "b" * 64}) == ["alpha-pkg==1.0"]
+    assert _unmatched(lock, {"alpha.whl": "a" * 64}) == ["beta==2.0"]
+
+
+def test_unmatched_ignores_file_names(lock: Lock) -> None:
+    # The file name says alpha, but its content hash is nobody's: it matches nothing.
+    index = {"alpha_pkg-1.0-py3-none-any.whl": "e" * 64, "beta-2.0-py3-none-any.whl": "b" * 64}
+    assert _unmatched(lock, index) == ["alpha-pkg==1.0"]
+
+
+def test_unmatched_skips_marker_requirements(lock: Lock) -> None:
+    # gamma has a marker: it may not apply to the target, so it is never required here.
+    index = {"alpha.whl": "a" * 64, "beta.whl": "b" * 64}
+    assert "gamma==3.0" not in _unmatched(lock, index)
+    assert "gamma==3.0" not in _unmatched(lock, {})
+
+
+def test_unmatched_non_sha256_hash_never_matches(tmp_path: Path) -> None:
+    path = tmp_path / "requirements.txt"
+    digest = "ab" * 48
+    path.write_text(f"delta==1.0 --hash=sha384:{digest}\n")
+    lock = load_lock(path)
+    # The index holds sha256 digests only; a sha384 pin can never be satisfied from it.
+    assert _unmatched(lock, {"delta.whl": digest[:64]}) == ["delta==1.0"]
