@@ -17,6 +17,7 @@ import jinja2
 from reprobuild.errors import ReprobuildError
 from reprobuild.lockfile import Lock
 from reprobuild.refs import ImageRef
+from reprobuild_entrypoint.envplan import image_env
 
 Variant = Literal["cpu", "gpu"]
 USER = "repro"
@@ -126,6 +127,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         determinism=spec.determinism,
         variant=spec.variant,
         has_app=bool(spec.app_files),
+        determinism_env=sorted(image_env(spec.seed, spec.determinism, spec.variant).items()),
         entrypoint=ENTRYPOINT,
         command=spec.command or DEFAULT_COMMAND,
         labels=sorted(static_labels(spec).items()),

@@ -9,15 +9,17 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
     PIP_NO_INPUT=1
 # The target venv gets no pip of its own; a throwaway bootstrap venv installs into it.
 # SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
+# After the install, a .pth puts the in-image runtime on the venv's path and imports its
+# start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
 RUN python3 -m venv --without-pip /opt/venv \
- && python3 -m venv /tmp/reprobuild/bootstrap \
- && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\n')"
+ && python3 -m venv /tmp/reprobuild/bootstrap
 COPY requirements.lock /tmp/reprobuild/requirements.lock
 # The CA bundle lives in this stage only: nothing from it reaches the final image.
 COPY ca/ca.pem /tmp/reprobuild/ca.pem
 RUN /tmp/reprobuild/bootstrap/bin/pip --python /opt/venv/bin/python install \
       --require-hashes --only-binary=:all: --cert /tmp/reprobuild/ca.pem \
-      -r /tmp/reprobuild/requirements.lock
+      -r /tmp/reprobuild/requirements.lock \
+ && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
 
 # ---- stage 2: the image that ships ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab
@@ -26,12 +28,26 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
  && install -d /opt/reprobuild
 COPY --from=deps /opt/venv /opt/venv
 COPY runtime/ /opt/reprobuild/runtime/
+# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
+# every interpreter, so its modules must load from bytecode.
+RUN /opt/venv/bin/python -I -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \
     PYTHONUNBUFFERED=1 \
     REPROBUILD_IMAGE_SEED=1234 \
     REPROBUILD_IMAGE_DETERMINISM=strict \
     REPROBUILD_VARIANT=cpu
+# Determinism environment (reprobuild_entrypoint.envplan.image_env): here so it holds when the
+# ENTRYPOINT is bypassed; the entrypoint re-plans it per run (REPRO_SEED, REPRO_DETERMINISM).
+ENV MKL_CBWR="AUTO,STRICT" \
+    MKL_NUM_THREADS="4" \
+    OMP_NUM_THREADS="4" \
+    OPENBLAS_NUM_THREADS="4" \
+    PYTHONHASHSEED="1234" \
+    TF_DETERMINISTIC_OPS="1" \
+    TF_ENABLE_ONEDNN_OPTS="0" \
+    TF_NUM_INTEROP_THREADS="4" \
+    TF_NUM_INTRAOP_THREADS="4"
 WORKDIR /app
 COPY app/ /app/
 USER 10001:10001

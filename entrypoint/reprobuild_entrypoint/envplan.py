@@ -1,0 +1,158 @@
+"""Which environment variables a run gets, and which it must lose. Pure: no I/O.
+
+Layer 1 of determinism (docs/determinism.md): variables that libraries read when they load or
+create their handles, so they must be in the environment before the program starts.
+
+:func:`image_env` is what the build bakes as image ``ENV`` (the host-side renderer imports it),
+so the guarantees hold even when the ENTRYPOINT is bypassed. :func:`plan` compares a process's
+environment with that baked set and with what the run's own settings want:
+
+- a variable whose value is absent, equal to the baked default, or equal to what the run wants
+  is *ours*: it gets the run's value;
+- any other value was put there by the user (``docker run -e``, a Kubernetes ``env:``), wins,
+  and is recorded as user-set. A user who sets exactly the baked value is indistinguishable
+  from the image; that value is then ours (and follows ``REPRO_SEED`` and friends);
+- a baked variable that the run's mode does not want (``off`` wants none; ``warn`` drops the
+  raising and TF32-override switches) is removed, unless the user set it.
+
+The plan is idempotent: planning again on an environment it was applied to changes nothing.
+
+Choices, with reasons:
+
+- Thread count: one fixed number for OpenMP, MKL, OpenBLAS and TensorFlow, default
+  :data:`~reprobuild_entrypoint.settings.DEFAULT_THREADS` = 4, overridable with
+  ``REPRO_THREADS``. CPU reductions split work by thread count: the same count gives the same
+  bits, a different one may not, so the default cannot follow the host's core count. 4 keeps
+  most of the throughput of the CPU side of GPU training (data loading runs in worker processes
+  anyway) and of small CPU jobs on common 4-16 core hosts; 1 would be the most portable but
+  costs CPU-bound jobs up to the core count in speed; on a host with fewer than 4 cores, 4
+  threads oversubscribe (slower, same bits). Raise it for CPU-bound training and keep it fixed
+  across the runs you compare: the record carries it.
+- ``MKL_CBWR=AUTO,STRICT``: oneMKL's conditional numerical reproducibility, strict variant;
+  reproducible on one CPU type, without the large slowdown of ``COMPATIBLE`` (same bits across
+  all x86 CPUs), which hardly matters when GPU kernels already tie results to one architecture.
+- ``TF_ENABLE_ONEDNN_OPTS=0``: TensorFlow's Eigen kernels, as TF's own start-up message advises
+  for exact results; oneDNN's are faster on x86 CPUs.
+- ``TF_DETERMINISTIC_OPS=1`` only in strict mode: in current TF it is not a legacy no-op but the
+  same switch as ``tf.config.experimental.enable_op_determinism()``, which makes ops without a
+  deterministic kernel raise. ``TF_CUDNN_DETERMINISTIC=1`` only picks deterministic cuDNN
+  algorithms and never raises, so warn mode keeps it.
+- ``NVIDIA_TF32_OVERRIDE=0`` only in strict mode (it overrides whatever the program asks for).
+- GPU-only variables (cuBLAS, NCCL, TF32) are baked for the ``gpu`` variant only.
+"""
+
+from reprobuild_entrypoint.settings import (
+    DEFAULT_THREADS,
+    MAX_THREADS,
+    MODES,
+    SEED_MAX,
+    VARIANTS,
+    Settings,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, MutableMapping
+
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+)
+
+
+def image_env(seed: int, mode: str, variant: str, threads: int = DEFAULT_THREADS) -> dict[str, str]:
+    """The determinism variables for an image (or a run) with these settings, sorted by name.
+
+    Raises ValueError for a value outside the allowed ones.
+    """
+    if not 0 <= seed <= SEED_MAX:
+        raise ValueError(f"seed {seed!r} is out of range: use 0 to {SEED_MAX}")
+    if mode not in MODES:
+        raise ValueError(f"determinism mode {mode!r} is not one of {', '.join(MODES)}")
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
+    if not 1 <= threads <= MAX_THREADS:
+        raise ValueError(f"thread count {threads!r} is out of range: use 1 to {MAX_THREADS}")
+    if mode == "off":
+        return {}
+    env = {
+        "PYTHONHASHSEED": str(seed),
+        "MKL_CBWR": "AUTO,STRICT",
+        "TF_ENABLE_ONEDNN_OPTS": "0",
+    }
+    env.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
+    if mode == "strict":
+        env["TF_DETERMINISTIC_OPS"] = "1"
+    if variant == "gpu":
+        env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+        env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "0"
+        env["TF_CUDNN_DETERMINISTIC"] = "1"
+        env["NCCL_ALGO"] = "Ring"
+        env["NCCL_NVLS_ENABLE"] = "0"
+        if mode == "strict":
+            env["NVIDIA_TF32_OVERRIDE"] = "0"
+    return dict(sorted(env.items()))
+
+
+def baked_env(settings: Settings) -> dict[str, str]:
+    """What the image's build baked, judged from the image's own settings."""
+    return image_env(settings.image_seed, settings.image_mode, settings.variant)
+
+
+def wanted_env(settings: Settings) -> dict[str, str]:
+    """What this run wants: its own seed, mode and thread count."""
+    return image_env(settings.seed, settings.mode, settings.variant, settings.threads)
+
+
+class EnvPlan:
+    """``set``: ours, with the run's values; ``user_set``: the user's, kept as they are;
+    ``remove``: baked variables this run's mode does not want."""
+
+    __slots__ = ("remove", "set", "user_set")
+
+    def __init__(
+        self, set: dict[str, str], user_set: dict[str, str], remove: tuple[str, ...]
+    ) -> None:
+        self.set = set
+        self.user_set = user_set
+        self.remove = remove
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EnvPlan):
+            return NotImplemented
+        return (self.set, self.user_set, self.remove) == (other.set, other.user_set, other.remove)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EnvPlan(set={self.set!r}, user_set={self.user_set!r}, remove={self.remove!r})"
+
+
+def plan(environ: "Mapping[str, str]", settings: Settings) -> EnvPlan:
+    """Compare ``environ`` with the baked and the wanted variables; see the module docstring."""
+    baked = baked_env(settings)
+    wanted = wanted_env(settings)
+    to_set: dict[str, str] = {}
+    user_set: dict[str, str] = {}
+    remove: list[str] = []
+    for name in sorted(baked.keys() | wanted.keys()):
+        value = environ.get(name)
+        if value is not None and value != baked.get(name) and value != wanted.get(name):
+            user_set[name] = value
+        elif name in wanted:
+            to_set[name] = wanted[name]
+        else:
+            remove.append(name)
+    return EnvPlan(to_set, user_set, tuple(remove))
+
+
+def apply(env_plan: EnvPlan, environ: "MutableMapping[str, str]") -> None:
+    """Set ours and drop the unwanted; user-set variables are left alone."""
+    for name, value in env_plan.set.items():
+        if environ.get(name) != value:
+            environ[name] = value
+    for name in env_plan.remove:
+        environ.pop(name, None)

@@ -1,0 +1,273 @@
+"""Layer 2 of determinism: configure a framework right after the program imported it.
+
+Called by the import hook that ``_startup`` installs; never imports a framework the program did
+not import (keras is seeded without importing tensorflow when tensorflow is not loaded).
+Everything done is recorded in :data:`RECORD` (``framework_settings`` of the run record).
+
+Error policy: in strict mode a failure raises :class:`DeterminismError` out of the program's
+``import`` statement; in warn mode it prints one line on stderr and the program goes on.
+
+PyTorch DataLoader workers need nothing here: each iterator draws its base seed from the
+global torch RNG (seeded below), and every worker seeds ``random``, torch and NumPy's legacy
+global RNG from it (``_worker_loop`` in torch/utils/data/_utils/worker.py, checked on 2.13;
+tests/unit/test_runtime_frameworks.py proves it with NumPy augmentation in two workers).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from types import ModuleType
+from typing import Any
+
+from reprobuild_entrypoint.settings import Settings
+
+RECORD: dict[str, dict[str, Any]] = {}
+"""framework name -> what was configured and the version seen (and ``"error"`` on failure)."""
+
+ERRORS: list[str] = []
+"""One line per framework that could not be configured (warn mode goes on after them)."""
+
+
+class DeterminismError(RuntimeError):
+    """Strict mode could not put a framework into deterministic mode."""
+
+
+def _quiet() -> bool:
+    return os.environ.get("REPRO_QUIET", "") not in ("", "0")
+
+
+def _say(message: str) -> None:
+    if not _quiet():
+        sys.stderr.write(f"reprobuild: {message}\n")
+        sys.stderr.flush()
+
+
+def configure(name: str, module: ModuleType, settings: Settings) -> None:
+    """Configure ``module`` (imported as ``name``) under ``settings``; see the error policy."""
+    configurator = CONFIGURATORS.get(name)
+    if configurator is None:
+        return
+    entry: dict[str, Any] = {"version": getattr(module, "__version__", None)}
+    RECORD[name] = entry
+    try:
+        configurator(module, settings, entry)
+    except Exception as exc:
+        message = f"could not configure {name} for determinism: {type(exc).__name__}: {exc}"
+        entry["error"] = message
+        ERRORS.append(message)
+        if settings.mode == "strict":
+            raise DeterminismError(
+                f"reprobuild: {message} (REPRO_DETERMINISM=warn runs without it)"
+            ) from exc
+        _say(f"{message}; going on without it (REPRO_DETERMINISM=warn)")
+
+
+# ---------------------------------------------------------------------------------- numpy
+
+
+def configure_numpy(np: ModuleType, settings: Settings, entry: dict[str, Any]) -> None:
+    seed = settings.rank_seed
+    np.random.seed(seed)
+    entry["legacy_seed"] = seed
+    entry["default_rng_unseeded"] = _derive_unseeded_default_rng(np)
+
+
+def _derive_unseeded_default_rng(np: ModuleType) -> str:
+    """Make ``np.random.default_rng()`` (no seed) reproducible.
+
+    Unseeded it draws OS entropy. The replacement derives its seed from the legacy global RNG's
+    state (seeded above, and re-seeded per DataLoader worker by torch) and a per-process call
+    counter, without consuming that state: reproducible, and distinct per call and per worker.
+    Explicit seeds pass through untouched.
+    """
+    random_mod = getattr(np, "random", None)
+    original = getattr(random_mod, "default_rng", None)
+    if original is None or getattr(original, "__reprobuild__", False):
+        return "unchanged"
+    import hashlib
+
+    calls = [0]
+
+    def default_rng(seed: Any = None) -> Any:
+        if seed is None:
+            _, keys, pos, *_ = np.random.get_state(legacy=True)
+            digest = hashlib.blake2b(digest_size=16)
+            digest.update(keys.tobytes())
+            digest.update(f"{pos}:{calls[0]}".encode())
+            calls[0] += 1
+            seed = np.random.SeedSequence(int.from_bytes(digest.digest(), "little"))
+        return original(seed)
+
+    default_rng.__doc__ = original.__doc__
+    default_rng.__wrapped__ = original  # type: ignore[attr-defined]
+    default_rng.__reprobuild__ = True  # type: ignore[attr-defined]
+    random_mod.default_rng = default_rng  # type: ignore[union-attr]
+    return "derived from the legacy global RNG state"
+
+
+# ---------------------------------------------------------------------------------- torch
+
+
+def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]) -> None:
+    seed = settings.rank_seed
+    warn_only = settings.mode == "warn"
+    torch.manual_seed(seed)  # seeds every CUDA device too, lazily (no CUDA initialisation)
+    torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    cudnn = torch.backends.cudnn
+    cudnn.benchmark = False
+    cudnn.deterministic = True
+    entry.update(
+        seed=seed,
+        deterministic_algorithms=bool(torch.are_deterministic_algorithms_enabled()),
+        warn_only=warn_only,
+        cudnn_benchmark=bool(cudnn.benchmark),
+        cudnn_deterministic=bool(cudnn.deterministic),
+        cuda=getattr(getattr(torch, "version", None), "cuda", None),
+    )
+    entry["tf32"] = _torch_tf32_off(torch)
+    utils_det = getattr(getattr(torch, "utils", None), "deterministic", None)
+    if utils_det is not None and hasattr(utils_det, "fill_uninitialized_memory"):
+        entry["fill_uninitialized_memory"] = bool(utils_det.fill_uninitialized_memory)
+    threads, source = _torch_threads(settings)
+    torch.set_num_threads(threads)
+    entry["num_threads_set"] = threads
+    entry["num_threads_source"] = source
+    entry["num_threads"] = torch.get_num_threads()
+    entry["num_interop_threads"] = torch.get_num_interop_threads()
+    if settings.mode == "strict":
+        from reprobuild_entrypoint import excepthook
+
+        excepthook.install()
+
+
+def _torch_threads(settings: Settings) -> tuple[int, str]:
+    """The intra-op thread count to give torch, always explicitly: left alone, torch caps
+    ``OMP_NUM_THREADS`` at the host's physical cores, so the count (and the bits) would follow
+    the host. A user-set ``OMP_NUM_THREADS`` is the user's count; otherwise ours."""
+    text = os.environ.get("OMP_NUM_THREADS", "")
+    if text != str(settings.threads) and text.isascii() and text.isdigit() and int(text) > 0:
+        return int(text), "OMP_NUM_THREADS (user-set)"
+    return settings.threads, settings.threads_source
+
+
+def _torch_tf32_off(torch: ModuleType) -> dict[str, Any]:
+    """Turn TF32 off with whichever knobs exist, and report the flags as they end up.
+
+    The legacy ``allow_tf32`` setters go first: in torch 2.13 they also set the new
+    ``fp32_precision`` knobs, whereas setting ``cudnn.conv/rnn.fp32_precision = "ieee"`` makes
+    any later *read* of ``torch.backends.cudnn.allow_tf32`` raise ("mix of the legacy and new
+    APIs"), which would break programs that log it. A new knob still at "tf32" afterwards (a
+    release without the legacy setters) is then set to "ieee".
+    """
+    backends = torch.backends
+    matmul = getattr(backends.cuda, "matmul", None)
+    cudnn = backends.cudnn
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a deprecation warning must not reach the program
+        for holder in (matmul, cudnn):
+            if holder is not None and hasattr(holder, "allow_tf32"):
+                holder.allow_tf32 = False
+    knobs = {
+        "cuda.matmul": matmul,
+        "cudnn.conv": getattr(cudnn, "conv", None),
+        "cudnn.rnn": getattr(cudnn, "rnn", None),
+    }
+    out: dict[str, Any] = {}
+    for label, holder in knobs.items():
+        if holder is None or not hasattr(holder, "fp32_precision"):
+            continue
+        if holder.fp32_precision == "tf32":
+            holder.fp32_precision = "ieee"
+        out[f"{label}.fp32_precision"] = holder.fp32_precision
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for label, holder in (("cuda.matmul", matmul), ("cudnn", cudnn)):
+            if holder is not None and hasattr(holder, "allow_tf32"):
+                out[f"{label}.allow_tf32"] = bool(holder.allow_tf32)
+    if any(value is True for value in out.values()) or "tf32" in out.values():
+        raise DeterminismError(f"TF32 is still enabled after turning it off: {out}")
+    return out
+
+
+# ----------------------------------------------------------------------------- tensorflow
+
+
+def configure_tensorflow(tf: ModuleType, settings: Settings, entry: dict[str, Any]) -> None:
+    seed = settings.rank_seed
+    tf.random.set_seed(seed)
+    entry["seed"] = seed
+    experimental = tf.config.experimental
+    if settings.mode == "strict":
+        experimental.enable_op_determinism()
+        entry["op_determinism"] = True
+    else:
+        # TF has no warn-only determinism: enabling it makes every op without a deterministic
+        # kernel raise. Warn mode keeps deterministic cuDNN (TF_CUDNN_DETERMINISTIC) only.
+        entry["op_determinism"] = False
+        _say("tensorflow has no warn-only determinism; op determinism stays off in warn mode")
+    experimental.enable_tensor_float_32_execution(False)
+    entry["tensor_float_32"] = bool(experimental.tensor_float_32_execution_enabled())
+    # Thread counts come from TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS (envplan): the
+    # tf.config.threading calls fail once the eager context exists.
+
+
+# ---------------------------------------------------------------------------------- keras
+
+
+def configure_keras(keras: ModuleType, settings: Settings, entry: dict[str, Any]) -> None:
+    """Keras 3: its own global seed and its global ``SeedGenerator`` (used by ``keras.random``
+    without a seed), plus the backend's.
+
+    ``keras.utils.set_random_seed`` does all of it, but also imports tensorflow whenever it is
+    installed ("so tf.data is seeded"), whatever the backend. So it is called only when
+    tensorflow is already loaded (always so with the TensorFlow backend); otherwise the rest of
+    what it does is done here, in its order: the two Keras globals, then ``random``, NumPy and
+    a torch backend re-seeded (the global generator draws its own seed from ``random``, so this
+    gives exactly the numbers ``set_random_seed`` would). TensorFlow, if the program imports it
+    later, is seeded by its own hook.
+    """
+    seed = settings.rank_seed
+    entry["seed"] = seed
+    backend = getattr(keras, "backend", None)
+    backend_name = getattr(backend, "backend", None)
+    entry["backend"] = backend_name() if callable(backend_name) else None
+    if "tensorflow" in sys.modules:
+        keras.utils.set_random_seed(seed)
+        entry["method"] = "keras.utils.set_random_seed"
+        return
+    import importlib
+
+    rng_utils = importlib.import_module("keras.src.utils.rng_utils")
+    global_state = importlib.import_module("keras.src.backend.common.global_state")
+    seed_generator = importlib.import_module("keras.src.random.seed_generator")
+    global_state.set_global_attribute(rng_utils.GLOBAL_RANDOM_SEED, seed)
+    global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
+    import random
+
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if entry["backend"] == "torch" and torch is not None:
+        torch.manual_seed(seed)
+    entry["method"] = "as keras.utils.set_random_seed, without importing tensorflow"
+
+
+def configure_tf_keras(tf_keras: ModuleType, settings: Settings, entry: dict[str, Any]) -> None:
+    """Legacy Keras 2 (``TF_USE_LEGACY_KERAS=1``): tensorflow-only, so the public call is fine."""
+    tf_keras.utils.set_random_seed(settings.rank_seed)
+    entry["seed"] = settings.rank_seed
+    entry["method"] = "tf_keras.utils.set_random_seed"
+
+
+CONFIGURATORS = {
+    "numpy": configure_numpy,
+    "torch": configure_torch,
+    "tensorflow": configure_tensorflow,
+    "keras": configure_keras,
+    "tf_keras": configure_tf_keras,
+}
+"""Top-level module name -> configurator. ``random`` is seeded by ``_startup`` itself."""

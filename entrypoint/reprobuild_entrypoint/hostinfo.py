@@ -1,0 +1,140 @@
+"""What host a run ran on: CPU model and counts, GPUs and the NVIDIA driver.
+
+Only knowable at run time (docs/determinism.md, "Hardware limits"): cuBLAS and cuDNN results are
+tied to one architecture and SM count, CPU results to one instruction set and thread count.
+Parsers are pure and take the text; the readers around them tolerate anything missing or
+malformed and answer None rather than fail a run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+CPUINFO = Path("/proc/cpuinfo")
+NVIDIA_PROC_VERSION = Path("/proc/driver/nvidia/version")
+GPU_FIELDS = ("name", "driver_version", "compute_cap", "uuid")
+NVIDIA_SMI_TIMEOUT_S = 15.0
+_CPU_MODEL_KEYS = ("model name", "hardware", "cpu model", "processor")
+_DRIVER_VERSION = re.compile(r"(?<![\w.])(\d+\.\d+(?:\.\d+)*)(?![\w.])")
+_UNKNOWN = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]"}
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def parse_cpu_model(cpuinfo: str) -> str | None:
+    """The first ``model name`` in /proc/cpuinfo text (``Hardware`` and friends on some ARM)."""
+    found: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        key, value = key.strip().lower(), value.strip()
+        if sep and key in _CPU_MODEL_KEYS and value and key not in found:
+            found[key] = value
+    for key in _CPU_MODEL_KEYS:
+        # "processor" is the CPU index on x86; only a non-number there names a model.
+        if key in found and not (key == "processor" and found[key].isdigit()):
+            return found[key]
+    return None
+
+
+def cpu_info(cpuinfo_path: Path = CPUINFO) -> dict[str, Any]:
+    try:
+        model = parse_cpu_model(cpuinfo_path.read_text(errors="replace"))
+    except OSError:
+        model = None
+    try:
+        allowed: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = None
+    return {"model": model, "count": os.cpu_count(), "allowed": allowed}
+
+
+def _field(value: str) -> str | None:
+    value = value.strip()
+    return None if value.lower() in _UNKNOWN else value
+
+
+def parse_nvidia_smi(output: str, fields: Sequence[str] = GPU_FIELDS) -> list[dict[str, Any]]:
+    """Rows of ``nvidia-smi --query-gpu=<fields> --format=csv,noheader``.
+
+    The name is the only field that could hold a comma, so a row is split from the right.
+    Lines that do not have the right number of fields (warnings, error text) are skipped.
+    """
+    gpus: list[dict[str, Any]] = []
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        parts = line.rsplit(",", len(fields) - 1)
+        if len(parts) != len(fields):
+            continue
+        row = {name: _field(value) for name, value in zip(fields, parts, strict=True)}
+        driver = row.get("driver_version")
+        if driver is not None and not _DRIVER_VERSION.fullmatch(driver):
+            continue
+        gpus.append(row)
+    return gpus
+
+
+def parse_proc_driver_version(text: str) -> str | None:
+    """The driver version in the first line of /proc/driver/nvidia/version, e.g.
+    ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 ...``."""
+    first = text.splitlines()[0] if text else ""
+    if "NVRM" not in first:
+        return None
+    _, _, rest = first.partition("Kernel Module")
+    match = _DRIVER_VERSION.search(rest or first)
+    return match.group(1) if match else None
+
+
+def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=NVIDIA_SMI_TIMEOUT_S,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def gpu_info(
+    nvidia_smi: str | None = None,
+    run: Runner = _run,
+    proc_version: Path = NVIDIA_PROC_VERSION,
+) -> dict[str, Any] | None:
+    """GPUs and driver from nvidia-smi when it is on PATH and answers, else the driver version
+    from /proc; None when neither is there (no GPU, or none passed into the container)."""
+    smi = nvidia_smi if nvidia_smi is not None else shutil.which("nvidia-smi")
+    if smi:
+        # compute_cap needs driver >= 510; an older nvidia-smi refuses the whole query.
+        for fields in (GPU_FIELDS, tuple(f for f in GPU_FIELDS if f != "compute_cap")):
+            try:
+                result = run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader"])
+            except (OSError, subprocess.SubprocessError):
+                break
+            if result.returncode != 0:
+                continue
+            gpus = parse_nvidia_smi(result.stdout, fields)
+            if gpus:
+                for gpu in gpus:
+                    gpu.setdefault("compute_cap", None)
+                drivers = {gpu["driver_version"] for gpu in gpus} - {None}
+                return {
+                    "source": "nvidia-smi",
+                    "driver_version": drivers.pop() if len(drivers) == 1 else None,
+                    "devices": gpus,
+                }
+            break
+    try:
+        text = proc_version.read_text(errors="replace")
+    except OSError:
+        return None
+    version = parse_proc_driver_version(text)
+    if version is None:
+        return None
+    return {"source": str(proc_version), "driver_version": version, "devices": None}

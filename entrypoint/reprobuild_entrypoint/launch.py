@@ -1,0 +1,53 @@
+"""Replace this process with the command (``exec``), mapping failures to shell exit codes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from reprobuild_entrypoint.settings import SettingsError
+
+NOT_FOUND = 127
+NOT_EXECUTABLE = 126
+
+
+def parse_base_entrypoint(text: str | None) -> list[str] | None:
+    """``REPROBUILD_BASE_ENTRYPOINT``: the base image's own ENTRYPOINT as a JSON list (baked by
+    the build when the base has one, e.g. NGC's ``["/opt/nvidia/nvidia_entrypoint.sh"]``).
+    None when unset or empty; a malformed value is a :class:`SettingsError`."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SettingsError(
+            f"REPROBUILD_BASE_ENTRYPOINT={text!r} is not a JSON list of non-empty strings "
+            "(the build bakes it: rebuild the image)"
+        )
+    return value or None
+
+
+def exec_command(command: Sequence[str]) -> int:
+    """``execvp`` the command with ``os.environ``; returns only on failure, with the status a
+    shell would give: 127 when not found, 126 when found but not executable."""
+    try:
+        os.execvp(command[0], list(command))
+    except (FileNotFoundError, NotADirectoryError):
+        status, why = NOT_FOUND, "command not found"
+    except PermissionError:
+        status, why = NOT_EXECUTABLE, "command not executable (permission denied)"
+    except IsADirectoryError:
+        status, why = NOT_EXECUTABLE, "command is a directory"
+    except OSError as exc:
+        if exc.errno == errno.ENOEXEC:
+            status, why = NOT_EXECUTABLE, "command not executable (exec format error)"
+        else:
+            status, why = NOT_EXECUTABLE, f"cannot run the command ({exc.strerror})"
+    sys.stderr.write(f"reprobuild: {why}: {command[0]!r}\n")
+    sys.stderr.flush()
+    return status

@@ -1,0 +1,268 @@
+"""Run records: what a run was started with (written by the entrypoint) and what each Python
+process configured (written by ``_startup`` at exit), as schema-versioned JSON documents.
+
+Files in ``$REPRO_RUN_DIR``, one run id per entrypoint start:
+
+- ``run-<run id>.json``: this module's :func:`run_record`;
+- ``run-<run id>-frameworks-<host>-<pid>.json``: :func:`framework_record`, one per Python
+  process that configured a framework (frameworks are only known inside the program).
+
+Separate files rather than one merged document: processes never write the same file, so
+nothing needs a lock and nothing can be clobbered, and every file is written atomically.
+A run record may hold wall-clock time (images may not): ``started`` and ``written``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from reprobuild_entrypoint import MANIFEST_PATH, hostinfo, jsonfile
+from reprobuild_entrypoint.envplan import THREAD_VARIABLES, EnvPlan
+from reprobuild_entrypoint.settings import RANK_SEED_SCHEME, Settings, SettingsError
+
+SCHEMA_VERSION = 1
+_UTC = _dt.timezone.utc  # noqa: UP017  (datetime.UTC is 3.11+; images may run Python 3.10)
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+STACK_VARIABLES = (
+    "CUDA_VERSION",
+    "CUDA_DRIVER_VERSION",
+    "CUDNN_VERSION",
+    "CUBLAS_VERSION",
+    "NCCL_VERSION",
+    "NVIDIA_PYTORCH_VERSION",
+    "NVIDIA_TENSORFLOW_VERSION",
+    "PYTORCH_VERSION",
+    "NVIDIA_BUILD_ID",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+"""Variables that base images (NGC, nvidia/cuda) and the runtime set to describe the stack."""
+_MANIFEST_FIELDS = (
+    "schema_version",
+    "builder_version",
+    "name",
+    "variant",
+    "base_ref",
+    "base_digest",
+    "lock_file",
+    "lock_sha256",
+    "seed",
+    "determinism",
+)
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_UTC)
+
+
+def timestamp(moment: _dt.datetime) -> str:
+    return moment.astimezone(_UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_run_id(moment: _dt.datetime, token: str) -> str:
+    """``<UTC time>-<token>``: sortable, and unique across nodes that start in the same second
+    (every container's entrypoint is pid 1, so the pid would not do)."""
+    return f"{moment.astimezone(_UTC):%Y%m%dT%H%M%SZ}-{token}"
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID_PATTERN.fullmatch(run_id):
+        raise SettingsError(
+            f"REPRO_RUN_ID={run_id!r} is not a run id: use 1 to 128 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit"
+        )
+    return run_id
+
+
+def run_record_path(run_dir: str | os.PathLike[str], run_id: str) -> Path:
+    return Path(run_dir) / f"run-{run_id}.json"
+
+
+def _host_label(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:64] or "host"
+
+
+def framework_record_path(
+    run_dir: str | os.PathLike[str], run_id: str, host: str, pid: int
+) -> Path:
+    return Path(run_dir) / f"run-{run_id}-frameworks-{_host_label(host)}-{pid}.json"
+
+
+def manifest_info(path: Path) -> dict[str, Any]:
+    """The image manifest's sha256 (of its bytes) and the fields that identify the build.
+    Absent outside an image: every value is then None."""
+    info: dict[str, Any] = {"path": str(path), "sha256": None}
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return info
+    except OSError as exc:
+        info["error"] = f"{type(exc).__name__}: {exc}"
+        return info
+    info["sha256"] = hashlib.sha256(raw).hexdigest()
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        info["error"] = f"not valid JSON: {exc}"
+        return info
+    if not isinstance(data, dict):
+        info["error"] = "not a JSON object"
+        return info
+    info.update({key: data.get(key) for key in _MANIFEST_FIELDS})
+    return info
+
+
+def python_info() -> dict[str, Any]:
+    return {
+        "version": platform.python_version(),
+        "implementation": sys.implementation.name,
+        "executable": sys.executable,
+    }
+
+
+def host_info(gpu: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "hostname": platform.node() or None,
+        "machine": platform.machine() or None,
+        "kernel": platform.release() or None,
+        "cpu": hostinfo.cpu_info(),
+        "gpu": gpu,
+    }
+
+
+def run_record(
+    *,
+    run_id: str,
+    started: _dt.datetime,
+    settings: Settings,
+    env_plan: EnvPlan,
+    argv: Sequence[str],
+    command: Sequence[str],
+    base_entrypoint: Sequence[str] | None,
+    init: bool,
+    environ: Mapping[str, str],
+    manifest: dict[str, Any],
+    host: dict[str, Any],
+) -> dict[str, Any]:
+    """The run record: pure, from what the entrypoint resolved and measured."""
+    effective = {**env_plan.set, **env_plan.user_set}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "reprobuild.run",
+        "run_id": run_id,
+        "started": timestamp(started),
+        "argv": list(argv),
+        "command": list(command),
+        "base_entrypoint": None if base_entrypoint is None else list(base_entrypoint),
+        "init": init,
+        "determinism": {
+            "mode": settings.mode,
+            "mode_source": settings.mode_source,
+            "seed": settings.seed,
+            "seed_source": settings.seed_source,
+            "image_seed": settings.image_seed,
+            "image_mode": settings.image_mode,
+            "variant": settings.variant,
+        },
+        "distributed": {
+            "rank": settings.rank,
+            "local_rank": settings.local_rank,
+            "world_size": settings.world_size,
+            "rank_seed": settings.rank_seed,
+            "rank_seed_scheme": RANK_SEED_SCHEME,
+            "note": "each process seeds with its own RANK at start: see the framework records",
+        },
+        "threads": {
+            "requested": settings.threads,
+            "source": settings.threads_source,
+            "variables": {name: effective.get(name) for name in THREAD_VARIABLES},
+        },
+        "environment": {
+            "set": dict(env_plan.set),
+            "user_set": dict(env_plan.user_set),
+            "removed": list(env_plan.remove),
+        },
+        "stack_env": {name: environ[name] for name in STACK_VARIABLES if name in environ},
+        "python": python_info(),
+        "host": host,
+        "image": manifest,
+        "framework_records": f"run-{run_id}-frameworks-*.json",
+    }
+
+
+def _at_exit(frameworks: dict[str, dict[str, Any]]) -> None:
+    """What is worth asking only at exit (never at import time): library versions, and
+    whether the program switched determinism off again after we switched it on."""
+    torch = sys.modules.get("torch")
+    if torch is not None and "torch" in frameworks:
+        entry = frameworks["torch"]
+        try:
+            entry["deterministic_algorithms_at_exit"] = bool(
+                torch.are_deterministic_algorithms_enabled()
+            )
+        except Exception as exc:
+            entry["deterministic_algorithms_at_exit"] = f"unknown ({type(exc).__name__})"
+        try:
+            cudnn = torch.backends.cudnn
+            entry["cudnn_version"] = cudnn.version() if cudnn.is_available() else None
+        except Exception as exc:
+            entry["cudnn_version"] = f"unknown ({type(exc).__name__})"
+        try:
+            cuda = torch.cuda
+            entry["nccl_version"] = (
+                ".".join(map(str, cuda.nccl.version())) if cuda.is_available() else None
+            )
+        except Exception as exc:
+            entry["nccl_version"] = f"unknown ({type(exc).__name__})"
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and "tensorflow" in frameworks:
+        try:
+            build = dict(tf.sysconfig.get_build_info())
+            frameworks["tensorflow"]["build_info"] = {
+                key: build.get(key) for key in ("cuda_version", "cudnn_version", "is_cuda_build")
+            }
+        except Exception as exc:
+            frameworks["tensorflow"]["build_info"] = f"unknown ({type(exc).__name__})"
+
+
+def framework_record(
+    run_id: str, state: Mapping[str, object], frameworks: ModuleType
+) -> dict[str, Any]:
+    record: dict[str, dict[str, Any]] = {
+        name: dict(entry) for name, entry in frameworks.RECORD.items()
+    }
+    _at_exit(record)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "reprobuild.frameworks",
+        "run_id": run_id,
+        "pid": os.getpid(),
+        "hostname": platform.node() or None,
+        "argv": list(sys.argv),
+        "written": timestamp(utc_now()),
+        "startup": dict(state),
+        "framework_settings": record,
+        "errors": list(frameworks.ERRORS),
+    }
+
+
+def write_framework_record(
+    run_dir: str, run_id: str, state: Mapping[str, object], frameworks: ModuleType
+) -> Path:
+    path = framework_record_path(run_dir, run_id, platform.node(), os.getpid())
+    return jsonfile.write_atomic(path, framework_record(run_id, state, frameworks))
+
+
+def default_manifest_path(environ: Mapping[str, str]) -> Path:
+    """``REPROBUILD_MANIFEST_PATH`` (tests, or a non-standard layout) or the image's path."""
+    return Path(environ.get("REPROBUILD_MANIFEST_PATH") or MANIFEST_PATH)
