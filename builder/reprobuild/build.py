@@ -7,7 +7,7 @@ import json
 import tempfile
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reprobuild.context import write_tree
@@ -18,7 +18,7 @@ from reprobuild.lockfile import Lock
 from reprobuild.manifest import Distribution, Manifest
 from reprobuild.plan import make_spec
 from reprobuild.refs import parse_ref
-from reprobuild.render import RenderSpec, epoch_iso, render_context, render_stamp
+from reprobuild.render import ENTRYPOINT, RenderSpec, epoch_iso, render_context, render_stamp
 from reprobuild.wheels import Target, cache_root, fetch_wheels
 
 Log = Callable[[str], None]
@@ -73,6 +73,13 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, object]:
     return data
 
 
+def base_entrypoint(engine: Engine, spec: RenderSpec) -> tuple[str, ...]:
+    """The base's ENTRYPOINT, to be chained by ours; none when the base is itself a
+    reprobuild image (its entrypoint is ours)."""
+    entry = engine.entrypoint_of(spec.base.by_digest())
+    return () if entry == ENTRYPOINT else entry
+
+
 def check_installed(lock: Lock, dists: tuple[Distribution, ...]) -> None:
     """The image's venv must hold exactly what the lock pins: nothing more, nothing else."""
     pinned = {r.name: r for r in lock.requirements}
@@ -110,8 +117,9 @@ def build_image(
     _config, spec = make_spec(directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert)
     final = normalize_tag(tag) if tag else default_tag(spec)
     engine = engine or Engine()
-    files = render_context(spec)
     engine.ensure_base(spec.base, log)
+    spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec))
+    files = render_context(spec)
     probe = base_probe(engine, spec)
     scratch = f"reprobuild-scratch/{spec.name.replace('/', '-')}:{uuid.uuid4().hex[:16]}"
     with tempfile.TemporaryDirectory(prefix="reprobuild-ctx-") as tmp:

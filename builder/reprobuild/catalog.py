@@ -14,7 +14,17 @@ from reprobuild.refs import ImageRef, parse_pinned
 
 SCHEMA_VERSION = 1
 Kind = Literal["cpu", "gpu"]
-_ENTRY_KEYS = {"kind", "ref", "platform", "python", "os", "source", "verified", "versions"}
+_ENTRY_KEYS = {
+    "kind",
+    "ref",
+    "platform",
+    "python",
+    "os",
+    "source",
+    "verified",
+    "versions",
+    "entrypoint",
+}
 _REQUIRED = ("kind", "ref", "platform", "source")
 
 
@@ -28,6 +38,7 @@ class BaseEntry:
     python: str | None = None
     os: str | None = None
     verified: bool = False
+    entrypoint: tuple[str, ...] | None = None  # the base's own ENTRYPOINT; None: not recorded
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,12 @@ def parse_catalog(data: Any, where: str) -> Catalog:
         missing = [k for k in _REQUIRED if k not in raw]
         if missing:
             raise CatalogError(f"{where}: base {name!r} lacks {missing[0]!r}")
+        entrypoint = raw.get("entrypoint")
+        if entrypoint is not None and (
+            not isinstance(entrypoint, list)
+            or not all(isinstance(e, str) and e for e in entrypoint)
+        ):
+            raise CatalogError(f"{where}: base {name!r} entrypoint must be a list of strings")
         if not isinstance(raw.get("verified", False), bool):
             raise CatalogError(f"{where}: base {name!r} verified must be true or false")
         if raw["kind"] not in ("cpu", "gpu"):
@@ -98,12 +115,17 @@ def parse_catalog(data: Any, where: str) -> Catalog:
             python=None if raw.get("python") is None else str(raw["python"]),
             os=None if raw.get("os") is None else str(raw["os"]),
             verified=bool(raw.get("verified", False)),
+            entrypoint=None if entrypoint is None else tuple(entrypoint),
         )
     return Catalog(entries)
 
 
+def is_catalog_name(value: str) -> bool:
+    return "/" not in value and ":" not in value and "@" not in value
+
+
 def resolve_base(value: str, catalog: Catalog) -> ImageRef:
     """A project's base value: a catalog name, or a full reference pinned by digest."""
-    if "/" not in value and ":" not in value and "@" not in value:
+    if is_catalog_name(value):
         return catalog.get(value).ref
     return parse_pinned(value)

@@ -11,9 +11,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reprobuild import __version__
 from reprobuild.engine import BUILDERS
+
+if TYPE_CHECKING:
+    from reprobuild.render import RenderSpec
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -113,10 +117,36 @@ def cmd_render(args: argparse.Namespace) -> int:
     config, spec = make_spec(
         args.directory, gpu=args.gpu, base=args.base, online=args.online, ca_cert=args.ca_cert
     )
+    spec = _with_local_base_entrypoint(spec)
     out = args.output or config.root / ".reprobuild" / f"context-{spec.variant}"
     write_context(render_context(spec), out, epoch=spec.epoch)
     print(out)
     return 0
+
+
+def _with_local_base_entrypoint(spec: RenderSpec) -> RenderSpec:
+    """`render` needs no engine, but the base's ENTRYPOINT (chained by ours) is only known
+    from the base's config: read it when a local engine has the base, else say so."""
+    from dataclasses import replace
+
+    from reprobuild.build import base_entrypoint
+    from reprobuild.engine import Engine
+    from reprobuild.errors import EngineError
+
+    if spec.base_entrypoint is not None:
+        return spec
+    engine = Engine()
+    try:
+        if engine.image_id(spec.base.by_digest()) is not None:
+            return replace(spec, base_entrypoint=base_entrypoint(engine, spec))
+    except EngineError:
+        pass
+    _err(
+        f"note: {spec.base.by_digest()} is not in the catalog nor on a local engine, so its own "
+        "ENTRYPOINT (if any) is not chained in this render; `reprobuild image` reads it from "
+        "the pulled base"
+    )
+    return spec
 
 
 def cmd_image(args: argparse.Namespace) -> int:

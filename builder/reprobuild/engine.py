@@ -105,6 +105,11 @@ class Engine:
             ) from None
         return str(image.id)
 
+    def entrypoint_of(self, image: str) -> tuple[str, ...]:
+        """The image's ENTRYPOINT as configured (empty when it has none)."""
+        entry = (self.inspect(image).get("Config") or {}).get("Entrypoint") or []
+        return tuple(str(part) for part in entry)
+
     def tag(self, image: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
         try:

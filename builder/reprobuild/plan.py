@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from reprobuild import __version__
-from reprobuild.catalog import Catalog, load_catalog, resolve_base
+from reprobuild.catalog import Catalog, is_catalog_name, load_catalog, resolve_base
 from reprobuild.config import ProjectConfig, load_config
 from reprobuild.errors import ConfigError, ReprobuildError
 from reprobuild.lockfile import load_lock
@@ -42,10 +42,10 @@ def make_spec(
     base_value = base or (config.base_gpu if gpu else config.base_cpu)
     if not base_value:
         raise ConfigError(config.config_path, f"base.{variant} is not set and no --base was given")
-    base_ref = (
-        parse_pinned(base, what="--base")
-        if base
-        else resolve_base(base_value, catalog or load_catalog())
+    catalog = catalog or load_catalog()
+    base_ref = parse_pinned(base, what="--base") if base else resolve_base(base_value, catalog)
+    known_entrypoint = (
+        catalog.get(base_value).entrypoint if not base and is_catalog_name(base_value) else None
     )
     if ca_cert is not None and not online:
         raise ReprobuildError(
@@ -68,6 +68,7 @@ def make_spec(
         epoch=source_date_epoch(config.root),
         revision=git_revision(config.root),
         version=git_version(config.root),
+        base_entrypoint=known_entrypoint,
         app_files=app_files(config),
         runtime_files=runtime_files(),
     )

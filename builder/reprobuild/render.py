@@ -52,6 +52,9 @@ class RenderSpec:
     epoch: int = 0
     revision: str | None = None
     version: str | None = None
+    # The base image's own ENTRYPOINT (NGC images have one): ours replaces it and chains it.
+    # None: not known (a render without the base at hand); `image` always knows it.
+    base_entrypoint: tuple[str, ...] | None = None
     app_files: dict[str, FileEntry] = field(default_factory=dict)
     runtime_files: dict[str, FileEntry] = field(default_factory=dict)
 
@@ -127,6 +130,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         determinism=spec.determinism,
         variant=spec.variant,
         has_app=bool(spec.app_files),
+        base_entrypoint=json.dumps(list(spec.base_entrypoint)) if spec.base_entrypoint else "",
         determinism_env=sorted(image_env(spec.seed, spec.determinism, spec.variant).items()),
         entrypoint=ENTRYPOINT,
         command=spec.command or DEFAULT_COMMAND,

@@ -50,8 +50,9 @@ CASES = {
         version="v1.2.3",
         determinism="warn",
     ),
-    "gpu-private-registry": spec(
+    "gpu-private-registry-base-entrypoint": spec(
         variant="gpu",
+        base_entrypoint=("/opt/nvidia/nvidia_entrypoint.sh",),
         base=parse_pinned("registry.example.com:5000/team/base:1@sha256:" + "cd" * 32),
     ),
 }

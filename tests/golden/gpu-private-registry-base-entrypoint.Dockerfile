@@ -37,6 +37,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     REPROBUILD_IMAGE_SEED=1234 \
     REPROBUILD_IMAGE_DETERMINISM=strict \
     REPROBUILD_VARIANT=gpu
+# The base's own entrypoint, run by ours before the command (see reprobuild_entrypoint.launch).
+ENV REPROBUILD_BASE_ENTRYPOINT="[\"/opt/nvidia/nvidia_entrypoint.sh\"]"
 # Determinism environment (reprobuild_entrypoint.envplan.image_env): here so it holds when the
 # ENTRYPOINT is bypassed; the entrypoint re-plans it per run (REPRO_SEED, REPRO_DETERMINISM).
 ENV CUBLAS_WORKSPACE_CONFIG=":4096:8" \
