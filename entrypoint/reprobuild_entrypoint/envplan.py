@@ -82,6 +82,9 @@ def image_env(seed: int, mode: str, variant: str, threads: int = DEFAULT_THREADS
         "PYTHONHASHSEED": str(seed),
         "MKL_CBWR": "AUTO,STRICT",
         "TF_ENABLE_ONEDNN_OPTS": "0",
+        # Inductor's deterministic mode (no autotuning), read when torch._inductor loads: what
+        # torch.use_deterministic_algorithms sets, without importing Inductor at start-up.
+        "TORCHINDUCTOR_DETERMINISTIC": "1",
     }
     env.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
     if mode == "strict":

@@ -160,6 +160,32 @@ def test_torch_strict(site_dir: Path) -> None:
     assert record["tf32"]["cudnn.allow_tf32"] is False
 
 
+INDUCTOR = """
+import json, sys, time
+start = time.perf_counter()
+import torch
+loaded = "torch._inductor" in sys.modules
+import torch._inductor.config as inductor_config
+print(json.dumps({
+    "inductor_loaded_by_import_torch": loaded,
+    "deterministic": torch.are_deterministic_algorithms_enabled(),
+    "inductor_deterministic": inductor_config.deterministic,
+}))
+"""
+
+
+def test_torch_deterministic_without_loading_inductor(site_dir: Path) -> None:
+    """use_deterministic_algorithms imports Inductor and Dynamo (doubling `import torch`); the
+    hook sets the core flag and leaves Inductor's to TORCHINDUCTOR_DETERMINISTIC, so Inductor
+    stays unloaded yet comes up deterministic when the program does load it."""
+    data = output(run(site_dir, INDUCTOR, container_env()))
+    assert data == {
+        "inductor_loaded_by_import_torch": False,
+        "deterministic": True,
+        "inductor_deterministic": True,
+    }
+
+
 def test_torch_warn_with_rank_and_threads(site_dir: Path) -> None:
     env = container_env(REPRO_DETERMINISM="warn", REPRO_SEED="10", RANK="2", REPRO_THREADS="2")
     data = output(run(site_dir, TORCH.replace("SEED", "12"), env))

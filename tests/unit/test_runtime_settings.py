@@ -153,6 +153,7 @@ def test_image_env_strict_gpu() -> None:
         "TF_NUM_INTEROP_THREADS": "4",
         "TF_NUM_INTRAOP_THREADS": "4",
         "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "0",
+        "TORCHINDUCTOR_DETERMINISTIC": "1",
     }
     assert list(env) == sorted(env)  # stable order for rendering ENV lines
 

@@ -1,0 +1,93 @@
+"""Runtime benchmark (issue 3): what the determinism runtime costs, as ratios against the same
+image without it, measured in one run inside one container.
+
+    python benchmarks/runtime_bench.py --base REF@sha256:...   # builds the proof image
+    python benchmarks/runtime_bench.py --image TAG             # or measures a built one
+
+- interpreter start-up (`python -c pass`) with the hook vs without: goal under 20 ms extra;
+- `import torch` and `import tensorflow` with vs without: goal under 5% extra;
+- training wall time of the digits scripts, REPRO_DETERMINISM=strict vs off, on CPU.
+Writes benchmarks/results/runtime.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+
+HERE = Path(__file__).resolve().parent
+PROJECT = HERE.parent / "tests" / "data" / "projects" / "determinism"
+SCRIPTS = ["/app/scripts/torch_mlp.py", "/app/scripts/keras_conv.py"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--base", help="digest-pinned base to build the proof image on")
+    group.add_argument("--image", help="an image built by reprobuild with torch and tensorflow")
+    args = parser.parse_args()
+    image = args.image
+    if image is None:
+        image = "reprobuild-bench/runtime:latest"
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "reprobuild",
+                "image",
+                str(PROJECT),
+                "--base",
+                args.base,
+                "--tag",
+                image,
+                "-q",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    client = docker.from_env()
+    raw = client.containers.run(
+        image,
+        ["/opt/venv/bin/python", "/bench/runtime_inside.py", *SCRIPTS],
+        entrypoint=[],
+        user="root",
+        remove=True,
+        network_disabled=True,
+        working_dir="/app",
+        volumes={str(HERE): {"bind": "/bench", "mode": "ro"}},
+    )
+    data = json.loads(raw.decode().strip().splitlines()[-1])
+    data["image"] = image
+    out = HERE / "results" / "runtime.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def row(label: str, key: str, goal: str) -> None:
+        w, wo = data[key]["with"], data[key]["without"]
+        print(
+            f"{label:34s} {wo:8.1f} ms -> {w:8.1f} ms  +{w - wo:6.1f} ms "
+            f"({w / wo - 1:+.1%})  goal {goal}"
+        )
+
+    print(f"image {image}, {data['nproc']} CPUs")
+    row("python -c pass", "startup_ms", "< +20 ms")
+    row("import torch", "import_torch_ms", "< +5%")
+    row("import tensorflow", "import_tensorflow_ms", "< +5%")
+    for key, value in data.items():
+        if key.startswith("train_"):
+            strict, off = value["strict"], value["off"]
+            print(
+                f"{key[6:-2]:34s} off {off:6.2f} s, strict {strict:6.2f} s  "
+                f"strict/off = {strict / off:.3f}"
+            )
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
