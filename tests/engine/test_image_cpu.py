@@ -50,13 +50,17 @@ def _layer_files(saved: bytes) -> Iterator[tuple[str, bytes]]:
                         yield entry.name, fh.read()
 
 
-def _run(docker_client, image: str, *cmd: str, entrypoint=None, **kw) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+def _run(
+    docker_client, image: str, *cmd: str, entrypoint=None, stderr=False, **kw
+) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    """Run a container; return its exit code and stdout (stdout and stderr with stderr=True).
+    The entrypoint's one summary line goes to stderr, so stdout is what the program printed."""
     container = docker_client.containers.run(
         image, list(cmd) or None, entrypoint=entrypoint, detach=True, network_disabled=True, **kw
     )
     try:
         code = container.wait()["StatusCode"]
-        return code, container.logs().decode()
+        return code, container.logs(stdout=True, stderr=stderr).decode()
     finally:
         container.remove(force=True)
 
@@ -142,7 +146,7 @@ def test_entrypoint_passes_command_and_exit_code(tiny_image, docker_client) -> N
     )
     assert code == 7
     assert "args ['a b', '$(x)']" in out
-    code, out = _run(docker_client, tiny_image["tag"], "no-such-program")
+    code, out = _run(docker_client, tiny_image["tag"], "no-such-program", stderr=True)
     assert code == 127
     assert "command not found: 'no-such-program'" in out
 
