@@ -9,10 +9,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from reprobuild.context import write_tree
 from reprobuild.engine import Builder, Engine
-from reprobuild.errors import EngineError, ImageRefError, ReprobuildError
+from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
 from reprobuild.fsutil import write_atomic
 from reprobuild.lockfile import Lock
 from reprobuild.manifest import Distribution, Manifest
@@ -46,15 +47,15 @@ def normalize_tag(tag: str) -> str:
     return f"{ref.name}:{ref.tag or 'latest'}"
 
 
-def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, object]:
+def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
     """Python version and platform of the base, read by running its own python3.
 
     Cached by digest: what a digest names never changes."""
     from reprobuild_entrypoint import probe as probe_module
 
-    cached = cache_root() / "bases" / f"{(spec.base.digest or '').replace(':', '-')}.json"
+    cached = cache_root() / "bases" / f"v3-{(spec.base.digest or '').replace(':', '-')}.json"
     try:
-        data: dict[str, object] = json.loads(cached.read_text())
+        data: dict[str, Any] = json.loads(cached.read_text())
         return data
     except (OSError, ValueError):
         pass
@@ -68,7 +69,6 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, object]:
             hint="use a python:*-slim base or a Debian base with python3 and python3-venv",
         )
     data = json.loads(result.stdout)
-    data.pop("distributions", None)
     write_atomic(cached, json.dumps(data, sort_keys=True))
     return data
 
@@ -78,6 +78,40 @@ def base_entrypoint(engine: Engine, spec: RenderSpec) -> tuple[str, ...]:
     reprobuild image (its entrypoint is ours)."""
     entry = engine.entrypoint_of(spec.base.by_digest())
     return () if entry == ENTRYPOINT else entry
+
+
+def check_base_conflicts(spec: RenderSpec, probe: dict[str, Any]) -> None:
+    """A GPU image's venv sees the base's packages (NGC's own torch, TensorFlow, CUDA
+    libraries). A lock that would install another version of one of them would replace what
+    the base was built and tested with: refuse it before building, naming both versions."""
+    if spec.variant != "gpu":
+        return
+    base_dists = probe.get("distributions") or []
+    constraint = probe.get("pip_constraint") or {}
+    constraint_pins: dict[str, str] = constraint.get("pins") or {}
+    constraint_path = constraint.get("path", "")
+    base = {str(d["name"]): str(d["version"]) for d in base_dists}
+    for req in spec.lock.requirements:
+        have = base.get(req.name)
+        if have is not None and have != req.version:
+            raise LockfileError(
+                spec.lock.path,
+                req.line,
+                f"{req.name}=={req.version} would replace the base's {req.name} {have} "
+                f"({spec.base.by_digest()}): a GPU image keeps the base's stack",
+                hint=f"drop {req.name} from the GPU lock, or compile the lock against the base's "
+                "constraint file (uv pip compile --constraint constraint.txt ...)",
+            )
+        pinned = constraint_pins.get(req.name)
+        if pinned is not None and pinned != req.version:
+            raise LockfileError(
+                spec.lock.path,
+                req.line,
+                f"{req.name}=={req.version} conflicts with the base's pip constraint "
+                f"{req.name}=={pinned} ({constraint_path})",
+                hint="compile the GPU lock against the base's constraint file "
+                "(uv pip compile --constraint constraint.txt ...)",
+            )
 
 
 def check_installed(lock: Lock, dists: tuple[Distribution, ...]) -> None:
@@ -121,6 +155,7 @@ def build_image(
     spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec))
     files = render_context(spec)
     probe = base_probe(engine, spec)
+    check_base_conflicts(spec, probe)
     scratch = f"reprobuild-scratch/{spec.name.replace('/', '-')}:{uuid.uuid4().hex[:16]}"
     with tempfile.TemporaryDirectory(prefix="reprobuild-ctx-") as tmp:
         ctx = Path(tmp) / "context"
@@ -149,8 +184,13 @@ def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
             f"{result.stderr.decode(errors='replace').strip()[-300:]}"
         )
     probe = json.loads(result.stdout)
-    dists = tuple(sorted(Distribution(d["name"], d["version"]) for d in probe["distributions"]))
-    check_installed(spec.lock, dists)
+    dists = tuple(
+        sorted(
+            Distribution(d["name"], d["version"], "lock" if d.get("in_venv", True) else "base")
+            for d in probe["distributions"]
+        )
+    )
+    check_installed(spec.lock, tuple(d for d in dists if d.origin == "lock"))
     return Manifest(
         builder_version=spec.builder_version,
         name=spec.name,

@@ -21,6 +21,7 @@ MANIFEST_PATH = "/opt/reprobuild/manifest.json"
 class Distribution:
     name: str
     version: str
+    origin: str = "lock"  # "lock": installed from the lock; "base": the base image's own
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class Manifest:
             )
         try:
             dists = tuple(
-                Distribution(str(d["name"]), str(d["version"])) for d in data["distributions"]
+                Distribution(str(d["name"]), str(d["version"]), str(d.get("origin", "lock")))
+                for d in data["distributions"]
             )
             fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "distributions"}
         except (KeyError, TypeError) as exc:

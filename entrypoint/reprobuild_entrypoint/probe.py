@@ -5,20 +5,60 @@ Run by reprobuild after the build (``python -m reprobuild_entrypoint.probe``); n
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import platform
 import re
 import sys
+import sysconfig
 from importlib import metadata
 
 
-def distributions() -> list[dict[str, str]]:
-    seen: dict[str, str] = {}
+def distributions() -> list[dict[str, object]]:
+    """Every importable distribution, first on sys.path wins (as import does). ``in_venv``
+    tells the venv's own (what the lock installed) from the base's, which a GPU image's venv
+    sees through --system-site-packages."""
+    venv = (
+        os.path.realpath(sysconfig.get_paths()["purelib"])
+        if sys.prefix != sys.base_prefix
+        else None
+    )
+    seen: dict[str, dict[str, object]] = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
-        if name:
-            seen.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
-    return [{"name": n, "version": v} for n, v in sorted(seen.items())]
+        if not name:
+            continue
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        where = os.path.realpath(str(dist.locate_file("")))
+        seen[key] = {
+            "name": key,
+            "version": dist.version,
+            "in_venv": venv is not None and where == venv,
+        }
+    return [seen[k] for k in sorted(seen)]
+
+
+def pip_constraint() -> dict[str, object] | None:
+    """The base's pip constraint file (NGC images set PIP_CONSTRAINT from release 25.03): its
+    path, sha256 and ``name==version`` pins, which a lock installed on top must respect."""
+    path = os.environ.get("PIP_CONSTRAINT", "").strip()
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        return {"path": path, "error": exc.strerror}
+    pins: dict[str, str] = {}
+    for line in raw.decode("utf-8", "replace").splitlines():
+        text = line.split("#", 1)[0].split(";", 1)[0].strip()
+        name, sep, version = text.partition("==")
+        if sep and name.strip() and version.strip():
+            pins[re.sub(r"[-_.]+", "-", name.strip()).lower()] = version.strip()
+    return {"path": path, "sha256": hashlib.sha256(raw).hexdigest(), "pins": pins}
 
 
 def probe() -> dict[str, object]:
@@ -31,6 +71,7 @@ def probe() -> dict[str, object]:
         },
         "platform": {"machine": platform.machine(), "libc": libc, "libc_version": libc_version},
         "distributions": distributions(),
+        "pip_constraint": pip_constraint(),
     }
 
 

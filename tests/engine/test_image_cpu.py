@@ -104,8 +104,8 @@ def test_manifest_file_matches_label_and_lock(tiny_image, docker_client) -> None
     manifest = json.loads(raw)
     assert manifest["schema_version"] == 1
     assert manifest["distributions"] == [
-        {"name": "idna", "version": "3.10"},
-        {"name": "six", "version": "1.17.0"},
+        {"name": "idna", "version": "3.10", "origin": "lock"},
+        {"name": "six", "version": "1.17.0", "origin": "lock"},
     ]
     assert manifest == tiny_image["result"]["manifest"]
     inspected = run_cli("inspect", tiny_image["tag"], "--json")
@@ -182,8 +182,8 @@ def test_buildkit_builder_builds_the_same_image(
     code, out = _run(docker_client, tag)
     assert (code, out.strip()) == (0, "hello from tiny 1.17.0 3.10")
     assert result["manifest"]["distributions"] == [
-        {"name": "idna", "version": "3.10"},
-        {"name": "six", "version": "1.17.0"},
+        {"name": "idna", "version": "3.10", "origin": "lock"},
+        {"name": "six", "version": "1.17.0", "origin": "lock"},
     ]
 
 

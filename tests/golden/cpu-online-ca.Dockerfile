@@ -7,16 +7,18 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_NO_INPUT=1
-# The target venv gets no pip of its own; a throwaway bootstrap venv installs into it.
+# The target venv gets no pip of its own; pip comes from a throwaway bootstrap venv, or from
+# the base itself where it has no ensurepip (NGC images ship pip but no python3-venv).
 # SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
 # After the install, a .pth puts the in-image runtime on the venv's path and imports its
 # start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
 RUN python3 -m venv --without-pip /opt/venv \
- && python3 -m venv /tmp/reprobuild/bootstrap
+ && { python3 -m venv /tmp/reprobuild/bootstrap || python3 -m pip --version; }
 COPY requirements.lock /tmp/reprobuild/requirements.lock
 # The CA bundle lives in this stage only: nothing from it reaches the final image.
 COPY ca/ca.pem /tmp/reprobuild/ca.pem
-RUN /tmp/reprobuild/bootstrap/bin/pip --python /opt/venv/bin/python install \
+RUN pip=/tmp/reprobuild/bootstrap/bin/pip; [ -x "$pip" ] || pip="python3 -m pip"; \
+    $pip --python /opt/venv/bin/python install \
       --require-hashes --only-binary=:all: --cert /tmp/reprobuild/ca.pem \
       -r /tmp/reprobuild/requirements.lock \
  && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"

@@ -7,15 +7,19 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_NO_INPUT=1
-# The target venv gets no pip of its own; a throwaway bootstrap venv installs into it.
+# The target venv gets no pip of its own; pip comes from a throwaway bootstrap venv, or from
+# the base itself where it has no ensurepip (NGC images ship pip but no python3-venv).
+# GPU images build on the base's frameworks (NGC's own torch/TensorFlow, CUDA libraries): the
+# venv sees the base's packages, and pip honours the base's PIP_CONSTRAINT as it stands.
 # SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
 # After the install, a .pth puts the in-image runtime on the venv's path and imports its
 # start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
-RUN python3 -m venv --without-pip /opt/venv \
- && python3 -m venv /tmp/reprobuild/bootstrap
+RUN python3 -m venv --system-site-packages --without-pip /opt/venv \
+ && { python3 -m venv /tmp/reprobuild/bootstrap || python3 -m pip --version; }
 COPY requirements.lock /tmp/reprobuild/requirements.lock
 COPY wheels/ /tmp/reprobuild/wheels/
-RUN /tmp/reprobuild/bootstrap/bin/pip --python /opt/venv/bin/python install \
+RUN pip=/tmp/reprobuild/bootstrap/bin/pip; [ -x "$pip" ] || pip="python3 -m pip"; \
+    $pip --python /opt/venv/bin/python install \
       --no-index --find-links /tmp/reprobuild/wheels \
       --require-hashes --only-binary=:all: \
       -r /tmp/reprobuild/requirements.lock \

@@ -42,7 +42,7 @@ def test_to_json_is_canonical() -> None:
     assert not raw.endswith(b"\n\n")
     data = json.loads(raw)
     assert list(data) == sorted(data)
-    assert list(data["distributions"][0]) == ["name", "version"]
+    assert list(data["distributions"][0]) == ["name", "origin", "version"]
     assert raw == (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
     assert b'\n  "builder_version": "0.1.0",\n' in raw
     assert data["schema_version"] == SCHEMA_VERSION
@@ -99,9 +99,17 @@ def test_from_json_ignores_key_order_and_whitespace() -> None:
 def test_to_dict_lists_distributions() -> None:
     data = manifest().to_dict()
     assert data["distributions"] == [
-        {"name": "idna", "version": "3.10"},
-        {"name": "six", "version": "1.17.0"},
+        {"name": "idna", "version": "3.10", "origin": "lock"},
+        {"name": "six", "version": "1.17.0", "origin": "lock"},
     ]
+
+
+def test_manifest_without_origin_reads_as_lock() -> None:
+    """Images built before distributions carried an origin still read back."""
+    data = manifest().to_dict()
+    for dist in data["distributions"]:
+        del dist["origin"]
+    assert Manifest.from_dict(data) == manifest()
 
 
 def test_labels() -> None:

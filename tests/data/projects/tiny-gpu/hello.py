@@ -1,0 +1,4 @@
+import six
+from src.tinyapp.greet import greeting
+
+print(greeting(), six.__version__)

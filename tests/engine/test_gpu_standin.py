@@ -1,0 +1,144 @@
+"""The GPU build path on a stand-in for an NGC base (FIXTURE: tests/data/ngc-standin; it
+follows NGC's conventions but is not NVIDIA's image and has no CUDA). CI has no GPU: this
+covers what the build does with such a base: the venv sees the base's framework, the base's
+pip constraint and packages are respected, and its entrypoint is chained."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+import uuid
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from conftest import DATA, REGISTRY_PORT, build_json, run_cli
+
+pytestmark = [pytest.mark.engine, pytest.mark.registry]
+STANDIN = DATA / "ngc-standin"
+TORCH_CPU = (
+    "torch==2.13.0+cpu "
+    "--hash=sha256:6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b\n"
+)
+IDNA_310 = (
+    "idna==3.10 --hash=sha256:946d195a0d259cbba61165e88e65941f16e9b36ea6ddb97f00452bae8b1287d3\n"
+)
+ALLOW_CPU = {"REPRO_ALLOW_CPU": "1", "REPRO_QUIET": "1"}
+
+
+def _context(base_ref: str) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dockerfile = (STANDIN / "Dockerfile.in").read_text().replace("{base}", base_ref).encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile))
+        for path in sorted(STANDIN.rglob("*")):
+            if path.is_file() and path.name != "Dockerfile.in":
+                tar.add(path, arcname=str(path.relative_to(STANDIN)), recursive=False)
+    buf.seek(0)
+    return buf
+
+
+@pytest.fixture(scope="module")
+def standin(base_ref, docker_client):  # type: ignore[no-untyped-def]
+    """Build the stand-in and publish it to the loopback registry, so it has a digest."""
+    repo = f"127.0.0.1:{REGISTRY_PORT}/reprobuild-test/ngc-standin"
+    tag = uuid.uuid4().hex[:12]
+    docker_client.images.build(
+        fileobj=_context(base_ref), custom_context=True, tag=f"{repo}:{tag}", rm=True
+    )
+    docker_client.images.push(repo, tag=tag)
+    ref = docker_client.images.get(f"{repo}:{tag}").attrs["RepoDigests"][0]
+    yield ref
+    for name in (f"{repo}:{tag}", ref):  # untag only: built images keep it as a parent
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(name)
+
+
+@pytest.fixture(scope="module")
+def gpu_image(standin, docker_client, tmp_path_factory):  # type: ignore[no-untyped-def]
+    import shutil
+
+    root = tmp_path_factory.mktemp("gpu") / "tiny-gpu"
+    shutil.copytree(DATA / "projects" / "tiny-gpu", root)
+    tag = "reprobuild-test/tiny-gpu:standin"
+    result = build_json(str(root), "--gpu", "--base", standin, "--tag", tag)
+    yield tag, result
+    docker_client.images.remove(tag, force=True)
+
+
+def test_venv_sees_the_base_framework_and_holds_the_lock(gpu_image) -> None:  # type: ignore[no-untyped-def]
+    _tag, result = gpu_image
+    dists = {d["name"]: d for d in result["manifest"]["distributions"]}
+    assert dists["torch"] == {
+        "name": "torch",
+        "version": "2.6.0a0+ecf3bae40a.nv25.1",
+        "origin": "base",
+    }
+    assert dists["six"] == {"name": "six", "version": "1.17.0", "origin": "lock"}
+    assert result["manifest"]["variant"] == "gpu"
+
+
+def test_gpu_image_chains_the_ngc_entrypoint_and_sets_gpu_knobs(gpu_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+    tag, _ = gpu_image
+    # The stub torch is only a distribution to see, not a framework to import.
+    show = (
+        "import os, importlib.metadata as m; print(m.version('torch'), "
+        "*(os.environ.get(k) for k in ('NGC_STANDIN_ENTRYPOINT_RAN', "
+        "'CUBLAS_WORKSPACE_CONFIG', 'TORCH_ALLOW_TF32_CUBLAS_OVERRIDE', "
+        "'NVIDIA_TF32_OVERRIDE')))"
+    )
+    container = docker_client.containers.run(
+        tag, ["python", "-c", show], environment=ALLOW_CPU, detach=True, network_disabled=True
+    )
+    try:
+        assert container.wait(timeout=120)["StatusCode"] == 0, container.logs().decode()
+        out = container.logs(stdout=True, stderr=False).decode().split()
+        err = container.logs(stdout=False, stderr=True).decode()
+    finally:
+        container.remove(force=True)
+    assert out == ["2.6.0a0+ecf3bae40a.nv25.1", "1", ":4096:8", "0", "0"]
+    assert "== NGC stand-in (fixture) ==" in err
+
+
+def _gpu_project(tmp_path: Path, lock_text: str) -> Path:
+    import shutil
+
+    root = tmp_path / "tiny-gpu"
+    shutil.copytree(DATA / "projects" / "tiny-gpu", root)
+    (root / "requirements-gpu.lock").write_text(lock_text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("lock", "expected"),
+    [
+        (
+            TORCH_CPU,
+            "requirements-gpu.lock:1: torch==2.13.0+cpu would replace the base's torch "
+            "2.6.0a0+ecf3bae40a.nv25.1",
+        ),
+        (
+            IDNA_310,
+            "requirements-gpu.lock:1: idna==3.10 conflicts with the base's pip constraint "
+            "idna==3.9 (/etc/pip/constraint.txt)",
+        ),
+    ],
+    ids=["replaces-base-torch", "breaks-constraint"],
+)
+def test_lock_that_fights_the_base_is_refused_before_building(  # type: ignore[no-untyped-def]
+    standin, tmp_path, docker_client, lock: str, expected: str
+) -> None:
+    tag = f"reprobuild-test/refused:{uuid.uuid4().hex[:8]}"
+    proc = run_cli(
+        "image", str(_gpu_project(tmp_path, lock)), "--gpu", "--base", standin, "--tag", tag, "-q"
+    )
+    assert proc.returncode == 1
+    error = proc.stderr.strip().splitlines()[0]
+    assert error.startswith("error: ") and expected in error, proc.stderr
+    assert "hint: " in proc.stderr
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(tag)
