@@ -15,12 +15,17 @@ from typing import TYPE_CHECKING
 
 from reprobuild import __version__
 from reprobuild.engine import BUILDERS
+from reprobuild_entrypoint.settings import MODES
 
 if TYPE_CHECKING:
     from reprobuild.render import RenderSpec
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+_VERIFY_USAGE = (
+    "reprobuild verify IMAGE [OPTIONS] -- CMD ...\n"
+    "       reprobuild verify --local [OPTIONS] -- CMD ..."
+)
 
 
 def _directory(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +107,131 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("ref", help="image reference, e.g. python:3.11-slim")
     resolve.add_argument("--platform", default="linux/amd64", help="platform for multi-arch tags")
     _json_flag(resolve)
+
+    verify = sub.add_parser(
+        "verify",
+        help="run a command N times side by side and prove the runs identical",
+        usage=_VERIFY_USAGE,
+        description="Run CMD in N fresh containers from IMAGE (or N times on this host with "
+        "--local), with the same seed, side by side; compare stdout line by line as it "
+        "streams and the --output files by sha256. Exit 0: identical; 1: diverged (the first "
+        "divergence is shown; the runs are stopped at once) or a run failed.",
+    )
+    verify.add_argument("image", nargs="?", metavar="IMAGE", help="image reference or ID")
+    verify.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        action=_VerifyCommand,
+        metavar="CMD",
+        help="the command, after `--` (options may come between IMAGE and `--`)",
+    )
+    _verify_options(verify)
+
+    diff = sub.add_parser(
+        "diff",
+        help="compare two images' stacks, two run records, or one of each",
+        description="Compare the stacks of A and B: image manifests (an image on this engine, "
+        "or a manifest.json), run records (run-<id>.json), or one of each. Exit 0: identical; "
+        "1: they differ; 2: bad usage or an input that cannot be read.",
+    )
+    diff.add_argument("a", metavar="A", help="image reference or ID, manifest.json, or run record")
+    diff.add_argument("b", metavar="B", help="the same, compared with A")
+    _json_flag(diff)
     return parser
+
+
+def _verify_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="run on this host under the same runtime, without an engine (no IMAGE)",
+    )
+    parser.add_argument("--runs", type=int, default=2, metavar="N", help="runs (default: 2)")
+    parser.add_argument(
+        "--output",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file or dir/ under the run's output directory /out ($REPRO_OUTPUT_DIR) to "
+        "compare; repeatable (e.g. --output metrics.json --output ckpt/)",
+    )
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="HOST[:CONTAINER]",
+        help="mount a host path read-only (default at /data); repeatable",
+    )
+    parser.add_argument(
+        "-e",
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a variable in every run; repeatable",
+    )
+    parser.add_argument("--seed", type=int, metavar="N", help="REPRO_SEED for every run")
+    parser.add_argument(
+        "--mode", choices=MODES, help="REPRO_DETERMINISM for every run (off: the control)"
+    )
+    parser.add_argument(
+        "--gpus", metavar="SPEC", help="GPUs for each run: all, N, or device=0,1 (as docker run)"
+    )
+    parser.add_argument(
+        "--network", action="store_true", help="give the containers a network (default: none)"
+    )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="where to save the JSON report "
+        "(default: ./reprobuild-verify-<image id 12 hex | local>-<UTC time>.json)",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep each run's output and records in DIR/run-<n>/{out,records}",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress (run 1's stdout) on stderr"
+    )
+    _json_flag(parser)
+
+
+class _VerifyCommand(argparse.Action):
+    """CMD of `reprobuild verify`: everything after IMAGE. Options written between IMAGE and
+    `--` are verify's own (`verify IMAGE --runs 3 -- python x.py`); with --local given before
+    it, the word argparse took for IMAGE is the command's first."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        command = [str(v) for v in values] if isinstance(values, list) else []
+        if namespace.local and namespace.image is not None:
+            # `verify --local -- python -c ...`: argparse took the command's first word for
+            # IMAGE; the rest is the command's own, options included
+            setattr(namespace, self.dest, [namespace.image, *command])
+            namespace.image = None
+            return
+        if command and command[0].startswith("-"):
+            split = command.index("--") if "--" in command else len(command)
+            head, command = command[:split], command[split + 1 :]
+            was_local = namespace.local
+            options = argparse.ArgumentParser(
+                prog="reprobuild verify", usage=_VERIFY_USAGE, add_help=False
+            )
+            _verify_options(options)
+            options.parse_args(head, namespace=namespace)
+            if namespace.local and not was_local and namespace.image is not None:
+                options.error(
+                    f"--local runs on this host: it takes no IMAGE (got {namespace.image!r})"
+                )
+        setattr(namespace, self.dest, command)
 
 
 def _err(line: str) -> None:
@@ -206,11 +335,57 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from reprobuild.verify import RunFailedError, make_spec, verify
+
+    spec = make_spec(
+        args.image,
+        args.cmd,
+        local=args.local,
+        runs=args.runs,
+        outputs=args.output,
+        data=args.data,
+        env=args.env,
+        seed=args.seed,
+        mode=args.mode,
+        gpus=args.gpus,
+        network=args.network,
+    )
+    log = (lambda _: None) if args.quiet or args.json else _err
+    try:
+        result = verify(spec, report_path=args.report, keep=args.keep, log=log)
+    except RunFailedError as exc:
+        if args.json:
+            print(exc.report.to_json(), end="")
+        if exc.stderr_tail:
+            _err(exc.stderr_tail)
+        raise
+    if args.json:
+        print(result.report.to_json(), end="")
+        _err(f"report: {result.path}")
+    else:
+        print("\n".join(result.lines()))
+    return 0 if result.report.identical else EXIT_ERROR
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from reprobuild.diff import diff
+
+    result = diff(args.a, args.b)
+    if args.json:
+        print(result.to_json(), end="")
+    else:
+        print("\n".join(result.lines()))
+    return 0 if result.identical else EXIT_ERROR
+
+
 COMMANDS = {
     "render": cmd_render,
     "image": cmd_image,
     "inspect": cmd_inspect,
     "resolve": cmd_resolve,
+    "verify": cmd_verify,
+    "diff": cmd_diff,
 }
 
 
