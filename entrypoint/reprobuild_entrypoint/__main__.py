@@ -5,19 +5,28 @@ CMD or what ``docker run IMAGE ...`` passes; a leading ``--`` is dropped):
 
 1. resolve the settings (``REPRO_SEED``, ``REPRO_DETERMINISM``, ``REPRO_THREADS``, ...): a bad
    value prints one line naming it and the allowed ones, and exits with status 2;
-2. apply the environment plan (:mod:`~reprobuild_entrypoint.envplan`) to the environment: the
+2. in a GPU image (``REPROBUILD_VARIANT=gpu`` whose manifest has a ``gpu`` section or says
+   ``"variant": "gpu"``), check the host (:mod:`~reprobuild_entrypoint.drivercheck`): find the
+   GPUs and the driver (:mod:`~reprobuild_entrypoint.gpuinfo`: NVML, else nvidia-smi, else
+   /proc) and compare the driver with the minimum the image's CUDA needs. ``strict`` refuses
+   a driver that is too old, or no GPU at all unless ``REPRO_ALLOW_CPU=1``: one line, status 3,
+   the program never starts; ``warn`` prints the line and goes on; ``off`` only records. CPU
+   images skip this (and keep the cost of start-up they had);
+3. apply the environment plan (:mod:`~reprobuild_entrypoint.envplan`) to the environment: the
    program starts with ``PYTHONHASHSEED`` and the library variables in place;
-3. with ``REPRO_RUN_DIR`` set, write ``run-<run id>.json`` there (atomically) and export
-   ``REPRO_RUN_ID`` and the absolute ``REPRO_RUN_DIR``, so that Python processes of the run add
-   their framework records beside it;
-4. print one summary line on stderr (``REPRO_QUIET=1`` silences it);
-5. run the command, through the base image's own entrypoint when the build baked one
+4. with ``REPRO_RUN_DIR`` set, write ``run-<run id>.json`` there (atomically; written for a
+   refused run too, with the reason) and export ``REPRO_RUN_ID`` and the absolute
+   ``REPRO_RUN_DIR``, so that Python processes of the run add their framework records beside
+   it;
+5. print one summary line on stderr (``REPRO_QUIET=1`` silences it, and the check's warnings);
+6. run the command, through the base image's own entrypoint when the build baked one
    (``REPROBUILD_BASE_ENTRYPOINT``): ``exec`` it, so signals reach the program directly and its
    status is the container's; as PID 1 (or with ``REPROBUILD_FORCE_INIT=1``, for tests) act as
    a minimal init instead (:mod:`~reprobuild_entrypoint.initproc`).
 
-Exit statuses of its own: 2 for a bad setting or an unwritable run record, 127 when the command
-is not found, 126 when it cannot be executed.
+Exit statuses of its own: 2 for a bad setting or an unwritable run record, 3 when a GPU image
+refuses the host (driver too old, or no GPU visible), 127 when the command is not found, 126
+when it cannot be executed.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from reprobuild_entrypoint import envplan, hostinfo, jsonfile, runrecord
 from reprobuild_entrypoint.envplan import EnvPlan
@@ -33,13 +43,92 @@ from reprobuild_entrypoint.launch import exec_command, parse_base_entrypoint
 from reprobuild_entrypoint.settings import Settings, SettingsError, resolve
 
 USAGE_ERROR = 2
+HOST_REFUSED = 3
+"""A GPU image refused the host before the program started: the driver is older than the
+image's CUDA needs, or no GPU is visible (strict mode; see drivercheck)."""
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "") not in ("", "0")
 
 
 def _quiet(environ: Mapping[str, str]) -> bool:
-    return environ.get("REPRO_QUIET", "") not in ("", "0")
+    return _flag(environ, "REPRO_QUIET")
 
 
-def summary(settings: Settings, env_plan: EnvPlan, record: Path | None, init: bool = False) -> str:
+class GpuCheck:
+    """What the GPU host check found: the ``host.gpu`` section, the ``gpu_check`` section, and
+    the verdict's status and message (None when nothing was checked)."""
+
+    def __init__(self) -> None:
+        self.host: dict[str, Any] | None = None
+        self.record: dict[str, Any] | None = None
+        self.status: str | None = None
+        self.message: str | None = None
+
+    def summary(self) -> str | None:
+        host = self.host
+        if host is None or self.record is None or not self.record.get("enforced"):
+            return None
+        if not host["count"]:
+            return "no GPU"
+        names = {d.get("name") for d in host["devices"] or ()} - {None}
+        what = f"{host['count']} x {names.pop()}" if len(names) == 1 else f"{host['count']} GPUs"
+        return f"{what} (driver {host['driver_version'] or 'unknown'})"
+
+
+def gpu_check(
+    settings: Settings, environ: Mapping[str, str], manifest: Mapping[str, Any], recording: bool
+) -> GpuCheck:
+    """Find the host's GPUs and check its driver, for a GPU image only (CPU images: nothing).
+
+    Enforced when the image's manifest declares a GPU image (a ``gpu`` section, or
+    ``"variant": "gpu"``); a ``REPROBUILD_VARIANT=gpu`` environment without one (no manifest:
+    ``reprobuild verify --local --gpus``, tests) only records what it found."""
+    result = GpuCheck()
+    if settings.variant != "gpu":
+        return result
+    enforced = isinstance(manifest.get("gpu"), dict) or manifest.get("variant") == "gpu"
+    if not recording and not (enforced and settings.mode != "off"):
+        return result
+    from reprobuild_entrypoint import drivercheck, gpuinfo
+
+    result.host = host = gpuinfo.discover(environ)
+    if not enforced:
+        result.record = {
+            "enforced": False,
+            "reason": "the image manifest declares no GPU image (no gpu section or variant)",
+        }
+        return result
+    requirement = drivercheck.image_requirement(manifest, environ)
+    allow_cpu = _flag(environ, "REPRO_ALLOW_CPU")
+    verdict = drivercheck.check(
+        host["driver_version"],
+        requirement,
+        gpu_count=host["count"],
+        mode=settings.mode,
+        allow_cpu=allow_cpu,
+    )
+    result.status, result.message = verdict.status, verdict.message
+    result.record = {
+        "enforced": True,
+        "mode": settings.mode,
+        "allow_cpu": allow_cpu,
+        "requirement": None if requirement is None else requirement._asdict(),
+        "host_driver": host["driver_version"],
+        "gpu_count": host["count"],
+        **verdict.as_dict(),
+    }
+    return result
+
+
+def summary(
+    settings: Settings,
+    env_plan: EnvPlan,
+    record: Path | None,
+    init: bool = False,
+    gpu: str | None = None,
+) -> str:
     """The one line printed on stderr before the command starts."""
     if settings.mode == "off":
         parts = [f"mode off: determinism not configured, {len(env_plan.remove)} variables removed"]
@@ -48,6 +137,8 @@ def summary(settings: Settings, env_plan: EnvPlan, record: Path | None, init: bo
         if settings.rank is not None:
             seed += f" (rank {settings.rank}: seed {settings.rank_seed})"
         parts = [seed, f"mode {settings.mode}", f"threads {settings.threads}"]
+        if gpu is not None:
+            parts.append(gpu)
         parts.append(f"{len(env_plan.set)} variables set")
         if env_plan.remove:
             parts.append(f"{len(env_plan.remove)} removed")
@@ -85,6 +176,10 @@ def main(argv: Sequence[str]) -> int:
     env_plan = envplan.plan(environ, settings)
     command = [*(base or ()), *argv]
     init = os.getpid() == 1 or environ.get("REPROBUILD_FORCE_INIT") == "1"
+    manifest: dict[str, Any] = {}
+    if run_dir_text or settings.variant == "gpu":
+        manifest = runrecord.manifest_info(runrecord.default_manifest_path(environ))
+    gpu = gpu_check(settings, environ, manifest, recording=bool(run_dir_text))
     record_path: Path | None = None
     if run_dir_text:
         run_dir = Path(run_dir_text).absolute()
@@ -98,8 +193,9 @@ def main(argv: Sequence[str]) -> int:
             base_entrypoint=base,
             init=init,
             environ=environ,
-            manifest=runrecord.manifest_info(runrecord.default_manifest_path(environ)),
-            host=runrecord.host_info(hostinfo.gpu_info()),
+            manifest=manifest,
+            host=runrecord.host_info(gpu.host if gpu.host is not None else hostinfo.gpu_info()),
+            gpu_check=gpu.record,
         )
         try:
             record_path = jsonfile.write_atomic(runrecord.run_record_path(run_dir, run_id), record)
@@ -111,9 +207,15 @@ def main(argv: Sequence[str]) -> int:
             return USAGE_ERROR
         environ["REPRO_RUN_DIR"] = str(run_dir)
         environ["REPRO_RUN_ID"] = run_id
+    if gpu.status == "refuse":
+        sys.stderr.write(f"reprobuild: {gpu.message}\n")
+        sys.stderr.flush()
+        return HOST_REFUSED
+    if gpu.status == "warn" and not _quiet(environ):
+        sys.stderr.write(f"reprobuild: {gpu.message}\n")
     envplan.apply(env_plan, environ)
     if not _quiet(environ):
-        sys.stderr.write(summary(settings, env_plan, record_path, init) + "\n")
+        sys.stderr.write(summary(settings, env_plan, record_path, init, gpu.summary()) + "\n")
     sys.stderr.flush()
     if init:
         from reprobuild_entrypoint.initproc import supervise

@@ -58,6 +58,7 @@ _MANIFEST_FIELDS = (
     "lock_sha256",
     "seed",
     "determinism",
+    "gpu",
 )
 
 
@@ -153,8 +154,10 @@ def run_record(
     environ: Mapping[str, str],
     manifest: dict[str, Any],
     host: dict[str, Any],
+    gpu_check: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run record: pure, from what the entrypoint resolved and measured."""
+    """The run record: pure, from what the entrypoint resolved and measured. ``gpu_check`` is
+    the host driver check of a GPU image (None for a CPU image)."""
     effective = {**env_plan.set, **env_plan.user_set}
     return {
         "schema_version": SCHEMA_VERSION,
@@ -196,6 +199,7 @@ def run_record(
         "python": python_info(),
         "host": host,
         "image": manifest,
+        "gpu_check": gpu_check,
         "framework_records": f"run-{run_id}-frameworks-*.json",
     }
 
