@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reprobuild import stack as stacklib
 from reprobuild.context import write_tree
 from reprobuild.engine import Builder, Engine
 from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
@@ -191,6 +192,7 @@ def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
         )
     )
     check_installed(spec.lock, tuple(d for d in dists if d.origin == "lock"))
+    stack, gpu = _gpu_stack(engine, image, probe) if spec.variant == "gpu" else ({}, None)
     return Manifest(
         builder_version=spec.builder_version,
         name=spec.name,
@@ -205,4 +207,49 @@ def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
         python_version=str(probe["python"]["version"]),
         machine=str(probe["platform"]["machine"]),
         distributions=dists,
+        stack=stack,
+        gpu=gpu,
     )
+
+
+def _gpu_stack(
+    engine: Engine, image: str, probe: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """CUDA, cuDNN, NCCL and framework versions as the base declares them (its ENV and
+    labels) and as the frameworks report them (a probe that imports them; no GPU needed), plus
+    the minimum host driver the CUDA version needs, for the in-image host check."""
+    from reprobuild_entrypoint.drivercheck import required_driver
+
+    result = engine.run(
+        image,
+        ["--stack"],
+        entrypoint=PROBE,
+        environment={"REPRO_DETERMINISM": "off", "REPRO_QUIET": "1"},
+    )
+    if result.exit_code != 0:
+        raise EngineError(
+            f"the stack probe failed in the built image (exit {result.exit_code}): "
+            f"{result.stderr.decode(errors='replace').strip()[-300:]}"
+        )
+    frameworks = json.loads(result.stdout).get("frameworks", {})
+    config = engine.inspect(image).get("Config") or {}
+    declared = stacklib.declared(stacklib.parse_env(config.get("Env")), config.get("Labels") or {})
+    reported = stacklib.reported(frameworks)
+    stack: dict[str, Any] = {"declared": declared, "reported": reported}
+    constraint = probe.get("pip_constraint") or {}
+    if constraint.get("sha256"):
+        stack["pip_constraint"] = {"path": constraint["path"], "sha256": constraint["sha256"]}
+    stack["labels"] = stacklib.stack_labels(stack)
+    cuda = declared.get("cuda") or reported.get("torch.cuda") or reported.get("tensorflow.cuda")
+    if not cuda:
+        return stack, None
+    gpu = {"cuda": cuda}
+    requirement = required_driver(cuda)
+    if requirement is not None:
+        facts = {
+            "driver_min": requirement.driver_min,
+            "driver_min_compat": requirement.driver_min_compat,
+            "driver_source": requirement.source,
+        }
+        gpu.update({k: v for k, v in facts.items() if v})
+    return stack, gpu

@@ -14,6 +14,8 @@ from typing import Any
 from reprobuild.errors import ReprobuildError
 
 SCHEMA_VERSION = 1
+# Fields a manifest may lack (images built before they existed); distributions is read apart.
+_OPTIONAL = ("distributions", "stack", "gpu")
 MANIFEST_PATH = "/opt/reprobuild/manifest.json"
 
 
@@ -39,6 +41,10 @@ class Manifest:
     python_version: str
     machine: str
     distributions: tuple[Distribution, ...] = field(default_factory=tuple)
+    # GPU images: what the stack declares and reports (see reprobuild.stack), and the facts the
+    # in-image host check needs: {"cuda": "12.6", "driver_min": ..., "driver_min_compat": ...}.
+    stack: dict[str, Any] = field(default_factory=dict)
+    gpu: dict[str, str] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,7 +76,8 @@ class Manifest:
                 Distribution(str(d["name"]), str(d["version"]), str(d.get("origin", "lock")))
                 for d in data["distributions"]
             )
-            fields = {k: data[k] for k in cls.__dataclass_fields__ if k != "distributions"}
+            fields = {k: data[k] for k in cls.__dataclass_fields__ if k not in _OPTIONAL}
+            fields.update({k: data[k] for k in _OPTIONAL if k in data and k != "distributions"})
         except (KeyError, TypeError) as exc:
             raise ReprobuildError(f"manifest is missing field {exc}") from None
         return cls(**fields, distributions=dists)
@@ -84,7 +91,11 @@ class Manifest:
 
     def labels(self) -> dict[str, str]:
         """The labels that depend on what the build produced."""
-        return {
+        labels = {
             "io.reprobuild.manifest.sha256": self.sha256,
             "io.reprobuild.python": self.python_version,
         }
+        labels.update(self.stack.get("labels", {}))
+        if self.gpu and self.gpu.get("driver_min"):
+            labels["io.reprobuild.driver.min"] = self.gpu["driver_min"]
+        return labels

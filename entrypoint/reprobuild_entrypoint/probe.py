@@ -14,6 +14,11 @@ import sys
 import sysconfig
 from importlib import metadata
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 
 def distributions() -> list[dict[str, object]]:
     """Every importable distribution, first on sys.path wins (as import does). ``in_venv``
@@ -61,6 +66,40 @@ def pip_constraint() -> dict[str, object] | None:
     return {"path": path, "sha256": hashlib.sha256(raw).hexdigest(), "pins": pins}
 
 
+def _guarded(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except Exception as exc:  # a fact the library cannot give is recorded as such
+        return f"unavailable: {type(exc).__name__}"
+
+
+def frameworks() -> dict[str, object]:
+    """What the installed frameworks were built against, as they report it (no GPU needed).
+    Only for GPU images (``--stack``): importing them costs seconds."""
+    import importlib
+    import importlib.util
+
+    out: dict[str, object] = {}
+    if importlib.util.find_spec("torch") is not None:
+        torch: Any = _guarded(lambda: importlib.import_module("torch"))
+        out["torch"] = {
+            "version": _guarded(lambda: str(torch.__version__)),
+            "cuda": _guarded(lambda: torch.version.cuda),
+            "cudnn": _guarded(lambda: torch.backends.cudnn.version()),
+            "nccl": _guarded(lambda: ".".join(map(str, torch.cuda.nccl.version()))),
+        }
+    if importlib.util.find_spec("tensorflow") is not None:
+        tf: Any = _guarded(lambda: importlib.import_module("tensorflow"))
+        info = _guarded(lambda: dict(tf.sysconfig.get_build_info()))
+        build = info if isinstance(info, dict) else {}
+        out["tensorflow"] = {
+            "version": _guarded(lambda: str(tf.__version__)),
+            "cuda": build.get("cuda_version"),
+            "cudnn": build.get("cudnn_version"),
+        }
+    return out
+
+
 def probe() -> dict[str, object]:
     libc, libc_version = platform.libc_ver()
     return {
@@ -76,7 +115,10 @@ def probe() -> dict[str, object]:
 
 
 def main() -> int:
-    json.dump(probe(), sys.stdout, sort_keys=True)
+    data = probe()
+    if "--stack" in sys.argv[1:]:
+        data["frameworks"] = frameworks()
+    json.dump(data, sys.stdout, sort_keys=True, default=str)
     sys.stdout.write("\n")
     return 0
 

@@ -142,3 +142,55 @@ def test_lock_that_fights_the_base_is_refused_before_building(  # type: ignore[n
     assert "hint: " in proc.stderr
     with pytest.raises(docker.errors.ImageNotFound):
         docker_client.images.get(tag)
+
+
+def test_manifest_and_labels_record_the_stack(gpu_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+    import hashlib
+
+    from reprobuild_entrypoint.drivercheck import required_driver
+
+    tag, result = gpu_image
+    manifest = result["manifest"]
+    need = required_driver("12.6.3.004")
+    assert need is not None
+    assert manifest["gpu"] == {
+        "cuda": "12.6.3.004",
+        "driver_min": need.driver_min,
+        "driver_min_compat": need.driver_min_compat,
+        "driver_source": need.source,
+    }
+    declared = manifest["stack"]["declared"]
+    assert declared["cudnn"] == "9.6.0.74"
+    assert declared["nccl"] == "2.23.4"
+    assert declared["ngc_release"] == "25.01"
+    constraint = (STANDIN / "constraint.txt").read_bytes()
+    assert manifest["stack"]["pip_constraint"] == {
+        "path": "/etc/pip/constraint.txt",
+        "sha256": hashlib.sha256(constraint).hexdigest(),
+    }
+    labels = docker_client.images.get(tag).attrs["Config"]["Labels"]
+    assert labels["io.reprobuild.cuda"] == "12.6.3.004"
+    assert labels["io.reprobuild.cudnn"] == "9.6.0.74"
+    assert labels["io.reprobuild.nccl"] == "2.23.4"
+    assert labels["io.reprobuild.torch"] == "2.6.0a0+ecf3bae40a.nv25.1"
+    assert labels["io.reprobuild.driver.min"] == need.driver_min
+
+
+def test_gpu_image_without_a_gpu_refuses_in_strict(gpu_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+    tag, _ = gpu_image
+    container = docker_client.containers.run(
+        tag,
+        ["python", "-c", "print('ran')"],
+        environment={"REPRO_QUIET": "1"},
+        detach=True,
+        network_disabled=True,
+    )
+    try:
+        code = container.wait(timeout=120)["StatusCode"]
+        out = container.logs(stdout=True, stderr=False).decode()
+        err = container.logs(stdout=False, stderr=True).decode()
+    finally:
+        container.remove(force=True)
+    assert code == 3, err
+    assert out == ""
+    assert "no NVIDIA GPU is visible in this GPU image" in err

@@ -112,6 +112,26 @@ def test_manifest_without_origin_reads_as_lock() -> None:
     assert Manifest.from_dict(data) == manifest()
 
 
+def test_manifest_without_stack_or_gpu_reads_back() -> None:
+    """Optional sections: CPU images and images built before them have neither."""
+    data = manifest().to_dict()
+    del data["stack"], data["gpu"]
+    assert Manifest.from_dict(data) == manifest()
+
+
+def test_gpu_manifest_labels_carry_the_stack_and_driver() -> None:
+    m = dataclasses.replace(
+        manifest(),
+        stack={"labels": {"io.reprobuild.cuda": "12.6", "io.reprobuild.torch": "2.6.0a0"}},
+        gpu={"cuda": "12.6", "driver_min": "560.28.03"},
+    )
+    labels = m.labels()
+    assert labels["io.reprobuild.cuda"] == "12.6"
+    assert labels["io.reprobuild.torch"] == "2.6.0a0"
+    assert labels["io.reprobuild.driver.min"] == "560.28.03"
+    assert Manifest.from_json(m.to_json()) == m
+
+
 def test_labels() -> None:
     m = manifest()
     assert m.labels() == {
@@ -138,7 +158,9 @@ def test_missing_schema_version_refused() -> None:
         Manifest.from_dict(data)
 
 
-@pytest.mark.parametrize("field", [f for f in FIELDS if f != "schema_version"])
+@pytest.mark.parametrize(
+    "field", [f for f in FIELDS if f not in ("schema_version", "stack", "gpu")]
+)
 def test_missing_field_named(field: str) -> None:
     data = manifest().to_dict()
     del data[field]
