@@ -178,7 +178,15 @@ def build_image(
 
 
 def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
-    result = engine.run(image, [], entrypoint=PROBE)
+    # One probe run: GPU images also report their frameworks' build facts (--stack), with the
+    # runtime off so the start-up hook configures nothing while they are imported.
+    gpu = spec.variant == "gpu"
+    result = engine.run(
+        image,
+        ["--stack"] if gpu else [],
+        entrypoint=PROBE,
+        environment={"REPRO_DETERMINISM": "off", "REPRO_QUIET": "1"} if gpu else None,
+    )
     if result.exit_code != 0:
         raise EngineError(
             f"the probe failed in the built image (exit {result.exit_code}): "
@@ -192,7 +200,7 @@ def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
         )
     )
     check_installed(spec.lock, tuple(d for d in dists if d.origin == "lock"))
-    stack, gpu = _gpu_stack(engine, image, probe) if spec.variant == "gpu" else ({}, None)
+    stack, gpu_facts = _gpu_stack(engine, image, probe) if gpu else ({}, None)
     return Manifest(
         builder_version=spec.builder_version,
         name=spec.name,
@@ -208,7 +216,7 @@ def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
         machine=str(probe["platform"]["machine"]),
         distributions=dists,
         stack=stack,
-        gpu=gpu,
+        gpu=gpu_facts,
     )
 
 
@@ -216,22 +224,11 @@ def _gpu_stack(
     engine: Engine, image: str, probe: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, str] | None]:
     """CUDA, cuDNN, NCCL and framework versions as the base declares them (its ENV and
-    labels) and as the frameworks report them (a probe that imports them; no GPU needed), plus
+    labels) and as the frameworks report them (the --stack probe; no GPU needed), plus
     the minimum host driver the CUDA version needs, for the in-image host check."""
     from reprobuild_entrypoint.drivercheck import required_driver
 
-    result = engine.run(
-        image,
-        ["--stack"],
-        entrypoint=PROBE,
-        environment={"REPRO_DETERMINISM": "off", "REPRO_QUIET": "1"},
-    )
-    if result.exit_code != 0:
-        raise EngineError(
-            f"the stack probe failed in the built image (exit {result.exit_code}): "
-            f"{result.stderr.decode(errors='replace').strip()[-300:]}"
-        )
-    frameworks = json.loads(result.stdout).get("frameworks", {})
+    frameworks = probe.get("frameworks", {})
     config = engine.inspect(image).get("Config") or {}
     declared = stacklib.declared(stacklib.parse_env(config.get("Env")), config.get("Labels") or {})
     reported = stacklib.reported(frameworks)
