@@ -296,7 +296,9 @@ PROGRAM = textwrap.dedent(
     import os, signal, sys, time
 
     def on_term(signum, frame):
-        print("handled", signum, flush=True)
+        # os.write, not print: the signal can land while the main code is still inside
+        # print("ready")'s buffered write, and re-entering that buffer raises RuntimeError
+        os.write(1, f"handled {signum}\\n".encode())
         sys.exit(7)
 
     signal.signal(signal.SIGTERM, on_term)
