@@ -149,7 +149,9 @@ def build_image(
     engine: Engine | None = None,
     log: Log = lambda _: None,
 ) -> ImageResult:
-    _config, spec = make_spec(directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert)
+    _config, spec = make_spec(
+        directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, log=log
+    )
     final = normalize_tag(tag) if tag else default_tag(spec)
     engine = engine or Engine()
     engine.ensure_base(spec.base, log)

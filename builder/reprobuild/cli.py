@@ -102,11 +102,46 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(inspect)
 
     resolve = sub.add_parser(
-        "resolve", help="pin a tag: print NAME:TAG@sha256:... from its registry"
+        "resolve",
+        help="pin a tag: print NAME:TAG@sha256:... from its registry, or refresh a catalog entry",
+        usage="reprobuild resolve REF [--platform P] [--json]\n"
+        "       reprobuild resolve --refresh NAME [--catalog FILE] [--dry-run] [--json]",
     )
-    resolve.add_argument("ref", help="image reference, e.g. python:3.11-slim")
+    resolve.add_argument("ref", nargs="?", help="image reference, e.g. python:3.11-slim")
     resolve.add_argument("--platform", default="linux/amd64", help="platform for multi-arch tags")
+    resolve.add_argument(
+        "--refresh",
+        metavar="NAME",
+        help="re-resolve catalog entry NAME's tag: digest from the Registry API, versions "
+        "and entrypoint from the image's config; rewrites the catalog file",
+    )
+    resolve.add_argument(
+        "--catalog",
+        type=Path,
+        default=Path("images/catalog.yaml"),
+        metavar="FILE",
+        help="the catalog file --refresh rewrites (default: images/catalog.yaml)",
+    )
+    resolve.add_argument(
+        "--dry-run", action="store_true", help="with --refresh: show the changes, write nothing"
+    )
     _json_flag(resolve)
+
+    bases = sub.add_parser(
+        "bases",
+        help="show the project's locked bases (reprobuild.bases.lock); --update re-pins them",
+        description="A catalog base (base.cpu/base.gpu: NAME) is pinned to the catalog's digest "
+        "in reprobuild.bases.lock the first time the project is rendered or built, and stays "
+        "there. This lists each with its status; --update moves it to the catalog's digest.",
+    )
+    _directory(bases)
+    bases.add_argument(
+        "--update",
+        nargs="*",
+        metavar="NAME",
+        help="re-pin these catalog bases (all the project's, when no NAME is given)",
+    )
+    _json_flag(bases)
 
     verify = sub.add_parser(
         "verify",
@@ -244,7 +279,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     from reprobuild.render import render_context
 
     config, spec = make_spec(
-        args.directory, gpu=args.gpu, base=args.base, online=args.online, ca_cert=args.ca_cert
+        args.directory,
+        gpu=args.gpu,
+        base=args.base,
+        online=args.online,
+        ca_cert=args.ca_cert,
+        log=_err,
     )
     spec = _with_local_base_entrypoint(spec)
     out = args.output or config.root / ".reprobuild" / f"context-{spec.variant}"
@@ -323,8 +363,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
+    from reprobuild.errors import UsageError
     from reprobuild.registry import resolve
 
+    usage = "usage: reprobuild resolve REF | reprobuild resolve --refresh NAME [--dry-run]"
+    if (args.ref is None) == (args.refresh is None):
+        raise UsageError(
+            "resolve takes an image reference or --refresh NAME (one of them)", hint=usage
+        )
+    if args.refresh is not None:
+        return _refresh(args)
+    if args.dry_run:
+        raise UsageError("--dry-run goes with --refresh NAME", hint=usage)
     resolved = resolve(args.ref, platform=args.platform)
     if args.json:
         print(json.dumps(resolved.to_dict(), indent=2, sort_keys=True))
@@ -335,8 +385,91 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refresh(args: argparse.Namespace) -> int:
+    from reprobuild.catalog import load_catalog, write_catalog
+    from reprobuild.errors import CatalogError
+    from reprobuild.refresh import changes, refreshed_entry
+    from reprobuild.registry import RegistryClient
+
+    path: Path = args.catalog
+    if not path.is_file():
+        raise CatalogError(
+            f"{path}: no such catalog file",
+            hint="run from the repository root or give --catalog FILE (the catalog inside the "
+            "installed package is read-only)",
+        )
+    catalog = load_catalog(path)
+    old = catalog.get(args.refresh)
+    with RegistryClient() as client:
+        new = refreshed_entry(old, client)
+    found = changes(old, new)
+    if not args.dry_run:
+        write_catalog(path, catalog.with_entry(new))
+    if args.json:
+        doc = {
+            "name": new.name,
+            "written": not args.dry_run,
+            "changes": [{"field": c.field, "old": c.old, "new": c.new} for c in found],
+            "entry": new.to_dict(),
+        }
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    verb = "would change" if args.dry_run else "changed"
+    print(f"{new.name}: {new.ref}")
+    for change in found:
+        print(f"  {verb} {change.line()}")
+    if not found:
+        print("  unchanged: the catalog already matches the registry")
+    return 0
+
+
+def cmd_bases(args: argparse.Namespace) -> int:
+    from reprobuild import baselock
+    from reprobuild.catalog import is_catalog_name, load_catalog
+    from reprobuild.config import load_config
+    from reprobuild.errors import CatalogError
+
+    config = load_config(args.directory)
+    catalog = load_catalog()
+    used = {v: n for v, n in (("cpu", config.base_cpu), ("gpu", config.base_gpu)) if n}
+    names = sorted({n for n in used.values() if is_catalog_name(n)})
+    if args.update is not None:
+        unknown = sorted(set(args.update) - set(names))
+        if unknown:
+            raise CatalogError(
+                f"{unknown[0]!r} is not a catalog base this project uses; "
+                f"it uses: {', '.join(names) or '(none)'}"
+            )
+        for name, old, new in baselock.update(config.root, args.update or names, catalog):
+            _err(f"{name}: {old or '(not locked)'} -> {new}")
+    lock = baselock.load_base_lock(config.root)
+    rows = []
+    for variant, name in sorted(used.items()):
+        locked = lock.bases.get(name)
+        entry = catalog.entries.get(name)
+        rows.append(
+            {
+                "variant": variant,
+                "base": name,
+                "status": baselock.status(name, lock, catalog)
+                if is_catalog_name(name)
+                else "pinned-in-config",
+                "locked": str(locked.ref) if locked else None,
+                "catalog": str(entry.ref) if entry else None,
+            }
+        )
+    if args.json:
+        print(json.dumps({"lock": str(baselock.lock_path(config.root)), "bases": rows}, indent=2))
+        return 0
+    for row in rows:
+        pinned = row["locked"] or row["catalog"] or row["base"]
+        print(f"{row['variant']:<4} {row['base']}  {row['status']}  {pinned}")
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    from reprobuild.verify import RunFailedError, make_spec, verify
+    from reprobuild.errors import RunFailedError
+    from reprobuild.verify import make_spec, verify
 
     spec = make_spec(
         args.image,
@@ -384,6 +517,7 @@ COMMANDS = {
     "image": cmd_image,
     "inspect": cmd_inspect,
     "resolve": cmd_resolve,
+    "bases": cmd_bases,
     "verify": cmd_verify,
     "diff": cmd_diff,
 }

@@ -54,7 +54,7 @@ from typing import Any, Literal
 from packaging.utils import canonicalize_name
 
 from reprobuild.engine import Engine
-from reprobuild.errors import EngineUnavailableError, ReprobuildError
+from reprobuild.errors import DiffInputError, EngineUnavailableError, ReprobuildError
 from reprobuild.imageinfo import read_image
 from reprobuild.manifest import Distribution, Manifest
 from reprobuild_entrypoint.runrecord import RUN_ID_PATTERN
@@ -98,13 +98,6 @@ _STACK_ENV_KEYS = {"CUDA_VERSION": "cuda", "CUDNN_VERSION": "cudnn", "NCCL_VERSI
 _HOST_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
 _SHA256_HEX = re.compile(r"(?<![0-9a-f])([0-9a-f]{12})[0-9a-f]{52}(?![0-9a-f])")
 _ABSENT: Any = object()
-
-
-class DiffInputError(ReprobuildError):
-    """An input of ``reprobuild diff`` that cannot be read. Exit code 2, as diff(1) uses for
-    trouble, so that 1 always means "the stacks differ"."""
-
-    exit_code = 2
 
 
 # ------------------------------------------------------------------------------- the views

@@ -7,6 +7,10 @@ the CLI prints ``error: <message>`` (plus an optional hint) and exits non-zero.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from reprobuild.verify import VerifyReport
 
 
 class ReprobuildError(Exception):
@@ -21,6 +25,12 @@ class ReprobuildError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class UsageError(ReprobuildError):
+    """Bad command-line usage that argparse cannot catch (exit code 2, as argparse uses)."""
+
+    exit_code = 2
 
 
 class ConfigError(ReprobuildError):
@@ -80,3 +90,39 @@ class BuildError(EngineError):
 
 class OutputError(ReprobuildError):
     """An output path cannot be written."""
+
+
+class VerifyError(ReprobuildError):
+    """``reprobuild verify`` cannot run what it was asked to, or a run did not finish."""
+
+
+class VerifyUsageError(VerifyError):
+    """A bad argument to ``reprobuild verify`` (exit code 2, as for other bad usage)."""
+
+    exit_code = 2
+
+
+class RunFailedError(VerifyError):
+    """A run failed (non-zero exit) or wrote none of a declared output. The report was written
+    first; ``stderr_tail`` holds the last lines of the failed run's stderr."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        report: VerifyReport,
+        report_path: Path,
+        stderr_tail: str = "",
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.report = report
+        self.report_path = report_path
+        self.stderr_tail = stderr_tail
+
+
+class DiffInputError(ReprobuildError):
+    """An input of ``reprobuild diff`` that cannot be read. Exit code 2, as diff(1) uses for
+    trouble, so that 1 always means "the stacks differ"."""
+
+    exit_code = 2

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 from reprobuild import __version__
-from reprobuild.catalog import Catalog, is_catalog_name, load_catalog, resolve_base
+from reprobuild.baselock import pin
+from reprobuild.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.config import ProjectConfig, load_config
 from reprobuild.errors import ConfigError, ReprobuildError
 from reprobuild.lockfile import load_lock
@@ -31,7 +33,11 @@ def make_spec(
     online: bool = False,
     ca_cert: Path | None = None,
     catalog: Catalog | None = None,
+    record_base: bool = True,
+    log: Callable[[str], None] = lambda _: None,
 ) -> tuple[ProjectConfig, RenderSpec]:
+    """Everything a render needs. A catalog base resolves through the project's base lock
+    (recorded there on first use unless ``record_base`` is false); notes go to ``log``."""
     config = load_config(directory)
     variant = variant_of(gpu)
     lock_path = config.gpu_lock if gpu else config.lock
@@ -43,10 +49,16 @@ def make_spec(
     if not base_value:
         raise ConfigError(config.config_path, f"base.{variant} is not set and no --base was given")
     catalog = catalog or load_catalog()
-    base_ref = parse_pinned(base, what="--base") if base else resolve_base(base_value, catalog)
-    known_entrypoint = (
-        catalog.get(base_value).entrypoint if not base and is_catalog_name(base_value) else None
-    )
+    known_entrypoint: tuple[str, ...] | None = None
+    if base:
+        base_ref = parse_pinned(base, what="--base")
+    elif is_catalog_name(base_value):  # the project's lock of that name, recorded on first use
+        locked, note = pin(config.root, base_value, catalog, record=record_base)
+        if note:
+            log(f"note: {note}")
+        base_ref, known_entrypoint = locked.ref, locked.entrypoint
+    else:
+        base_ref = parse_pinned(base_value, what=f"base.{variant}")
     if ca_cert is not None and not online:
         raise ReprobuildError(
             "--ca-cert is only used with --online (hermetic builds need no network)"

@@ -25,6 +25,9 @@ DECLARED_ENV = {
     "NVIDIA_REQUIRE_CUDA": "require_cuda",
 }
 LABEL_KEYS = ("cuda", "cudnn", "nccl", "torch", "tensorflow")
+# Labels that do not mean what their name says: NGC images carry com.nvidia.cuda.version=9.0,
+# the literal floor of their NVIDIA_REQUIRE_CUDA, whatever CUDA they ship. CUDA comes from ENV.
+IGNORED_LABELS = frozenset({"com.nvidia.cuda.version"})
 
 
 def parse_env(env: list[str] | None) -> dict[str, str]:
@@ -43,6 +46,8 @@ def declared(env: dict[str, str], labels: dict[str, str]) -> dict[str, str]:
         if env.get(name):
             out.setdefault(key, env[name])
     for label, value in sorted(labels.items()):
+        if label in IGNORED_LABELS:
+            continue
         if label.startswith("com.nvidia.") and label.endswith(".version") and value:
             out.setdefault(label.removeprefix("com.nvidia.").removesuffix(".version"), value)
     return out

@@ -63,7 +63,14 @@ from reprobuild.compare import (
     line_divergence,
 )
 from reprobuild.engine import Engine
-from reprobuild.errors import EngineError, OutputError, ReprobuildError
+from reprobuild.errors import (
+    EngineError,
+    OutputError,
+    ReprobuildError,
+    RunFailedError,
+    VerifyError,
+    VerifyUsageError,
+)
 from reprobuild.fsutil import write_atomic
 from reprobuild_entrypoint.envplan import image_env
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
@@ -101,38 +108,6 @@ Log = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     return None
-
-
-# ------------------------------------------------------------------------------------ errors
-
-
-class VerifyError(ReprobuildError):
-    """``reprobuild verify`` cannot run what it was asked to, or a run did not finish."""
-
-
-class VerifyUsageError(VerifyError):
-    """A bad argument to ``reprobuild verify`` (exit code 2, as for other bad usage)."""
-
-    exit_code = 2
-
-
-class RunFailedError(VerifyError):
-    """A run failed (non-zero exit) or wrote none of a declared output. The report was written
-    first; ``stderr_tail`` holds the last lines of the failed run's stderr."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        report: VerifyReport,
-        report_path: Path,
-        stderr_tail: str = "",
-        hint: str | None = None,
-    ) -> None:
-        super().__init__(message, hint=hint)
-        self.report = report
-        self.report_path = report_path
-        self.stderr_tail = stderr_tail
 
 
 # --------------------------------------------------------------------------- what to verify

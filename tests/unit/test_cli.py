@@ -282,7 +282,6 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
         ["render", "--no-such-flag"],
         ["image", "--builder", "nope"],
         ["inspect"],
-        ["resolve"],
     ],
 )
 def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -364,3 +363,20 @@ def test_resolve_bad_platform(capsys: pytest.CaptureFixture[str]) -> None:
     port = closed_port()
     assert main(["resolve", f"127.0.0.1:{port}/img:1", "--platform", "amd64"]) == 1
     assert capsys.readouterr().err.startswith("error: invalid platform 'amd64'")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["resolve"],
+        ["resolve", "python:3.11", "--refresh", "py"],
+        ["resolve", "python:3.11", "--dry-run"],
+    ],
+)
+def test_resolve_needs_a_ref_or_refresh(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--refresh" in err
+    assert "usage: reprobuild resolve" in err

@@ -1,0 +1,108 @@
+"""Refresh a catalog entry from its registry: ``reprobuild resolve --refresh NAME``.
+
+The entry's tag is resolved through the Registry API (the index digest, and the platform's
+own manifest digest), then the platform image's config is read by that digest, so the
+versions and the digest come from the same image. Versions come from the config's ENV and
+labels (NGC's and nvidia/cuda's conventions, :mod:`reprobuild.stack`), never from the tag
+string. Facts the image does not declare (Python on NGC images, for one) keep their old value
+and source. The minimum driver follows from the declared CUDA version through the CUDA
+release notes' table that the in-image check uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from reprobuild import stack as stacklib
+from reprobuild.catalog import BaseEntry, Fact, fact_keys
+from reprobuild.refs import ImageRef
+from reprobuild.registry import RegistryClient
+from reprobuild_entrypoint.drivercheck import required_driver
+
+# ENV names that declare a fact the stack module does not read (the official python images').
+_EXTRA_ENV = {"PYTHON_VERSION": "python"}
+
+
+@dataclass(frozen=True)
+class Change:
+    field: str
+    old: str | None
+    new: str | None
+
+    def line(self) -> str:
+        return f"{self.field}: {self.old or '(none)'} -> {self.new or '(none)'}"
+
+
+def tag_ref(ref: ImageRef) -> ImageRef:
+    return replace(ref, digest=None)
+
+
+def refreshed_entry(
+    entry: BaseEntry, client: RegistryClient, *, today: str | None = None
+) -> BaseEntry:
+    """``entry`` as its registry describes its tag today."""
+    resolved = client.resolve(tag_ref(entry.ref), platform=entry.platform)
+    pinned = resolved.ref.by_digest()
+    config = client.image_config(pinned, platform=entry.platform)
+    inner: dict[str, Any] = config.get("config") or {}
+    env = stacklib.parse_env(inner.get("Env"))
+    labels = {str(k): str(v) for k, v in (inner.get("Labels") or {}).items()}
+    date = today or datetime.now(UTC).date().isoformat()
+    where = f"{resolved.ref.registry}/{resolved.ref.repository}@{resolved.ref.digest}"
+
+    read: dict[str, Fact] = {}
+    declared = stacklib.declared(env, labels)
+    for key in fact_keys():
+        if key in declared:
+            origin = next(
+                (f"ENV {n}" for n, k in stacklib.DECLARED_ENV.items() if k == key and env.get(n)),
+                "its labels",
+            )
+            read[key] = Fact(declared[key], f"image config of {where} ({origin}), read {date}")
+    for env_name, key in _EXTRA_ENV.items():
+        if env.get(env_name):
+            read[key] = Fact(
+                env[env_name], f"image config of {where} (ENV {env_name}), read {date}"
+            )
+    cuda = read.get("cuda")
+    requirement = required_driver(cuda.value) if cuda else None
+    if cuda and requirement is not None and requirement.driver_min:  # else: keep the old fact
+        read["driver_min"] = Fact(
+            requirement.driver_min,
+            f"minimum driver for CUDA {cuda.value} per {requirement.source}",
+        )
+    versions = {**entry.versions, **read}
+    raw_entrypoint = inner.get("Entrypoint")
+    entrypoint = tuple(str(e) for e in raw_entrypoint) if isinstance(raw_entrypoint, list) else ()
+    return replace(
+        entry,
+        ref=resolved.ref if resolved.ref.tag else replace(resolved.ref, tag=entry.ref.tag),
+        platform_digest=resolved.platform_digest if resolved.is_index else None,
+        entrypoint=entrypoint,
+        source=f"Registry API of {resolved.ref.registry}, tag {entry.ref.tag} resolved {date}",
+        verified=True,
+        versions={k: versions[k] for k in fact_keys() if k in versions},
+    )
+
+
+def changes(old: BaseEntry, new: BaseEntry) -> list[Change]:
+    """What a refresh changed, in the catalog file's field order."""
+    out: list[Change] = []
+
+    def add(name: str, a: object, b: object) -> None:
+        if a != b:
+            out.append(Change(name, None if a is None else str(a), None if b is None else str(b)))
+
+    add("digest", old.ref.digest, new.ref.digest)
+    add("platform_digest", old.platform_digest, new.platform_digest)
+    add("entrypoint", _words(old.entrypoint), _words(new.entrypoint))
+    for key in fact_keys():
+        add(key, old.version(key), new.version(key))
+    add("verified", old.verified, new.verified)
+    return out
+
+
+def _words(words: tuple[str, ...] | None) -> str | None:
+    return None if words is None else "[" + ", ".join(words) + "]"
