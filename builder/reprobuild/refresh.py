@@ -13,16 +13,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from reprobuild import stack as stacklib
 from reprobuild.catalog import BaseEntry, Fact, fact_keys
 from reprobuild.refs import ImageRef
-from reprobuild.registry import RegistryClient
+from reprobuild.registry import Resolved
 from reprobuild_entrypoint.drivercheck import required_driver
 
 # ENV names that declare a fact the stack module does not read (the official python images').
 _EXTRA_ENV = {"PYTHON_VERSION": "python"}
+
+
+class Registry(Protocol):
+    """What a refresh needs of a registry (:class:`reprobuild.registry.RegistryClient`)."""
+
+    def resolve(self, ref: ImageRef | str, *, platform: str = ...) -> Resolved: ...
+
+    def image_config(self, ref: ImageRef | str, *, platform: str = ...) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,7 @@ def tag_ref(ref: ImageRef) -> ImageRef:
     return replace(ref, digest=None)
 
 
-def refreshed_entry(
-    entry: BaseEntry, client: RegistryClient, *, today: str | None = None
-) -> BaseEntry:
+def refreshed_entry(entry: BaseEntry, client: Registry, *, today: str | None = None) -> BaseEntry:
     """``entry`` as its registry describes its tag today."""
     resolved = client.resolve(tag_ref(entry.ref), platform=entry.platform)
     pinned = resolved.ref.by_digest()

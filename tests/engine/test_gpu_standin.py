@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import tarfile
 import uuid
 from pathlib import Path
@@ -194,3 +195,96 @@ def test_gpu_image_without_a_gpu_refuses_in_strict(gpu_image, docker_client) -> 
     assert code == 3, err
     assert out == ""
     assert "no NVIDIA GPU is visible in this GPU image" in err
+
+
+# ------------------------------------------------------------ catalog refresh and base lock
+
+
+def _standin_tag(docker_client, standin: str) -> str:  # type: ignore[no-untyped-def]
+    repo = standin.split("@", 1)[0]
+    [tag] = [t for t in docker_client.images.get(standin).tags if t.startswith(repo + ":")]
+    return str(tag)
+
+
+def test_resolve_refresh_reads_the_standin_from_the_registry(  # type: ignore[no-untyped-def]
+    standin, docker_client, tmp_path
+) -> None:
+    """A catalog entry with a stale digest and stale versions, refreshed from the loopback
+    registry: the digest from the Registry API, the versions from the image's own config."""
+    from reprobuild.catalog import load_catalog, parse_catalog, write_catalog
+
+    stale = "sha256:" + "00" * 32
+    fact = {"value": "0.0", "source": "stale"}
+    catalog = parse_catalog(
+        {
+            "schema_version": 2,
+            "bases": {
+                "standin": {
+                    "kind": "gpu",
+                    "ref": f"{_standin_tag(docker_client, standin)}@{stale}",
+                    "platform": "linux/amd64",
+                    "entrypoint": [],
+                    "source": "stale",
+                    "verified": False,
+                    "versions": {
+                        k: fact for k in ("python", "cuda", "cudnn", "nccl", "torch", "driver_min")
+                    },
+                }
+            },
+        },
+        "t",
+    )
+    path = tmp_path / "catalog.yaml"
+    write_catalog(path, catalog)
+    proc = run_cli("resolve", "--refresh", "standin", "--catalog", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["written"] is True
+    entry = load_catalog(path).get("standin")
+    assert entry.ref.digest == standin.split("@", 1)[1] != stale
+    assert entry.verified
+    assert entry.entrypoint == ("/opt/nvidia/nvidia_entrypoint.sh",)
+    assert entry.version("cuda") == "12.6.3.004"  # ENV CUDA_VERSION, not the 9.0 label
+    assert entry.version("cudnn") == "9.6.0.74"
+    assert entry.version("nccl") == "2.23.4"
+    assert entry.version("torch") == "2.6.0a0+ecf3bae40a.nv25.1"
+    assert entry.version("ngc_release") == "25.01"
+    assert entry.version("driver_min") not in (None, "0.0")
+    assert entry.version("python") == "0.0"  # the stand-in declares no Python: kept as it was
+    fields = {c["field"] for c in report["changes"]}
+    assert {"digest", "cuda", "entrypoint", "verified"} <= fields
+    # a second refresh finds nothing to change
+    again = run_cli("resolve", "--refresh", "standin", "--catalog", str(path), "--dry-run")
+    assert again.returncode == 0, again.stderr
+    assert "unchanged" in again.stdout
+
+
+def test_a_locked_catalog_name_builds_on_its_locked_digest(  # type: ignore[no-untyped-def]
+    standin, docker_client, tmp_path, unique_tag
+) -> None:
+    """base.gpu names a base the project's reprobuild.bases.lock pins (here one no catalog
+    ships): the build uses the locked digest and the locked entrypoint, no --base needed."""
+    import shutil
+
+    root = tmp_path / "tiny-gpu"
+    shutil.copytree(DATA / "projects" / "tiny-gpu", root)
+    config = root / "reprobuild.yaml"
+    config.write_text(config.read_text().replace("base:\n", "base:\n  gpu: standin-25.01\n"))
+    lock = json.loads((root / "reprobuild.bases.lock").read_text())
+    lock["bases"]["standin-25.01"] = {
+        "ref": standin,
+        "platform": "linux/amd64",
+        "entrypoint": ["/opt/nvidia/nvidia_entrypoint.sh"],
+        "versions": {},
+        "locked_by": "test",
+    }
+    (root / "reprobuild.bases.lock").write_text(json.dumps(lock))
+    tag = unique_tag("tiny-gpu-locked")
+    result = build_json(str(root), "--gpu", "--tag", tag)
+    manifest = result["manifest"]
+    assert isinstance(manifest, dict)
+    assert manifest["base_digest"] == standin.split("@", 1)[1]
+    labels = docker_client.images.get(tag).labels
+    assert labels["org.opencontainers.image.base.digest"] == standin.split("@", 1)[1]
+    env = docker_client.images.get(tag).attrs["Config"]["Env"]
+    assert 'REPROBUILD_BASE_ENTRYPOINT=["/opt/nvidia/nvidia_entrypoint.sh"]' in env

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from reprobuild.catalog import load_catalog
 from reprobuild.lockfile import load_lock
 from reprobuild.refs import parse_pinned
 from reprobuild.render import FileEntry, RenderSpec, render_context, render_dockerfile
@@ -18,7 +19,9 @@ from reprobuild.render import FileEntry, RenderSpec, render_context, render_dock
 GOLDEN = Path(__file__).parent.parent / "golden"
 LOCK = Path(__file__).parent.parent / "data" / "projects" / "tiny" / "requirements.lock"
 BASE = "python:3.11-slim-bookworm@sha256:" + "ab" * 32
+GPU_LOCK = LOCK.parent.parent / "tiny-gpu" / "requirements-gpu.lock"
 APP = {"hello.py": FileEntry(b"print('hi')\n")}
+CATALOG = load_catalog()
 
 
 def spec(**over: object) -> RenderSpec:
@@ -55,6 +58,17 @@ CASES = {
         base_entrypoint=("/opt/nvidia/nvidia_entrypoint.sh",),
         base=parse_pinned("registry.example.com:5000/team/base:1@sha256:" + "cd" * 32),
     ),
+    # The shipped catalog's NGC entries, as a project naming them renders them: FROM by
+    # digest, NGC's entrypoint chained, the GPU lock on top of the base's frameworks.
+    **{
+        f"gpu-{name}": spec(
+            variant="gpu",
+            lock=load_lock(GPU_LOCK),
+            base=CATALOG.get(name).ref,
+            base_entrypoint=CATALOG.get(name).entrypoint,
+        )
+        for name in ("ngc-pytorch-25.01", "ngc-tensorflow-25.02")
+    },
 }
 
 

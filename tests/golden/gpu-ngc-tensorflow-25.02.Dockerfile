@@ -1,0 +1,77 @@
+# Rendered by reprobuild 0.0.0-golden from requirements-gpu.lock (sha256 fec1c10bb781e085d8d03fce4e8fc772a37577861d86b751d13294ac9aff1e6d).
+# Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
+
+# ---- stage 1: install the locked distributions into a virtual environment ----
+FROM nvcr.io/nvidia/tensorflow@sha256:c83b37d26f19ab00d8a13cf974edd079c3d099918ec3110c304a989d6e2f75d5 AS deps
+ENV SOURCE_DATE_EPOCH=1700000000 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_NO_INPUT=1
+# The target venv gets no pip of its own; pip comes from a throwaway bootstrap venv, or from
+# the base itself where it has no ensurepip (NGC images ship pip but no python3-venv).
+# GPU images build on the base's frameworks (NGC's own torch/TensorFlow, CUDA libraries): the
+# venv sees the base's packages, and pip honours the base's PIP_CONSTRAINT as it stands.
+# SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
+# After the install, a .pth puts the in-image runtime on the venv's path and imports its
+# start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
+RUN python3 -m venv --system-site-packages --without-pip /opt/venv \
+ && { python3 -m venv /tmp/reprobuild/bootstrap || python3 -m pip --version; }
+COPY requirements.lock /tmp/reprobuild/requirements.lock
+COPY wheels/ /tmp/reprobuild/wheels/
+RUN pip=/tmp/reprobuild/bootstrap/bin/pip; [ -x "$pip" ] || pip="python3 -m pip"; \
+    $pip --python /opt/venv/bin/python install \
+      --no-index --find-links /tmp/reprobuild/wheels \
+      --require-hashes --only-binary=:all: \
+      -r /tmp/reprobuild/requirements.lock \
+ && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
+
+# ---- stage 2: the image that ships ----
+FROM nvcr.io/nvidia/tensorflow@sha256:c83b37d26f19ab00d8a13cf974edd079c3d099918ec3110c304a989d6e2f75d5
+RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
+ && install -d -o 10001 -g 10001 /app \
+ && install -d /opt/reprobuild
+COPY --from=deps /opt/venv /opt/venv
+COPY runtime/ /opt/reprobuild/runtime/
+# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
+# every interpreter, so its modules must load from bytecode.
+RUN /opt/venv/bin/python -I -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONUNBUFFERED=1 \
+    REPROBUILD_IMAGE_SEED=1234 \
+    REPROBUILD_IMAGE_DETERMINISM=strict \
+    REPROBUILD_VARIANT=gpu
+# The base's own entrypoint, run by ours before the command (see reprobuild_entrypoint.launch).
+ENV REPROBUILD_BASE_ENTRYPOINT="[\"/opt/nvidia/nvidia_entrypoint.sh\"]"
+# Determinism environment (reprobuild_entrypoint.envplan.image_env): here so it holds when the
+# ENTRYPOINT is bypassed; the entrypoint re-plans it per run (REPRO_SEED, REPRO_DETERMINISM).
+ENV CUBLAS_WORKSPACE_CONFIG=":4096:8" \
+    MKL_CBWR="AUTO,STRICT" \
+    MKL_NUM_THREADS="4" \
+    NCCL_ALGO="Ring" \
+    NCCL_NVLS_ENABLE="0" \
+    NVIDIA_TF32_OVERRIDE="0" \
+    OMP_NUM_THREADS="4" \
+    OPENBLAS_NUM_THREADS="4" \
+    PYTHONHASHSEED="1234" \
+    TF_CUDNN_DETERMINISTIC="1" \
+    TF_DETERMINISTIC_OPS="1" \
+    TF_ENABLE_ONEDNN_OPTS="0" \
+    TF_NUM_INTEROP_THREADS="4" \
+    TF_NUM_INTRAOP_THREADS="4" \
+    TORCHINDUCTOR_DETERMINISTIC="1" \
+    TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="0"
+WORKDIR /app
+COPY app/ /app/
+USER 10001:10001
+ENTRYPOINT ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint"]
+CMD ["python", "hello.py"]
+LABEL io.reprobuild.builder.version="0.0.0-golden" \
+      io.reprobuild.determinism="strict" \
+      io.reprobuild.lock.sha256="fec1c10bb781e085d8d03fce4e8fc772a37577861d86b751d13294ac9aff1e6d" \
+      io.reprobuild.seed="1234" \
+      io.reprobuild.variant="gpu" \
+      org.opencontainers.image.base.digest="sha256:c83b37d26f19ab00d8a13cf974edd079c3d099918ec3110c304a989d6e2f75d5" \
+      org.opencontainers.image.base.name="nvcr.io/nvidia/tensorflow:25.02-tf2-py3" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.title="example/golden"
