@@ -19,7 +19,7 @@ import subprocess
 import tarfile
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,17 +47,66 @@ class RunResult:
     stderr: bytes
 
 
+@dataclass(frozen=True)
+class Bind:
+    """A host path mounted into a container."""
+
+    host: Path
+    container: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Gpus:
+    """GPUs for a container, as ``docker run --gpus`` takes them: ``count`` -1 for all, or
+    ``device_ids`` naming them."""
+
+    count: int
+    device_ids: tuple[str, ...] = ()
+
+
+class StreamingContainer:
+    """A started container whose output is read as it comes (``reprobuild verify``)."""
+
+    def __init__(self, container: Any) -> None:
+        self._container = container
+
+    def stdout(self) -> Iterator[bytes]:
+        stream: Iterator[bytes] = self._container.logs(
+            stdout=True, stderr=False, stream=True, follow=True
+        )
+        return stream
+
+    def stderr(self) -> Iterator[bytes]:
+        stream: Iterator[bytes] = self._container.logs(
+            stdout=False, stderr=True, stream=True, follow=True
+        )
+        return stream
+
+    def wait(self) -> int:
+        return int(self._container.wait().get("StatusCode", -1))
+
+    def kill(self) -> None:
+        with contextlib.suppress(docker.errors.DockerException):
+            self._container.kill()
+
+    def close(self) -> None:
+        with contextlib.suppress(docker.errors.DockerException):
+            self._container.remove(force=True)
+
+
 class Engine:
     """A connection to one Docker engine (DOCKER_HOST or the local socket)."""
 
-    def __init__(self, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, client: docker.DockerClient | None = None, *, connections: int = 10) -> None:
         self._client = client
+        self._connections = connections  # a streaming run holds ~3 connections open at once
 
     @property
     def client(self) -> docker.DockerClient:
         if self._client is None:
             try:
-                client = docker.from_env()
+                client = docker.from_env(max_pool_size=self._connections)
                 client.ping()
             except docker.errors.DockerException as exc:
                 where = os.environ.get("DOCKER_HOST", "the local socket")
@@ -175,6 +224,61 @@ class Engine:
             return RunResult(int(status.get("StatusCode", 1)), out, err)
         finally:
             container.remove(force=True)
+
+    def start_streaming(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        what: str,
+        environment: dict[str, str],
+        binds: Iterable[Bind] = (),
+        network: bool = False,
+        gpus: Gpus | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> StreamingContainer:
+        """Create and start a container (``what`` names it in errors), its output to be read
+        as it streams; the caller closes it (which removes it)."""
+        import docker.types
+
+        mounts = [
+            docker.types.Mount(b.container, str(b.host), type="bind", read_only=b.read_only)
+            for b in binds
+        ]
+        requests = None
+        if gpus is not None:
+            requests = [
+                docker.types.DeviceRequest(
+                    count=gpus.count,
+                    device_ids=list(gpus.device_ids) or None,
+                    capabilities=[["gpu"]],
+                )
+            ]
+        try:
+            container = self.client.containers.create(
+                image,
+                command=command,
+                environment=environment,
+                mounts=mounts,
+                network_disabled=not network,
+                device_requests=requests,
+                labels=labels or {},
+            )
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot create {what}: {_short(exc)}") from None
+        try:
+            container.start()
+        except docker.errors.DockerException as exc:
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
+            hint = "is a GPU runtime (NVIDIA Container Toolkit) installed?" if gpus else None
+            raise EngineError(f"cannot start {what}: {_short(exc)}", hint=hint) from None
+        return StreamingContainer(container)
+
+    def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
 
     # ---- builds ----------------------------------------------------------------------------
     def resolve_builder(self, builder: Builder) -> Builder:

@@ -22,9 +22,8 @@ The result is a schema-versioned JSON report (:class:`VerifyReport`) written ato
 ``identical`` (exit 0), ``diverged`` or ``failed`` (exit 1: a run exited non-zero, or no run
 wrote a declared output).
 
-The container part (``_DockerLauncher``, ``_ContainerRun``) is the one place here that uses the
-Docker SDK, through the engine's connection settings; it belongs beside
-:class:`~reprobuild.engine.Engine` and can move there unchanged.
+Containers are started through :meth:`reprobuild.engine.Engine.start_streaming` (the engine
+module is the only one that talks to Docker); local runs are plain processes.
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ from reprobuild.compare import (
     json_text,
     line_divergence,
 )
-from reprobuild.engine import Engine
+from reprobuild.engine import Bind, Engine, Gpus
 from reprobuild.errors import (
-    EngineError,
     OutputError,
     ReprobuildError,
     RunFailedError,
@@ -653,38 +651,6 @@ def _run_env(spec: VerifySpec) -> dict[str, str]:
     return env
 
 
-class _ContainerRun:
-    def __init__(self, container: Any) -> None:
-        self._container = container
-
-    def stdout(self) -> Iterator[bytes]:
-        stream: Iterator[bytes] = self._container.logs(
-            stdout=True, stderr=False, stream=True, follow=True
-        )
-        return stream
-
-    def stderr(self) -> Iterator[bytes]:
-        stream: Iterator[bytes] = self._container.logs(
-            stdout=False, stderr=True, stream=True, follow=True
-        )
-        return stream
-
-    def wait(self) -> int:
-        return int(self._container.wait().get("StatusCode", -1))
-
-    def kill(self) -> None:
-        import docker.errors
-
-        with contextlib.suppress(docker.errors.DockerException):
-            self._container.kill()
-
-    def close(self) -> None:
-        import docker.errors
-
-        with contextlib.suppress(docker.errors.DockerException):
-            self._container.remove(force=True)
-
-
 class _DockerLauncher:
     """Runs in fresh containers, through their own connection to the engine (each run holds
     two log streams and a wait open at once)."""
@@ -695,68 +661,38 @@ class _DockerLauncher:
         self._spec = spec
         self._image_id = image_id
         self.where = f"from {spec.image} ({image_id[:19]})"
-        self._client: Any = None
+        self._engine = Engine(connections=3 * spec.runs + 4)
 
     def prepare(self, work: Path) -> None:
-        import docker
-
-        try:
-            self._client = docker.from_env(max_pool_size=3 * self._spec.runs + 4)
-        except docker.errors.DockerException as exc:
-            raise EngineError(f"cannot connect to the Docker engine: {exc}") from None
+        _ = self._engine.client  # connect now: a missing engine fails before any run starts
 
     def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run:
-        import docker
-        import docker.types
-
         spec = self._spec
         for folder in (out_dir, record_dir):
             folder.chmod(0o777)  # the image's user (uid 10001) writes there
-        mounts = [
-            docker.types.Mount(OUT_DIR, str(out_dir), type="bind"),
-            docker.types.Mount(RECORD_DIR, str(record_dir), type="bind"),
-            *(
-                docker.types.Mount(m.container, str(m.host), type="bind", read_only=True)
-                for m in spec.data
-            ),
+        binds = [
+            Bind(out_dir, OUT_DIR),
+            Bind(record_dir, RECORD_DIR),
+            *(Bind(m.host, m.container, read_only=True) for m in spec.data),
         ]
-        requests = None
-        if spec.gpus is not None:
-            requests = [
-                docker.types.DeviceRequest(
-                    count=spec.gpus.count,
-                    device_ids=list(spec.gpus.device_ids) or None,
-                    capabilities=[["gpu"]],
-                )
-            ]
-        environment = {"REPRO_RUN_DIR": RECORD_DIR, "REPRO_OUTPUT_DIR": OUT_DIR, **_run_env(spec)}
-        try:
-            container = self._client.containers.create(
-                self._image_id,
-                command=list(spec.command),
-                environment=environment,
-                mounts=mounts,
-                network_disabled=not spec.network,
-                device_requests=requests,
-                labels={VERIFY_LABEL: str(index + 1)},
-            )
-        except docker.errors.DockerException as exc:
-            raise EngineError(f"cannot create run {index + 1}'s container: {_short(exc)}") from None
-        try:
-            container.start()
-        except docker.errors.DockerException as exc:
-            with contextlib.suppress(docker.errors.DockerException):
-                container.remove(force=True)
-            hint = "is a GPU runtime (NVIDIA Container Toolkit) installed?" if spec.gpus else None
-            raise EngineError(
-                f"cannot start run {index + 1}'s container: {_short(exc)}", hint=hint
-            ) from None
-        return _ContainerRun(container)
+        gpus = None if spec.gpus is None else Gpus(spec.gpus.count, spec.gpus.device_ids)
+        return self._engine.start_streaming(
+            self._image_id,
+            list(spec.command),
+            what=f"run {index + 1}'s container",
+            environment={
+                "REPRO_RUN_DIR": RECORD_DIR,
+                "REPRO_OUTPUT_DIR": OUT_DIR,
+                **_run_env(spec),
+            },
+            binds=binds,
+            network=spec.network,
+            gpus=gpus,
+            labels={VERIFY_LABEL: str(index + 1)},
+        )
 
     def finish(self) -> None:
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                self._client.close()
+        self._engine.close()
 
 
 _SITECUSTOMIZE = '''\

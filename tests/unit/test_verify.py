@@ -17,6 +17,7 @@ import pytest
 
 from reprobuild.cli import build_parser, main
 from reprobuild.compare import Divergence, JsonDifference, numeric_distance
+from reprobuild.engine import Engine
 from reprobuild.errors import ReprobuildError
 from reprobuild.verify import (
     DataMount,
@@ -462,7 +463,7 @@ def test_container_gets_mounts_env_and_gpus(tmp_path: Path) -> None:
     )
     launcher = _DockerLauncher(spec, "sha256:" + "a" * 64)
     fake = FakeContainers()
-    launcher._client = SimpleNamespace(containers=fake)
+    launcher._engine = Engine(SimpleNamespace(containers=fake))  # type: ignore[arg-type]
     out, records = tmp_path / "out", tmp_path / "records"
     out.mkdir()
     records.mkdir()
