@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from reprobuild import plan
 from reprobuild import stack as stacklib
 from reprobuild.context import write_tree
 from reprobuild.engine import Builder, Engine
@@ -38,7 +39,7 @@ class ImageResult:
 
 
 def default_tag(spec: RenderSpec) -> str:
-    return f"{spec.name}:{spec.variant}-{spec.lock.sha256[:12]}"
+    return plan.default_tag(spec.name, spec.variant, spec.lock.sha256)
 
 
 def normalize_tag(tag: str) -> str:

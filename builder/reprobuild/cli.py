@@ -172,6 +172,30 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("a", metavar="A", help="image reference or ID, manifest.json, or run record")
     diff.add_argument("b", metavar="B", help="the same, compared with A")
     _json_flag(diff)
+
+    compose = sub.add_parser(
+        "compose",
+        help="write a compose file that trains (and verifies) with the project's built image",
+        description="Write a compose file for the project's built image, pinned by digest or "
+        "ID: a `train` service, two `verify-a`/`verify-b` runs (profile verify), run records "
+        "in runs/<service>/, outputs in out/<service>/, ./data read-only at /data.",
+    )
+    _directory(compose)
+    compose.add_argument(
+        "--gpu", action="store_true", help="the GPU image; reserve all GPUs for every run"
+    )
+    compose.add_argument(
+        "--image",
+        metavar="REF",
+        help="this image (tag, ID, or NAME@sha256:...) instead of the project's default tag",
+    )
+    compose.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write here, atomically (default, or -: stdout)",
+    )
     return parser
 
 
@@ -512,6 +536,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0 if result.identical else EXIT_ERROR
 
 
+def cmd_compose(args: argparse.Namespace) -> int:
+    from reprobuild.compose import compose_project, write_output
+
+    result = compose_project(args.directory, gpu=args.gpu, image=args.image)
+    write_output(result.text, args.output)
+    if args.output is not None and str(args.output) != "-":
+        print(args.output)
+    return 0
+
+
 COMMANDS = {
     "render": cmd_render,
     "image": cmd_image,
@@ -520,6 +554,7 @@ COMMANDS = {
     "bases": cmd_bases,
     "verify": cmd_verify,
     "diff": cmd_diff,
+    "compose": cmd_compose,
 }
 
 

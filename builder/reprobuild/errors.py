@@ -88,6 +88,16 @@ class BuildError(EngineError):
         self.log_tail = log_tail
 
 
+class ImageNotBuiltError(ReprobuildError):
+    """The image to compose for is not on this engine."""
+
+    def __init__(self, ref: str, build_command: str | None) -> None:
+        how = f"; build it with `{build_command}`" if build_command else ""
+        super().__init__(f"no image {ref} on this engine{how}")
+        self.ref = ref
+        self.build_command = build_command
+
+
 class OutputError(ReprobuildError):
     """An output path cannot be written."""
 

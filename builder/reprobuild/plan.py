@@ -25,6 +25,29 @@ def variant_of(gpu: bool) -> Variant:
     return "gpu" if gpu else "cpu"
 
 
+def lock_path_for(config: ProjectConfig, *, gpu: bool) -> Path:
+    """The lock a variant is built from: ``lock``, or ``gpu_lock`` with ``--gpu``."""
+    lock_path = config.gpu_lock if gpu else config.lock
+    if lock_path is None:
+        raise ConfigError(
+            config.config_path, "--gpu needs a gpu_lock: the hashed lock for the GPU image"
+        )
+    return lock_path
+
+
+def default_tag(name: str, variant: Variant, lock_sha256: str) -> str:
+    """The tag ``reprobuild image`` gives when no ``--tag`` is given:
+    ``NAME:<variant>-<first 12 hex of the lock's sha256>``."""
+    return f"{name}:{variant}-{lock_sha256[:12]}"
+
+
+def project_tag(config: ProjectConfig, *, gpu: bool) -> str:
+    """The default tag of a project's image, from its config and lock alone (no base, no
+    engine): what ``reprobuild image DIR [--gpu]`` tags its build with."""
+    lock = load_lock(lock_path_for(config, gpu=gpu))
+    return default_tag(config.name, variant_of(gpu), lock.sha256)
+
+
 def make_spec(
     directory: Path,
     *,
@@ -40,11 +63,7 @@ def make_spec(
     (recorded there on first use unless ``record_base`` is false); notes go to ``log``."""
     config = load_config(directory)
     variant = variant_of(gpu)
-    lock_path = config.gpu_lock if gpu else config.lock
-    if lock_path is None:
-        raise ConfigError(
-            config.config_path, "--gpu needs a gpu_lock: the hashed lock for the GPU image"
-        )
+    lock_path = lock_path_for(config, gpu=gpu)
     base_value = base or (config.base_gpu if gpu else config.base_cpu)
     if not base_value:
         raise ConfigError(config.config_path, f"base.{variant} is not set and no --base was given")

@@ -1,0 +1,463 @@
+"""``reprobuild compose``: a compose file that trains (and verifies) with a built image.
+
+One job: build a typed compose document for a project and an image, and render it to YAML.
+The document is data (dataclasses, rendered with ``yaml.safe_dump``); nothing is spliced into
+YAML text by hand, and every literal value that compose would interpolate has its ``$``
+doubled. What it holds:
+
+- ``prepare``: a one-shot container from the same image, run as root, that creates the host
+  directories the runs write into (``runs/<service>``, ``out/<service>``) with mode 0777. The
+  image runs as uid 10001; a directory Docker creates for a bind mount belongs to root, and the
+  runtime refuses to start when it cannot write its run record there.
+- ``train``: the project's ``command`` (else the image's CMD) with ``REPRO_SEED`` and
+  ``REPRO_DETERMINISM`` from the project (overridable from the shell: ``${REPRO_SEED:-7}``),
+  ``REPRO_RUN_DIR`` on ``runs/train``, ``REPRO_OUTPUT_DIR`` on ``out/train``, ``./data``
+  mounted read-only at ``/data`` (``$REPRO_DATA`` overrides the host path), no network.
+- ``verify-a``, ``verify-b`` (profile ``verify``): the same run twice, each with its own run and
+  output directories, so that ``reprobuild diff`` can compare the two run records.
+- with ``--gpu``: every run reserves all GPUs (``deploy.resources.reservations.devices``,
+  ``capabilities: [gpu]``) and gets NGC's recommended memlock/stack limits.
+
+The format is the Compose Specification without a ``version:`` key, restricted to what both
+docker-compose 1.29 (1.28+ for device reservations and profiles) and Compose v2 accept.
+
+The image is pinned: a ``NAME@sha256:`` reference is used as written; a tag or an image ID is
+looked up on the engine and replaced by ``NAME@sha256:<repo digest>`` when the image has one
+(it was pushed or pulled), else by its image ID (``sha256:...``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from reprobuild import __version__
+from reprobuild.config import MODES, SEED_MAX, ProjectConfig, load_config
+from reprobuild.errors import ImageNotBuiltError, ImageRefError, OutputError, ReprobuildError
+from reprobuild.fsutil import write_atomic
+from reprobuild.plan import project_tag, variant_of
+from reprobuild.refs import parse_ref
+
+# Mount points inside the container: the same as `reprobuild verify` uses.
+DATA_DIR = "/data"
+OUT_DIR = "/out"
+RECORD_DIR = "/reprobuild-run"
+# Host paths, relative to the compose file's directory.
+HOST_DATA = "${REPRO_DATA:-./data}"
+HOST_RUNS = "./runs"
+HOST_OUT = "./out"
+PREPARE_MOUNT = "/reprobuild-prepare"
+IMAGE_VAR = "REPRO_IMAGE"
+IMAGE_PLACEHOLDER = (
+    "${REPRO_IMAGE:?set REPRO_IMAGE to the image reprobuild built, pinned: "
+    "NAME@sha256:<digest> or its image ID sha256:<hex>}"
+)
+TRAIN = "train"
+VERIFY = ("verify-a", "verify-b")
+VERIFY_PROFILE = "verify"
+SHM_SIZE = "1gb"
+# NVIDIA's recommended limits for its framework containers (NGC user guide:
+# --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864).
+GPU_ULIMITS: tuple[tuple[str, int], ...] = (("memlock", -1), ("stack", 67108864))
+
+_IMAGE_ID_RE = re.compile(r"^(?:sha256:)?([0-9a-f]{12,64})$")
+_FULL_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+# ---- the typed document -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuReservation:
+    """``deploy.resources.reservations.devices``: all of the host's NVIDIA GPUs."""
+
+    driver: str = "nvidia"
+    count: str = "all"
+    capabilities: tuple[str, ...] = ("gpu",)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resources": {
+                "reservations": {
+                    "devices": [
+                        {
+                            "driver": self.driver,
+                            "count": self.count,
+                            "capabilities": list(self.capabilities),
+                        }
+                    ]
+                }
+            }
+        }
+
+
+@dataclass(frozen=True)
+class DependsOn:
+    service: str
+    condition: str = "service_completed_successfully"
+
+
+@dataclass(frozen=True)
+class Service:
+    """One service, in the order its keys are written."""
+
+    image: str
+    profiles: tuple[str, ...] = ()
+    depends_on: tuple[DependsOn, ...] = ()
+    user: str | None = None
+    entrypoint: tuple[str, ...] | None = None
+    command: tuple[str, ...] | None = None
+    environment: tuple[tuple[str, str], ...] = ()
+    volumes: tuple[str, ...] = ()
+    network_mode: str | None = "none"
+    shm_size: str | None = None
+    ulimits: tuple[tuple[str, int], ...] = ()
+    deploy: GpuReservation | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"image": self.image}
+        if self.profiles:
+            out["profiles"] = list(self.profiles)
+        if self.depends_on:
+            out["depends_on"] = {d.service: {"condition": d.condition} for d in self.depends_on}
+        if self.user is not None:
+            out["user"] = self.user
+        if self.entrypoint is not None:
+            out["entrypoint"] = list(self.entrypoint)
+        if self.command is not None:
+            out["command"] = list(self.command)
+        if self.environment:
+            out["environment"] = dict(self.environment)
+        if self.volumes:
+            out["volumes"] = list(self.volumes)
+        if self.network_mode is not None:
+            out["network_mode"] = self.network_mode
+        if self.shm_size is not None:
+            out["shm_size"] = self.shm_size
+        if self.ulimits:
+            out["ulimits"] = dict(self.ulimits)
+        if self.deploy is not None:
+            out["deploy"] = self.deploy.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class ComposeFile:
+    header: tuple[str, ...]
+    services: tuple[tuple[str, Service], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"services": {name: service.to_dict() for name, service in self.services}}
+
+
+# ---- what the document is made from -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComposeSpec:
+    """The inputs of a compose file. ``image`` is a pinned reference, or the ``${REPRO_IMAGE}``
+    placeholder of the files in ``compose/``. ``seed``/``determinism`` are the defaults of
+    ``${REPRO_SEED}``/``${REPRO_DETERMINISM}``; None leaves them to the image's own."""
+
+    image: str
+    gpu: bool = False
+    seed: int | None = None
+    determinism: str | None = None
+    command: tuple[str, ...] = ()
+    project: str | None = None
+    source: str | None = None
+    """How the image was named (the tag or ID asked for), for the header."""
+
+    def __post_init__(self) -> None:
+        if self.image != IMAGE_PLACEHOLDER:
+            check_pinned(self.image)
+        if self.seed is not None and not 0 <= self.seed <= SEED_MAX:
+            raise ReprobuildError(f"seed {self.seed} must be an integer from 0 to {SEED_MAX}")
+        if self.determinism is not None and self.determinism not in MODES:
+            raise ReprobuildError(
+                f"determinism {self.determinism!r} must be one of: {', '.join(MODES)}"
+            )
+        for word in self.command:
+            if any(ord(c) < 32 or ord(c) == 127 for c in word):
+                raise ReprobuildError(f"command word {word!r} contains a control character")
+
+
+def check_pinned(image: str) -> None:
+    """An image for a compose file must name one image for good: ``NAME@sha256:<digest>`` or
+    a full image ID ``sha256:<64 hex>``."""
+    if _FULL_ID_RE.fullmatch(image):
+        return
+    if parse_ref(image).digest is None:
+        raise ImageRefError(
+            f"image {image!r} is not pinned: use NAME@sha256:<digest> or an image ID "
+            "sha256:<64 hex>"
+        )
+
+
+def escape(value: str) -> str:
+    """A literal value for compose, which interpolates ``$VAR`` in every string: ``$$``."""
+    return value.replace("$", "$$")
+
+
+def _env(spec: ComposeSpec) -> tuple[tuple[str, str], ...]:
+    seed = "" if spec.seed is None else str(spec.seed)
+    mode = spec.determinism or ""
+    return (
+        ("REPRO_SEED", f"${{REPRO_SEED:-{seed}}}"),
+        ("REPRO_DETERMINISM", f"${{REPRO_DETERMINISM:-{mode}}}"),
+        ("REPRO_RUN_DIR", RECORD_DIR),
+        ("REPRO_OUTPUT_DIR", OUT_DIR),
+    )
+
+
+def _run_service(spec: ComposeSpec, name: str, profiles: tuple[str, ...] = ()) -> Service:
+    return Service(
+        image=spec.image,
+        profiles=profiles,
+        depends_on=(DependsOn("prepare"),),
+        command=tuple(escape(w) for w in spec.command) or None,
+        environment=_env(spec),
+        volumes=(
+            f"{HOST_DATA}:{DATA_DIR}:ro",
+            f"{HOST_RUNS}/{name}:{RECORD_DIR}",
+            f"{HOST_OUT}/{name}:{OUT_DIR}",
+        ),
+        shm_size=SHM_SIZE,
+        ulimits=GPU_ULIMITS if spec.gpu else (),
+        deploy=GpuReservation() if spec.gpu else None,
+    )
+
+
+def document(spec: ComposeSpec) -> ComposeFile:
+    runs = (TRAIN, *VERIFY)
+    prepare = Service(
+        image=spec.image,
+        user="0:0",
+        entrypoint=(
+            "install",
+            "-d",
+            "-m",
+            "0777",
+            *(f"{PREPARE_MOUNT}/{kind}/{name}" for name in runs for kind in ("runs", "out")),
+        ),
+        volumes=(f"{HOST_RUNS}:{PREPARE_MOUNT}/runs", f"{HOST_OUT}:{PREPARE_MOUNT}/out"),
+    )
+    services = (
+        ("prepare", prepare),
+        (TRAIN, _run_service(spec, TRAIN)),
+        *((name, _run_service(spec, name, (VERIFY_PROFILE,))) for name in VERIFY),
+    )
+    return ComposeFile(header=_header(spec), services=services)
+
+
+def _header(spec: ComposeSpec) -> tuple[str, ...]:
+    gpu = " --gpu" if spec.gpu else ""
+    if spec.image == IMAGE_PLACEHOLDER:
+        run = f"docker-compose -f compose/{'train-gpu' if spec.gpu else 'train'}.yml"
+        first = [
+            f"Train{' on GPUs' if spec.gpu else ''} with an image built by "
+            f"`reprobuild image DIR{gpu}`, named by {IMAGE_VAR}.",
+            f"`reprobuild compose DIR{gpu} -o FILE` writes this file pinned to a project's image.",
+            "",
+            f"  export {IMAGE_VAR}=sha256:<id>  # `reprobuild image DIR{gpu} --json` prints it",
+        ]
+        where = "this file's directory, or --project-directory DIR"
+    else:
+        made = f" for {spec.project}" if spec.project else ""
+        named = f" ({spec.source})" if spec.source and spec.source != spec.image else ""
+        first = [
+            f"Generated by reprobuild {__version__}: `reprobuild compose{gpu}`{made}.",
+            f"Image: {spec.image}{named}",
+            "",
+        ]
+        where = "this file's directory"
+        run = "docker-compose -f FILE"
+    return (
+        *first,
+        f"  {run} run --rm train",
+        f"  {run} run --rm verify-a",
+        f"  {run} run --rm verify-b",
+        "  reprobuild diff runs/verify-a/run-<id>.json runs/verify-b/run-<id>.json",
+        "",
+        f"Host paths are relative to the compose project directory ({where}):",
+        "  data/            read-only at /data ($REPRO_DATA names another)",
+        "  runs/<service>/  run records ($REPRO_RUN_DIR)",
+        "  out/<service>/   outputs ($REPRO_OUTPUT_DIR)",
+        "The one-shot `prepare` service makes runs/ and out/ writable for the image's user",
+        "(uid 10001). REPRO_SEED and REPRO_DETERMINISM from the shell override the defaults.",
+    )
+
+
+class _Dumper(yaml.SafeDumper):
+    """safe_dump without anchors: the services repeat values, each written out in full."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render(doc: ComposeFile) -> str:
+    header = "".join(f"# {line}".rstrip() + "\n" for line in doc.header)
+    body = yaml.dump(
+        doc.to_dict(),
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=False,
+        width=1000,
+    )
+    return header + body
+
+
+# ---- pinning the project's image ----------------------------------------------------------
+
+
+class ImageLookup(Protocol):
+    """What pinning needs from the engine (``reprobuild.engine.Engine`` has it)."""
+
+    def image_id(self, ref: str) -> str | None: ...
+
+    def inspect(self, ref: str) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class PinnedImage:
+    requested: str
+    reference: str
+    id: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def pinned_reference(name: str | None, image_id: str, repo_digests: list[str]) -> str:
+    """The most immutable name of an image: ``NAME@sha256:<repo digest>`` (the one for
+    ``name`` when there is one, else the first in sorted order), else its image ID."""
+    wanted = _repository(name) if name is not None else None
+    digests: list[tuple[str, str]] = []
+    for entry in sorted(repo_digests):
+        try:
+            ref = parse_ref(entry)
+        except ImageRefError:
+            continue
+        if ref.digest:
+            digests.append((ref.name, ref.digest))
+    for ref_name, digest in digests:
+        if wanted is not None and _repository(ref_name) == wanted:
+            return f"{ref_name}@{digest}"
+    if digests:
+        ref_name, digest = digests[0]
+        return f"{ref_name}@{digest}"
+    if not _FULL_ID_RE.fullmatch(image_id):
+        raise ReprobuildError(f"the engine gave image ID {image_id!r}, not sha256:<64 hex>")
+    return image_id
+
+
+def _repository(name: str) -> tuple[str, str]:
+    """``python``, ``docker.io/library/python``: one repository, written two ways."""
+    ref = parse_ref(name)
+    return ref.registry, ref.repository
+
+
+def pin_image(engine: ImageLookup, ref: str, *, build_command: str | None = None) -> PinnedImage:
+    """Look ``ref`` (a tag or an image ID) up on the engine and pin it."""
+    # an image ID (full or short, as docker accepts it) names no repository
+    name = None if _IMAGE_ID_RE.fullmatch(ref) else parse_ref(ref).name
+    if engine.image_id(ref) is None:
+        raise ImageNotBuiltError(ref, build_command)
+    attrs = engine.inspect(ref)
+    image_id = str(attrs.get("Id", ""))
+    labels = dict((attrs.get("Config") or {}).get("Labels") or {})
+    reference = pinned_reference(name, image_id, list(attrs.get("RepoDigests") or []))
+    return PinnedImage(ref, reference, image_id, labels)
+
+
+# ---- the whole command --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComposeResult:
+    text: str
+    spec: ComposeSpec
+    image: PinnedImage | None
+    """None when ``--image`` was already pinned by digest (used as written, not looked up)."""
+
+
+def build_command(directory: Path, *, gpu: bool) -> str:
+    return f"reprobuild image {directory}{' --gpu' if gpu else ''}"
+
+
+def compose_project(
+    directory: Path,
+    *,
+    gpu: bool = False,
+    image: str | None = None,
+    engine: ImageLookup | None = None,
+) -> ComposeResult:
+    """The compose file for the project in ``directory`` and its built image (the default
+    tag ``reprobuild image DIR [--gpu]`` gives, or ``image``), pinned."""
+    config = load_config(directory)
+    pinned: PinnedImage | None = None
+    if image is not None and not _IMAGE_ID_RE.fullmatch(image) and parse_ref(image).digest:
+        reference = image
+    else:
+        if engine is None:
+            from reprobuild.engine import Engine
+
+            engine = Engine()
+        if image is None:
+            tag = project_tag(config, gpu=gpu)
+            pinned = pin_image(engine, tag, build_command=build_command(directory, gpu=gpu))
+        else:
+            pinned = pin_image(engine, image)
+        _check_variant(pinned, gpu=gpu)
+        reference = pinned.reference
+    spec = spec_for(config, reference, gpu=gpu, source=pinned.requested if pinned else None)
+    return ComposeResult(render(document(spec)), spec, pinned)
+
+
+def spec_for(
+    config: ProjectConfig, image: str, *, gpu: bool, source: str | None = None
+) -> ComposeSpec:
+    return ComposeSpec(
+        image=image,
+        gpu=gpu,
+        seed=config.seed,
+        determinism=config.determinism,
+        command=config.command,
+        project=config.name,
+        source=source,
+    )
+
+
+def _check_variant(image: PinnedImage, *, gpu: bool) -> None:
+    variant = image.labels.get("io.reprobuild.variant")
+    if variant is None:
+        raise ReprobuildError(
+            f"{image.requested} was not built by reprobuild (no io.reprobuild.variant label): "
+            "it has no reprobuild runtime to write run records"
+        )
+    want = variant_of(gpu)
+    if variant != want:
+        flag = "add --gpu" if variant == "gpu" else "drop --gpu"
+        raise ReprobuildError(
+            f"{image.requested} is a {variant.upper()} image but a {want.upper()} compose file "
+            f"was asked for: {flag}"
+        )
+
+
+def write_output(text: str, output: Path | None) -> None:
+    """``output`` None or ``-``: stdout. Else written atomically (a temp file, then rename):
+    a failure leaves the old file or none, never half of one."""
+    if output is None or str(output) == "-":
+        sys.stdout.write(text)
+        return
+    if output.is_dir():
+        raise OutputError(f"{output} is a directory; give a file name (e.g. {output}/compose.yml)")
+    try:
+        write_atomic(output, text)
+    except OSError as exc:
+        raise OutputError(f"cannot write {output}: {exc.strerror or exc}") from None

@@ -1,0 +1,108 @@
+"""The compose files pass the compose tool here (docker-compose 1.29: `config` validates
+against its schema and interpolates, no engine needed): every file in compose/, the golden
+files, and the ones the command writes. A broken value fails it, so the check is real."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reprobuild.compose import ComposeSpec, document, render
+
+TESTS = Path(__file__).parent.parent
+REPO = TESTS.parent
+FILES = sorted((REPO / "compose").glob("*.yml")) + sorted((TESTS / "golden").glob("compose-*.yml"))
+ID = "sha256:" + "ab" * 32
+
+
+def compose_config(
+    path: Path, env: dict[str, str] | None = None, *args: str
+) -> subprocess.CompletedProcess[str]:
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        pytest.fail("docker-compose is not installed; run `scripts/setup` (scripts/setup-engine)")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("REPRO_")}
+    return subprocess.run(
+        [tool, "-f", str(path), *args, "config"],
+        capture_output=True,
+        text=True,
+        env={**clean, **(env or {})},
+        cwd=path.parent,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_there_are_files_to_check() -> None:
+    names = {p.name for p in FILES}
+    assert {"train.yml", "train-gpu.yml", "compose-tiny-cpu.yml", "compose-tiny-gpu.yml"} <= names
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_file_validates(path: Path) -> None:
+    proc = compose_config(path, {"REPRO_IMAGE": ID})
+    assert proc.returncode == 0, proc.stderr
+    config = yaml.safe_load(proc.stdout)
+    train = config["services"]["train"]
+    assert train["image"] in (ID, yaml.safe_load(path.read_text())["services"]["train"]["image"])
+    assert train["network_mode"] == "none"
+    assert train["volumes"][0].endswith(":/data:ro")
+    # the verify runs validate too, under their profile
+    proc = compose_config(path, {"REPRO_IMAGE": ID}, "--profile", "verify")
+    assert proc.returncode == 0, proc.stderr
+    assert {"verify-a", "verify-b"} <= set(yaml.safe_load(proc.stdout)["services"])
+
+
+def test_shell_overrides_reach_the_run(tmp_path: Path) -> None:
+    path = tmp_path / "compose.yml"
+    path.write_text(render(document(ComposeSpec(ID, seed=7, determinism="warn"))))
+    proc = compose_config(path, {"REPRO_SEED": "42", "REPRO_DATA": "/srv/data"})
+    assert proc.returncode == 0, proc.stderr
+    train = yaml.safe_load(proc.stdout)["services"]["train"]
+    assert train["environment"]["REPRO_SEED"] == "42"
+    assert train["environment"]["REPRO_DETERMINISM"] == "warn"
+    assert "/srv/data:/data:ro" in train["volumes"]
+
+
+def test_literal_dollars_survive_interpolation(tmp_path: Path) -> None:
+    path = tmp_path / "compose.yml"
+    words = ("python", "-c", "print('$HOME ${X:?boom}')")
+    path.write_text(render(document(ComposeSpec(ID, command=words))))
+    proc = compose_config(path)
+    assert proc.returncode == 0, proc.stderr
+    # docker-compose 1.29 prints the file back with `$` still escaped as `$$`
+    command = yaml.safe_load(proc.stdout)["services"]["train"]["command"]
+    assert [w.replace("$$", "$") for w in command] == list(words)
+
+
+@pytest.mark.parametrize("name", ["train.yml", "train-gpu.yml"])
+def test_static_files_need_the_image_variable(name: str) -> None:
+    proc = compose_config(REPO / "compose" / name)
+    assert proc.returncode != 0
+    assert "set REPRO_IMAGE to the image reprobuild built" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "complaint"),
+    [
+        ("network_mode: none", "network_mode: [none]", "network_mode"),
+        ("capabilities:\n            - gpu", "capabilities: gpu", "capabilities"),
+        ("shm_size: 1gb", "shm_size: {a: 1}", "shm_size"),
+        ("condition: service_completed_successfully", "condition: done", "condition"),
+    ],
+)
+def test_a_broken_value_fails_validation(
+    tmp_path: Path, old: str, new: str, complaint: str
+) -> None:
+    text = render(document(ComposeSpec(ID, gpu=True)))
+    assert old in text
+    path = tmp_path / "compose.yml"
+    path.write_text(text.replace(old, new, 1))
+    proc = compose_config(path)
+    assert proc.returncode != 0, proc.stdout
+    assert complaint in proc.stderr
