@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reprobuild import __version__
 from reprobuild.catalog import Catalog, is_catalog_name, load_catalog, resolve_base
-from reprobuild.config import ProjectConfig, load_config
+from reprobuild.config import ProjectConfig, load_config, select_variant
 from reprobuild.errors import ConfigError, ReprobuildError
 from reprobuild.lockfile import load_lock
 from reprobuild.refs import parse_pinned
@@ -31,8 +31,11 @@ def make_spec(
     online: bool = False,
     ca_cert: Path | None = None,
     catalog: Catalog | None = None,
+    variant_name: str | None = None,
 ) -> tuple[ProjectConfig, RenderSpec]:
     config = load_config(directory)
+    if variant_name is not None:
+        config, gpu = select_variant(config, variant_name, gpu=gpu)
     variant = variant_of(gpu)
     lock_path = config.gpu_lock if gpu else config.lock
     if lock_path is None:
