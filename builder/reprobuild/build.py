@@ -38,8 +38,10 @@ class ImageResult:
         return {"image": self.image, "id": self.id, "manifest": self.manifest.to_dict()}
 
 
-def default_tag(spec: RenderSpec) -> str:
-    return plan.default_tag(spec.name, spec.variant, spec.lock.sha256)
+def default_tag(spec: RenderSpec, variant_name: str | None = None) -> str:
+    """``NAME:<variant>-<12 hex of the lock's sha256>``; the variant is cpu|gpu without
+    --variant, as `reprobuild matrix` lists it."""
+    return plan.default_tag(spec.name, variant_name or spec.variant, spec.lock.sha256)
 
 
 def normalize_tag(tag: str) -> str:
@@ -149,11 +151,18 @@ def build_image(
     no_cache: bool = False,
     engine: Engine | None = None,
     log: Log = lambda _: None,
+    variant: str | None = None,
 ) -> ImageResult:
     _config, spec = make_spec(
-        directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, log=log
+        directory,
+        gpu=gpu,
+        base=base,
+        online=online,
+        ca_cert=ca_cert,
+        variant_name=variant,
+        log=log,
     )
-    final = normalize_tag(tag) if tag else default_tag(spec)
+    final = normalize_tag(tag) if tag else default_tag(spec, variant)
     engine = engine or Engine()
     engine.ensure_base(spec.base, log)
     spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec))

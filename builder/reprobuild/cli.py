@@ -39,6 +39,12 @@ def _directory(parser: argparse.ArgumentParser) -> None:
 
 
 def _variant_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="a variant from the project's matrix: (its lock, base, CPU or GPU); "
+        "list them with `reprobuild matrix`",
+    )
     parser.add_argument("--gpu", action="store_true", help="the GPU variant (gpu_lock on base.gpu)")
     parser.add_argument(
         "--base", metavar="REF@DIGEST", help="use this digest-pinned base instead of the project's"
@@ -76,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         type=Path,
         metavar="OUT",
-        help="output directory (default: DIR/.reprobuild/context-cpu|gpu)",
+        help="output directory (default: DIR/.reprobuild/context-<cpu|gpu|VARIANT>)",
     )
 
     image = sub.add_parser("image", help="render, build, stamp and tag the image")
@@ -85,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument(
         "--tag",
         metavar="NAME[:TAG]",
-        help="image tag (default: NAME:cpu-<first 12 hex of the lock's sha256>)",
+        help="image tag (default: NAME:<cpu|gpu|VARIANT>-<first 12 hex of the lock's sha256>)",
     )
     image.add_argument(
         "--builder",
@@ -96,6 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument("--no-cache", action="store_true", help="build without the engine's cache")
     image.add_argument("-q", "--quiet", action="store_true", help="do not stream the build log")
     _json_flag(image)
+
+    matrix = sub.add_parser(
+        "matrix",
+        help="print the project's variants as a CI build matrix (JSON)",
+        description="Print every variant of the project (its matrix:, else cpu and gpu) with "
+        "its runner labels, lock and default tag. --format github: one line "
+        '{"include": [...]}, for $GITHUB_OUTPUT and fromJSON; json: indented.',
+    )
+    _directory(matrix)
+    matrix.add_argument(
+        "--format",
+        choices=("github", "json"),
+        default="json",
+        help="github: one compact line; json: indented (default)",
+    )
 
     inspect = sub.add_parser("inspect", help="print an image's manifest")
     inspect.add_argument("image", help="image reference or ID")
@@ -309,9 +330,10 @@ def cmd_render(args: argparse.Namespace) -> int:
         online=args.online,
         ca_cert=args.ca_cert,
         log=_err,
+        variant_name=args.variant,
     )
     spec = _with_local_base_entrypoint(spec)
-    out = args.output or config.root / ".reprobuild" / f"context-{spec.variant}"
+    out = args.output or config.root / ".reprobuild" / f"context-{args.variant or spec.variant}"
     write_context(render_context(spec), out, epoch=spec.epoch)
     print(out)
     return 0
@@ -356,11 +378,20 @@ def cmd_image(args: argparse.Namespace) -> int:
         builder=args.builder,
         no_cache=args.no_cache,
         log=log,
+        variant=args.variant,
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
         print(result.image)
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from reprobuild.config import load_config
+    from reprobuild.matrix import dumps, matrix
+
+    print(dumps(matrix(load_config(args.directory)), args.format))
     return 0
 
 
@@ -455,7 +486,10 @@ def cmd_bases(args: argparse.Namespace) -> int:
 
     config = load_config(args.directory)
     catalog = load_catalog()
-    used = {v: n for v, n in (("cpu", config.base_cpu), ("gpu", config.base_gpu)) if n}
+    used = {v.name: v.base for v in config.variants if v.base}  # matrix variants included
+    for key, value in (("base.cpu", config.base_cpu), ("base.gpu", config.base_gpu)):
+        if value and value not in used.values():
+            used[key] = value
     names = sorted({n for n in used.values() if is_catalog_name(n)})
     if args.update is not None:
         unknown = sorted(set(args.update) - set(names))
@@ -468,7 +502,7 @@ def cmd_bases(args: argparse.Namespace) -> int:
             _err(f"{name}: {old or '(not locked)'} -> {new}")
     lock = baselock.load_base_lock(config.root)
     rows = []
-    for variant, name in sorted(used.items()):
+    for variant, name in used.items():
         locked = lock.bases.get(name)
         entry = catalog.entries.get(name)
         rows.append(
@@ -487,7 +521,7 @@ def cmd_bases(args: argparse.Namespace) -> int:
         return 0
     for row in rows:
         pinned = row["locked"] or row["catalog"] or row["base"]
-        print(f"{row['variant']:<4} {row['base']}  {row['status']}  {pinned}")
+        print(f"{row['variant']}  {row['base']}  {row['status']}  {pinned}")
     return 0
 
 
@@ -549,6 +583,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
 COMMANDS = {
     "render": cmd_render,
     "image": cmd_image,
+    "matrix": cmd_matrix,
     "inspect": cmd_inspect,
     "resolve": cmd_resolve,
     "bases": cmd_bases,

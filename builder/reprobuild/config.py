@@ -4,19 +4,36 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import yaml
 
-from reprobuild.errors import ConfigError
+from reprobuild.errors import ConfigError, ReprobuildError
 
 CONFIG_NAME = "reprobuild.yaml"
 Mode = Literal["strict", "warn", "off"]
 MODES: tuple[Mode, ...] = ("strict", "warn", "off")
-KEYS = ("name", "lock", "gpu_lock", "base", "seed", "determinism", "include", "command", "apt")
+KEYS = (
+    "name",
+    "lock",
+    "gpu_lock",
+    "base",
+    "seed",
+    "determinism",
+    "include",
+    "command",
+    "apt",
+    "matrix",
+)
 BASE_KEYS = ("cpu", "gpu")
+VARIANT_KEYS = ("name", "gpu", "lock", "base", "runner")
+# Where a variant's CI job runs when its `runner` is not given: GitHub-hosted Ubuntu for CPU,
+# a self-hosted runner carrying a `gpu` label for GPU (`runs-on` needs every label to match).
+DEFAULT_RUNNER_CPU: tuple[str, ...] = ("ubuntu-24.04",)
+DEFAULT_RUNNER_GPU: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
+VARIANT_NAME_MAX = 32
 
 # Docker repository path: lowercase components separated by '/', each [a-z0-9] with . _ __ - inside.
 _NAME_RE = re.compile(
@@ -27,6 +44,25 @@ _APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+=(?:[0-9]+:)?[A-Za-z0-9.+~-]+(?:-[A-
 # Paths and command words reach COPY/CMD lines: printable, no control characters.
 _SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9._+@%=,-][A-Za-z0-9._+@%=, /-]*$")
 SEED_MAX = 2**32 - 1
+# A variant name becomes part of an image tag (NAME:<variant>-<12 hex>) and a CI job name.
+_VARIANT_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# A runs-on label: what GitHub runner labels are made of, nothing a shell or YAML would read.
+_RUNNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One image a project builds: a lock on a base, CPU or GPU, and where CI builds it."""
+
+    name: str
+    gpu: bool
+    lock: Path
+    base: str | None
+    runner: tuple[str, ...]
+
+    @property
+    def kind(self) -> Literal["cpu", "gpu"]:
+        return "gpu" if self.gpu else "cpu"
 
 
 @dataclass(frozen=True)
@@ -44,10 +80,58 @@ class ProjectConfig:
     include: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
     apt: tuple[str, ...] = field(default_factory=tuple)
+    # The `matrix:` as written; empty when the file has none (see `variants`).
+    matrix: tuple[Variant, ...] = ()
 
     @property
     def config_path(self) -> Path:
         return self.root / CONFIG_NAME
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """The images this project builds: its `matrix:`, else the implicit ones, `cpu`
+        (when base.cpu is set) and `gpu` (when gpu_lock and base.gpu are both set)."""
+        if self.matrix:
+            return self.matrix
+        implicit: list[Variant] = []
+        if self.base_cpu:
+            implicit.append(Variant("cpu", False, self.lock, self.base_cpu, DEFAULT_RUNNER_CPU))
+        if self.gpu_lock is not None and self.base_gpu:
+            implicit.append(Variant("gpu", True, self.gpu_lock, self.base_gpu, DEFAULT_RUNNER_GPU))
+        return tuple(implicit)
+
+    def variant(self, name: str) -> Variant:
+        """The variant called ``name``; ConfigError listing the known ones otherwise."""
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        known = ", ".join(v.name for v in self.variants) or "(none)"
+        raise ConfigError(
+            self.config_path,
+            f"no variant {name!r}; known variants: {known}",
+            hint="list them with `reprobuild matrix`; add one under `matrix:`",
+        )
+
+    def for_variant(self, variant: Variant) -> ProjectConfig:
+        """This config with the variant's lock and base in the slots a CPU or GPU build
+        reads (lock/base_cpu, or gpu_lock/base_gpu)."""
+        if variant.gpu:
+            return replace(self, gpu_lock=variant.lock, base_gpu=variant.base)
+        return replace(self, lock=variant.lock, base_cpu=variant.base)
+
+
+def select_variant(
+    config: ProjectConfig, name: str, *, gpu: bool = False
+) -> tuple[ProjectConfig, bool]:
+    """The config with variant ``name``'s lock and base applied, and whether it is a GPU
+    build. ``gpu=True`` (from --gpu) must agree with the variant."""
+    chosen = config.variant(name)
+    if gpu and not chosen.gpu:
+        raise ReprobuildError(
+            f"--gpu conflicts with --variant {name}, a CPU variant",
+            hint="drop --gpu: the variant says whether it is a GPU build",
+        )
+    return config.for_variant(chosen), chosen.gpu
 
 
 def load_config(directory: Path) -> ProjectConfig:
@@ -126,6 +210,12 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
             raise ConfigError(
                 path, f"apt entry {item!r} must be 'package=version' (pinned; no spaces or shell)"
             )
+    matrix = _matrix(
+        root,
+        path,
+        data.get("matrix"),
+        defaults={False: (lock, base.get("cpu")), True: (gpu_lock, base.get("gpu"))},
+    )
     return ProjectConfig(
         root=root,
         name=name,
@@ -138,7 +228,97 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
         include=include,
         command=command,
         apt=tuple(apt),
+        matrix=matrix,
     )
+
+
+def _matrix(
+    root: Path,
+    path: Path,
+    value: object,
+    *,
+    defaults: dict[bool, tuple[Path | None, str | None]],
+) -> tuple[Variant, ...]:
+    """The `matrix:` list. ``defaults`` maps gpu -> (lock, base) a variant inherits."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise ConfigError(
+            path, "matrix must be a non-empty list of variants, each a mapping with a name"
+        )
+    variants: list[Variant] = []
+    for index, item in enumerate(value):
+        variant = _variant(root, path, index, item, defaults)
+        if any(v.name == variant.name for v in variants):
+            raise ConfigError(path, f"matrix variant {variant.name!r} is listed twice")
+        variants.append(variant)
+    return tuple(variants)
+
+
+def _variant(
+    root: Path,
+    path: Path,
+    index: int,
+    item: object,
+    defaults: dict[bool, tuple[Path | None, str | None]],
+) -> Variant:
+    where = f"matrix[{index}]"
+    if not isinstance(item, dict):
+        raise ConfigError(path, f"{where} must be a mapping with a name (got {item!r})")
+    name = item.get("name")
+    if not isinstance(name, str) or not _VARIANT_RE.fullmatch(name) or len(name) > VARIANT_NAME_MAX:
+        raise ConfigError(
+            path,
+            f"{where}: name {name!r} is not a valid variant name: lowercase letters and digits, "
+            f"then also . _ - (at most {VARIANT_NAME_MAX} characters; it becomes part of a tag)",
+        )
+    where = f"matrix variant {name!r}"
+    unknown = [str(k) for k in item if k not in VARIANT_KEYS]
+    if unknown:
+        raise ConfigError(
+            path, f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(VARIANT_KEYS)}"
+        )
+    gpu = item.get("gpu", False)
+    if not isinstance(gpu, bool):
+        raise ConfigError(path, f"{where}: gpu {gpu!r} must be true or false")
+    default_lock, default_base = defaults[gpu]
+    kind = "gpu" if gpu else "cpu"
+    lock = _lock_path(root, path, f"{where}: lock", item.get("lock"), required=False)
+    if lock is None:
+        lock = default_lock
+    if lock is None:
+        raise ConfigError(
+            path, f"{where}: no lock: give the variant a lock, or set the top-level gpu_lock"
+        )
+    base = item.get("base", default_base)
+    if base is None:
+        raise ConfigError(path, f"{where}: no base: give the variant a base, or set base.{kind}")
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(
+            path, f"{where}: base {base!r} must be a catalog name or NAME@sha256:<64 hex>"
+        )
+    runner = _runner(path, where, item.get("runner"), gpu)
+    return Variant(name=name, gpu=gpu, lock=lock, base=base, runner=runner)
+
+
+def _runner(path: Path, where: str, value: object, gpu: bool) -> tuple[str, ...]:
+    if value is None:
+        return DEFAULT_RUNNER_GPU if gpu else DEFAULT_RUNNER_CPU
+    labels = [value] if isinstance(value, str) else value
+    if not isinstance(labels, list) or not labels or not all(isinstance(v, str) for v in labels):
+        raise ConfigError(
+            path, f"{where}: runner must be a runner label or a non-empty list of labels"
+        )
+    for label in labels:
+        if not _RUNNER_RE.fullmatch(label):
+            raise ConfigError(
+                path,
+                f"{where}: runner label {label!r} must be letters, digits and . _ - "
+                "(e.g. ubuntu-24.04, or [self-hosted, linux, x64, gpu])",
+            )
+    if len(set(labels)) != len(labels):
+        raise ConfigError(path, f"{where}: runner lists a label twice: {labels!r}")
+    return tuple(labels)
 
 
 def _inside(root: Path, path: Path, key: str, value: str) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 from reprobuild import __version__
 from reprobuild.baselock import pin
 from reprobuild.catalog import Catalog, is_catalog_name, load_catalog
-from reprobuild.config import ProjectConfig, load_config
+from reprobuild.config import ProjectConfig, load_config, select_variant
 from reprobuild.errors import ConfigError, ReprobuildError
 from reprobuild.lockfile import load_lock
 from reprobuild.refs import parse_pinned
@@ -35,9 +35,11 @@ def lock_path_for(config: ProjectConfig, *, gpu: bool) -> Path:
     return lock_path
 
 
-def default_tag(name: str, variant: Variant, lock_sha256: str) -> str:
+def default_tag(name: str, variant: str, lock_sha256: str) -> str:
     """The tag ``reprobuild image`` gives when no ``--tag`` is given:
-    ``NAME:<variant>-<first 12 hex of the lock's sha256>``."""
+    ``NAME:<variant>-<first 12 hex of the lock's sha256>``, the variant being cpu|gpu, or
+    the matrix variant's name with ``--variant``. Distinct per variant even when two
+    variants share a lock."""
     return f"{name}:{variant}-{lock_sha256[:12]}"
 
 
@@ -58,10 +60,13 @@ def make_spec(
     catalog: Catalog | None = None,
     record_base: bool = True,
     log: Callable[[str], None] = lambda _: None,
+    variant_name: str | None = None,
 ) -> tuple[ProjectConfig, RenderSpec]:
     """Everything a render needs. A catalog base resolves through the project's base lock
     (recorded there on first use unless ``record_base`` is false); notes go to ``log``."""
     config = load_config(directory)
+    if variant_name is not None:
+        config, gpu = select_variant(config, variant_name, gpu=gpu)
     variant = variant_of(gpu)
     lock_path = lock_path_for(config, gpu=gpu)
     base_value = base or (config.base_gpu if gpu else config.base_cpu)

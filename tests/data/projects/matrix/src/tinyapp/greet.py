@@ -1,0 +1,2 @@
+def greeting() -> str:
+    return "hello from tiny"
