@@ -206,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu", action="store_true", help="the GPU image; reserve all GPUs for every run"
     )
     compose.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="the image of this variant of the project's matrix (see `reprobuild matrix`)",
+    )
+    compose.add_argument(
         "--image",
         metavar="REF",
         help="this image (tag, ID, or NAME@sha256:...) instead of the project's default tag",
@@ -573,7 +578,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_compose(args: argparse.Namespace) -> int:
     from reprobuild.compose import compose_project, write_output
 
-    result = compose_project(args.directory, gpu=args.gpu, image=args.image)
+    result = compose_project(args.directory, gpu=args.gpu, image=args.image, variant=args.variant)
     write_output(result.text, args.output)
     if args.output is not None and str(args.output) != "-":
         print(args.output)

@@ -386,7 +386,9 @@ class ComposeResult:
     """None when ``--image`` was already pinned by digest (used as written, not looked up)."""
 
 
-def build_command(directory: Path, *, gpu: bool) -> str:
+def build_command(directory: Path, *, gpu: bool, variant: str | None = None) -> str:
+    if variant is not None:
+        return f"reprobuild image {directory} --variant {variant}"
     return f"reprobuild image {directory}{' --gpu' if gpu else ''}"
 
 
@@ -396,10 +398,13 @@ def compose_project(
     gpu: bool = False,
     image: str | None = None,
     engine: ImageLookup | None = None,
+    variant: str | None = None,
 ) -> ComposeResult:
     """The compose file for the project in ``directory`` and its built image (the default
-    tag ``reprobuild image DIR [--gpu]`` gives, or ``image``), pinned."""
+    tag ``reprobuild image DIR [--gpu | --variant NAME]`` gives, or ``image``), pinned."""
     config = load_config(directory)
+    if variant is not None:
+        gpu = config.variant(variant).gpu or gpu
     pinned: PinnedImage | None = None
     if image is not None and not _IMAGE_ID_RE.fullmatch(image) and parse_ref(image).digest:
         reference = image
@@ -409,8 +414,10 @@ def compose_project(
 
             engine = Engine()
         if image is None:
-            tag = project_tag(config, gpu=gpu)
-            pinned = pin_image(engine, tag, build_command=build_command(directory, gpu=gpu))
+            tag = project_tag(config, gpu=gpu, variant_name=variant)
+            pinned = pin_image(
+                engine, tag, build_command=build_command(directory, gpu=gpu, variant=variant)
+            )
         else:
             pinned = pin_image(engine, image)
         _check_variant(pinned, gpu=gpu)

@@ -43,11 +43,13 @@ def default_tag(name: str, variant: str, lock_sha256: str) -> str:
     return f"{name}:{variant}-{lock_sha256[:12]}"
 
 
-def project_tag(config: ProjectConfig, *, gpu: bool) -> str:
+def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = None) -> str:
     """The default tag of a project's image, from its config and lock alone (no base, no
-    engine): what ``reprobuild image DIR [--gpu]`` tags its build with."""
+    engine): what ``reprobuild image DIR [--gpu | --variant NAME]`` tags its build with."""
+    if variant_name is not None:
+        config, gpu = select_variant(config, variant_name, gpu=gpu)
     lock = load_lock(lock_path_for(config, gpu=gpu))
-    return default_tag(config.name, variant_of(gpu), lock.sha256)
+    return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256)
 
 
 def make_spec(

@@ -378,3 +378,32 @@ def test_compose_file_matches_golden(path: Path) -> None:
         path.write_text(text)
     assert path.is_file(), f"missing golden file {path}; run with REPROBUILD_UPDATE_GOLDEN=1"
     assert text == path.read_text()
+
+
+def test_variant_selects_the_matrix_image_and_its_kind() -> None:
+    """--variant NAME looks up the tag `reprobuild image --variant NAME` gives; a GPU variant
+    gets the GPU reservation without --gpu."""
+    from reprobuild.build import default_tag
+    from reprobuild.lockfile import load_lock
+
+    matrix = TINY.parent / "matrix"
+    six = (
+        f"reprobuild-test/matrix:cpu-six-{load_lock(matrix / 'requirements-six.lock').sha256[:12]}"
+    )
+    _, spec = make_spec(matrix, variant_name="cpu-six")
+    assert default_tag(spec, "cpu-six") == six
+    engine = FakeEngine({six: attrs()})
+    compose_project(matrix, variant="cpu-six", engine=engine)
+    assert engine.asked == [six]
+
+    gpu_sha = load_lock(matrix / "requirements-gpu.lock").sha256
+    gpu_tag = f"reprobuild-test/matrix:gpu-25.10-{gpu_sha[:12]}"
+    result = compose_project(
+        matrix, variant="gpu-25.10", engine=FakeEngine({gpu_tag: attrs(variant="gpu")})
+    )
+    train = load(result.text)["services"]["train"]
+    assert train["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    with pytest.raises(ImageNotBuiltError, match=r"--variant gpu-25\.10"):
+        compose_project(matrix, variant="gpu-25.10", engine=FakeEngine({}))
+    with pytest.raises(ConfigError, match="no variant 'nope'"):
+        compose_project(matrix, variant="nope", engine=FakeEngine({}))
