@@ -72,7 +72,7 @@ CASES: dict[str, Case] = {
     ),
     "base-bare-tag": Case(
         yaml_replace("cpu: python-3.11-slim-bookworm", "cpu: python:3.11-slim"),
-        "base image 'python:3.11-slim' is not pinned by digest",
+        "base.cpu 'python:3.11-slim' is not pinned by digest",
         with_base=False,
     ),
     "base-unknown-catalog-name": Case(
