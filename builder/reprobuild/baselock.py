@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from reprobuild import __version__
 from reprobuild.catalog import BaseEntry, Catalog, is_catalog_name
+from reprobuild.config import ProjectConfig
 from reprobuild.errors import CatalogError, ImageRefError
 from reprobuild.fsutil import write_atomic
 from reprobuild.refs import ImageRef, parse_pinned
@@ -27,6 +28,7 @@ from reprobuild.refs import ImageRef, parse_pinned
 LOCK_NAME = "reprobuild.bases.lock"
 SCHEMA_VERSION = 1
 Status = Literal["locked", "catalog-differs", "not-in-catalog", "unlocked"]
+UseStatus = Status | Literal["pinned-in-config"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,26 @@ class BaseLock:
             "bases": {name: self.bases[name].to_dict() for name in sorted(self.bases)},
         }
         return json.dumps(doc, indent=2) + "\n"
+
+
+@dataclass(frozen=True)
+class BaseUse:
+    """One base a project builds on, as `reprobuild bases` lists it."""
+
+    variant: str  # a variant's name, or base.cpu / base.gpu when no variant builds on it
+    base: str  # as reprobuild.yaml writes it: a catalog name or NAME@sha256:...
+    status: UseStatus
+    locked: str | None
+    catalog: str | None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {
+            "variant": self.variant,
+            "base": self.base,
+            "status": self.status,
+            "locked": self.locked,
+            "catalog": self.catalog,
+        }
 
 
 def lock_path(root: Path) -> Path:
@@ -183,6 +205,49 @@ def pin(
         f"{name}: recorded {fresh.ref.by_digest()} in {lock_path(root)}; commit it so this "
         "project keeps this base"
     )
+
+
+def _uses(config: ProjectConfig) -> dict[str, str]:
+    """Variant (or base.cpu / base.gpu) -> the base it names, matrix variants included."""
+    used = {v.name: v.base for v in config.variants if v.base}
+    for key, value in (("base.cpu", config.base_cpu), ("base.gpu", config.base_gpu)):
+        if value and value not in used.values():
+            used[key] = value
+    return used
+
+
+def project_bases(config: ProjectConfig, catalog: Catalog) -> list[BaseUse]:
+    """Every base the project builds on, with its lock status."""
+    lock = load_base_lock(config.root)
+    out: list[BaseUse] = []
+    for variant, name in _uses(config).items():
+        locked = lock.bases.get(name)
+        entry = catalog.entries.get(name)
+        out.append(
+            BaseUse(
+                variant=variant,
+                base=name,
+                status=status(name, lock, catalog) if is_catalog_name(name) else "pinned-in-config",
+                locked=str(locked.ref) if locked else None,
+                catalog=str(entry.ref) if entry else None,
+            )
+        )
+    return out
+
+
+def update_project(
+    config: ProjectConfig, names: list[str], catalog: Catalog
+) -> list[tuple[str, str | None, str]]:
+    """Re-pin ``names`` (every catalog base the project uses, when empty); a name the
+    project does not use is refused before anything is written."""
+    used = sorted({n for n in _uses(config).values() if is_catalog_name(n)})
+    unknown = sorted(set(names) - set(used))
+    if unknown:
+        raise CatalogError(
+            f"{unknown[0]!r} is not a catalog base this project uses; "
+            f"it uses: {', '.join(used) or '(none)'}"
+        )
+    return update(config.root, names or used, catalog)
 
 
 def update(root: Path, names: list[str], catalog: Catalog) -> list[tuple[str, str | None, str]]:

@@ -214,10 +214,3 @@ def write_catalog(path: Path, catalog: Catalog) -> None:
 
 def is_catalog_name(value: str) -> bool:
     return "/" not in value and ":" not in value and "@" not in value
-
-
-def resolve_base(value: str, catalog: Catalog) -> ImageRef:
-    """A project's base value: a catalog name, or a full reference pinned by digest."""
-    if is_catalog_name(value):
-        return catalog.get(value).ref
-    return parse_pinned(value)

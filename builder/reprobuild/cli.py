@@ -446,81 +446,40 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 def _refresh(args: argparse.Namespace) -> int:
-    from reprobuild.catalog import load_catalog, write_catalog
-    from reprobuild.errors import CatalogError
-    from reprobuild.refresh import changes, refreshed_entry
+    from reprobuild.refresh import refresh_catalog
     from reprobuild.registry import RegistryClient
 
-    path: Path = args.catalog
-    if not path.is_file():
-        raise CatalogError(
-            f"{path}: no such catalog file",
-            hint="run from the repository root or give --catalog FILE (the catalog inside the "
-            "installed package is read-only)",
-        )
-    catalog = load_catalog(path)
-    old = catalog.get(args.refresh)
     with RegistryClient() as client:
-        new = refreshed_entry(old, client)
-    found = changes(old, new)
-    if not args.dry_run:
-        write_catalog(path, catalog.with_entry(new))
+        done = refresh_catalog(args.catalog, args.refresh, client, dry_run=args.dry_run)
     if args.json:
         doc = {
-            "name": new.name,
-            "written": not args.dry_run,
-            "changes": [{"field": c.field, "old": c.old, "new": c.new} for c in found],
-            "entry": new.to_dict(),
+            "name": done.entry.name,
+            "written": done.written,
+            "changes": [{"field": c.field, "old": c.old, "new": c.new} for c in done.changes],
+            "entry": done.entry.to_dict(),
         }
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
-    verb = "would change" if args.dry_run else "changed"
-    print(f"{new.name}: {new.ref}")
-    for change in found:
+    verb = "changed" if done.written else "would change"
+    print(f"{done.entry.name}: {done.entry.ref}")
+    for change in done.changes:
         print(f"  {verb} {change.line()}")
-    if not found:
+    if not done.changes:
         print("  unchanged: the catalog already matches the registry")
     return 0
 
 
 def cmd_bases(args: argparse.Namespace) -> int:
     from reprobuild import baselock
-    from reprobuild.catalog import is_catalog_name, load_catalog
+    from reprobuild.catalog import load_catalog
     from reprobuild.config import load_config
-    from reprobuild.errors import CatalogError
 
     config = load_config(args.directory)
     catalog = load_catalog()
-    used = {v.name: v.base for v in config.variants if v.base}  # matrix variants included
-    for key, value in (("base.cpu", config.base_cpu), ("base.gpu", config.base_gpu)):
-        if value and value not in used.values():
-            used[key] = value
-    names = sorted({n for n in used.values() if is_catalog_name(n)})
     if args.update is not None:
-        unknown = sorted(set(args.update) - set(names))
-        if unknown:
-            raise CatalogError(
-                f"{unknown[0]!r} is not a catalog base this project uses; "
-                f"it uses: {', '.join(names) or '(none)'}"
-            )
-        for name, old, new in baselock.update(config.root, args.update or names, catalog):
+        for name, old, new in baselock.update_project(config, args.update, catalog):
             _err(f"{name}: {old or '(not locked)'} -> {new}")
-    lock = baselock.load_base_lock(config.root)
-    rows = []
-    for variant, name in used.items():
-        locked = lock.bases.get(name)
-        entry = catalog.entries.get(name)
-        rows.append(
-            {
-                "variant": variant,
-                "base": name,
-                "status": baselock.status(name, lock, catalog)
-                if is_catalog_name(name)
-                else "pinned-in-config",
-                "locked": str(locked.ref) if locked else None,
-                "catalog": str(entry.ref) if entry else None,
-            }
-        )
+    rows = [use.to_dict() for use in baselock.project_bases(config, catalog)]
     if args.json:
         print(json.dumps({"lock": str(baselock.lock_path(config.root)), "bases": rows}, indent=2))
         return 0

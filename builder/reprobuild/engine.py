@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import docker
 import docker.errors
+import docker.types
 
 from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
 from reprobuild.refs import ImageRef
@@ -239,8 +240,6 @@ class Engine:
     ) -> StreamingContainer:
         """Create and start a container (``what`` names it in errors), its output to be read
         as it streams; the caller closes it (which removes it)."""
-        import docker.types
-
         mounts = [
             docker.types.Mount(b.container, str(b.host), type="bind", read_only=b.read_only)
             for b in binds

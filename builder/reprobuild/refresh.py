@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from reprobuild import stack as stacklib
-from reprobuild.catalog import BaseEntry, Fact, fact_keys
+from reprobuild.catalog import BaseEntry, Fact, fact_keys, load_catalog, write_catalog
+from reprobuild.errors import CatalogError
 from reprobuild.refs import ImageRef
 from reprobuild.registry import Resolved
 from reprobuild_entrypoint.drivercheck import required_driver
@@ -41,6 +43,30 @@ class Change:
 
     def line(self) -> str:
         return f"{self.field}: {self.old or '(none)'} -> {self.new or '(none)'}"
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    entry: BaseEntry
+    changes: list[Change]
+    written: bool
+
+
+def refresh_catalog(path: Path, name: str, client: Registry, *, dry_run: bool) -> Refreshed:
+    """Refresh entry ``name`` of the catalog file ``path``; rewrite the file (atomically)
+    unless ``dry_run``. A failure leaves the file as it was."""
+    if not path.is_file():
+        raise CatalogError(
+            f"{path}: no such catalog file",
+            hint="run from the repository root or give --catalog FILE (the catalog inside the "
+            "installed package is read-only)",
+        )
+    catalog = load_catalog(path)
+    old = catalog.get(name)
+    new = refreshed_entry(old, client)
+    if not dry_run:
+        write_catalog(path, catalog.with_entry(new))
+    return Refreshed(new, changes(old, new), written=not dry_run)
 
 
 def tag_ref(ref: ImageRef) -> ImageRef:

@@ -1,4 +1,4 @@
-"""The base-image catalog: the shipped file, every refusal of parse_catalog, resolve_base."""
+"""The base-image catalog: the shipped file, every refusal of parse_catalog, catalog names."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from reprobuild.catalog import (
     default_catalog_text,
     dump_catalog,
     fact_keys,
+    is_catalog_name,
     load_catalog,
     parse_catalog,
-    resolve_base,
     schema,
     write_catalog,
 )
 from reprobuild.errors import CatalogError, ImageRefError
-from reprobuild.refs import parse_ref
+from reprobuild.refs import parse_pinned, parse_ref
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
@@ -345,7 +345,9 @@ def test_load_catalog_wrong_schema_names_the_file(tmp_path: Path) -> None:
         load_catalog(path)
 
 
-# --------------------------------------------------------------------------- resolve_base
+# ------------------------------------------------- a project's base: catalog name or pinned ref
+# (plan.make_spec resolves a catalog name through the project's base lock, see
+# test_baselock.py; anything else must be a full reference pinned by digest)
 
 
 @pytest.fixture
@@ -353,13 +355,14 @@ def catalog() -> Catalog:
     return parse_catalog(doc(), "t")
 
 
-def test_resolve_base_catalog_name(catalog: Catalog) -> None:
-    assert resolve_base("py", catalog) == parse_ref(f"python:3.11-slim@{DIGEST}")
+def test_catalog_name(catalog: Catalog) -> None:
+    assert is_catalog_name("py")
+    assert catalog.get("py").ref == parse_ref(f"python:3.11-slim@{DIGEST}")
 
 
-def test_resolve_base_unknown_name_lists_known(catalog: Catalog) -> None:
+def test_unknown_name_lists_known(catalog: Catalog) -> None:
     with pytest.raises(CatalogError, match="no base named 'nope' in the catalog; known: py") as e:
-        resolve_base("nope", catalog)
+        catalog.get("nope")
     assert e.value.hint is not None
     assert "NAME@sha256" in e.value.hint
 
@@ -373,19 +376,22 @@ def test_resolve_base_unknown_name_lists_known(catalog: Catalog) -> None:
         f"ghcr.io/org/img:1@{DIGEST}",
     ],
 )
-def test_resolve_base_full_ref(catalog: Catalog, value: str) -> None:
-    assert resolve_base(value, catalog) == parse_ref(value)
+def test_full_ref_is_not_a_catalog_name(value: str) -> None:
+    assert not is_catalog_name(value)
+    assert parse_pinned(value) == parse_ref(value)
 
 
 @pytest.mark.parametrize("value", ["python:3.11", "org/img", "localhost:5000/img"])
-def test_resolve_base_bare_tag_refused(catalog: Catalog, value: str) -> None:
+def test_bare_tag_refused(value: str) -> None:
+    assert not is_catalog_name(value)
     with pytest.raises(ImageRefError, match="is not pinned by digest") as info:
-        resolve_base(value, catalog)
+        parse_pinned(value)
     assert info.value.hint is not None
     assert f"reprobuild resolve {value}" in info.value.hint
 
 
-def test_resolve_base_shipped_name() -> None:
+def test_shipped_names() -> None:
     shipped = load_catalog()
     for name, entry in shipped.entries.items():
-        assert resolve_base(name, shipped) == entry.ref
+        assert is_catalog_name(name)
+        assert shipped.get(name).ref == entry.ref
