@@ -85,14 +85,11 @@ def refreshed_entry(entry: BaseEntry, client: Registry, *, today: str | None = N
     where = f"{resolved.ref.registry}/{resolved.ref.repository}@{resolved.ref.digest}"
 
     read: dict[str, Fact] = {}
-    declared = stacklib.declared(env, labels)
+    declared = stacklib.declared_with_origin(env, labels)
     for key in fact_keys():
         if key in declared:
-            origin = next(
-                (f"ENV {n}" for n, k in stacklib.DECLARED_ENV.items() if k == key and env.get(n)),
-                "its labels",
-            )
-            read[key] = Fact(declared[key], f"image config of {where} ({origin}), read {date}")
+            value, origin = declared[key]
+            read[key] = Fact(value, f"image config of {where} ({origin}), read {date}")
     for env_name, key in _EXTRA_ENV.items():
         if env.get(env_name):
             read[key] = Fact(

@@ -41,15 +41,22 @@ def parse_env(env: list[str] | None) -> dict[str, str]:
 
 def declared(env: dict[str, str], labels: dict[str, str]) -> dict[str, str]:
     """What the base image declares about its stack (ENV first, com.nvidia.* labels next)."""
-    out: dict[str, str] = {}
+    return {key: value for key, (value, _) in declared_with_origin(env, labels).items()}
+
+
+def declared_with_origin(env: dict[str, str], labels: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """:func:`declared`, each value with where it was read (``ENV CUDA_VERSION``, ``label
+    com.nvidia.nccl.version``)."""
+    out: dict[str, tuple[str, str]] = {}
     for name, key in DECLARED_ENV.items():
         if env.get(name):
-            out.setdefault(key, env[name])
+            out.setdefault(key, (env[name], f"ENV {name}"))
     for label, value in sorted(labels.items()):
         if label in IGNORED_LABELS:
             continue
         if label.startswith("com.nvidia.") and label.endswith(".version") and value:
-            out.setdefault(label.removeprefix("com.nvidia.").removesuffix(".version"), value)
+            key = label.removeprefix("com.nvidia.").removesuffix(".version")
+            out.setdefault(key, (value, f"label {label}"))
     return out
 
 
