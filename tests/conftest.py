@@ -5,37 +5,15 @@ starts the engine and the loopback registry and publishes the test base image.""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).parent / "data"
-REPO = Path(__file__).parent.parent
-REGISTRY_PORT = os.environ.get("REPROBUILD_REGISTRY_PORT", "5000")
-STATE_DIR = Path(os.environ.get("REPROBUILD_STATE_DIR", "/var/lib/reprobuild-dev"))
-
-
-def run_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 900
-) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``reprobuild`` exactly as a user would, in a child process."""
-    full_env = {**os.environ, "SOURCE_DATE_EPOCH": "0", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "reprobuild", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=full_env,
-        timeout=timeout,
-        check=False,
-    )
+from helpers import DATA, STATE_DIR
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +31,10 @@ def docker_client():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def base_ref(docker_client) -> str:  # type: ignore[no-untyped-def]
-    """The test base, pinned by digest in the loopback registry. The local copy is deleted
-    first, so the first build must pull it by digest from the registry for real."""
+    """The test base, pinned by digest in the loopback registry (checked to be there). The
+    engine's copy is left alone: other tests may be using it, and whether it is present must
+    not matter. The pull-by-digest path is covered with a base of its own
+    (test_image_cpu.py::test_base_is_pulled_by_digest_from_the_registry)."""
     ref = os.environ.get("REPROBUILD_TEST_BASE")
     state = STATE_DIR / "base-cpu.ref"
     if not ref:
@@ -81,15 +61,6 @@ def base_ref(docker_client) -> str:  # type: ignore[no-untyped-def]
             f"{ref} is not in the loopback registry (HTTP {answer.status_code}); "
             "run `scripts/setup`"
         )
-    import docker.errors
-
-    try:
-        image = docker_client.images.get(ref)
-        docker_client.images.remove(image.id, force=True)
-    except docker.errors.ImageNotFound:
-        pass
-    except docker.errors.APIError:
-        pass  # still used by a container; the pull path is then covered by test_base_pull
     return ref
 
 
@@ -116,17 +87,8 @@ def unique_tag(docker_client) -> Iterator[Callable[[str], str]]:  # type: ignore
         return tag
 
     yield make
+    import docker.errors
+
     for tag in made:
-        with contextlib.suppress(Exception):  # clean-up is best effort
+        with contextlib.suppress(docker.errors.ImageNotFound):  # the test may not have built it
             docker_client.images.remove(tag, force=True)
-
-
-def image_labels(docker_client, tag: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    return dict(docker_client.images.get(tag).attrs["Config"]["Labels"] or {})
-
-
-def build_json(*args: str, **kw: object) -> dict[str, object]:
-    proc = run_cli("image", "--json", *args, **kw)  # type: ignore[arg-type]
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data: dict[str, object] = json.loads(proc.stdout)
-    return data

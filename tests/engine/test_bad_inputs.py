@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 GOOD_LOCK_LINE = (

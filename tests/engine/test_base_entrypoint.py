@@ -3,13 +3,9 @@ and chains it, so what the base's script sets up still happens before the progra
 
 from __future__ import annotations
 
-import io
-import tarfile
-import uuid
-
 import pytest
 
-from conftest import REGISTRY_PORT, build_json
+from helpers import build_json, published_image, tar_context
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 BASE_SCRIPT = b"""#!/bin/sh
@@ -26,25 +22,11 @@ def base_with_entrypoint(base_ref, docker_client):  # type: ignore[no-untyped-de
         "COPY base-entry.sh /usr/local/bin/base-entry.sh\n"
         'ENTRYPOINT ["/usr/local/bin/base-entry.sh"]\n'
     ).encode()
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data, mode in (
-            ("Dockerfile", dockerfile, 0o644),
-            ("base-entry.sh", BASE_SCRIPT, 0o755),
-        ):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-    repo = f"127.0.0.1:{REGISTRY_PORT}/reprobuild-test/base-with-entrypoint"
-    tag = uuid.uuid4().hex[:12]
-    context.seek(0)
-    docker_client.images.build(fileobj=context, custom_context=True, tag=f"{repo}:{tag}", rm=True)
-    docker_client.images.push(repo, tag=tag)
-    digest_ref = docker_client.images.get(f"{repo}:{tag}").attrs["RepoDigests"][0]
-    yield digest_ref
-    # Untag only: images built on it keep it as a parent (build cache), so it cannot go by ID.
-    for ref in (f"{repo}:{tag}", digest_ref):
-        docker_client.images.remove(ref)
+    context = tar_context(
+        {"Dockerfile": (dockerfile, 0o644), "base-entry.sh": (BASE_SCRIPT, 0o755)}
+    )
+    with published_image(docker_client, context, "base-with-entrypoint") as digest_ref:
+        yield digest_ref
 
 
 def test_base_entrypoint_is_chained(

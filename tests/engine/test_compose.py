@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import DATA, REGISTRY_PORT, build_json, run_cli
+from helpers import DATA, REGISTRY_PORT, build_json, run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 

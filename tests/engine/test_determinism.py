@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, build_json
+from helpers import DATA, build_json
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.heavy]
 SCRIPTS = ["torch_mlp.py", "keras_conv.py", "torch_loader.py", "set_order.py"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import build_json, run_cli
+from helpers import build_json, run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from conftest import REPO, build_json
+from helpers import REPO, build_json
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.heavy]
 EXAMPLE = REPO / "images" / "digits-torch"

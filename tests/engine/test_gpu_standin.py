@@ -8,14 +8,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import tarfile
 import uuid
 from pathlib import Path
 
 import docker.errors
 import pytest
 
-from conftest import DATA, REGISTRY_PORT, build_json, run_cli
+from helpers import DATA, build_json, published_image, run_cli, tar_context
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 STANDIN = DATA / "ngc-standin"
@@ -30,33 +29,19 @@ ALLOW_CPU = {"REPRO_ALLOW_CPU": "1", "REPRO_QUIET": "1"}
 
 
 def _context(base_ref: str) -> io.BytesIO:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        dockerfile = (STANDIN / "Dockerfile.in").read_text().replace("{base}", base_ref).encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile)
-        tar.addfile(info, io.BytesIO(dockerfile))
-        for path in sorted(STANDIN.rglob("*")):
-            if path.is_file() and path.name != "Dockerfile.in":
-                tar.add(path, arcname=str(path.relative_to(STANDIN)), recursive=False)
-    buf.seek(0)
-    return buf
+    dockerfile = (STANDIN / "Dockerfile.in").read_text().replace("{base}", base_ref)
+    files = {"Dockerfile": (dockerfile.encode(), 0o644)}
+    for path in sorted(STANDIN.rglob("*")):
+        if path.is_file() and path.name != "Dockerfile.in":
+            files[str(path.relative_to(STANDIN))] = (path.read_bytes(), path.stat().st_mode & 0o777)
+    return tar_context(files)
 
 
 @pytest.fixture(scope="module")
 def standin(base_ref, docker_client):  # type: ignore[no-untyped-def]
     """Build the stand-in and publish it to the loopback registry, so it has a digest."""
-    repo = f"127.0.0.1:{REGISTRY_PORT}/reprobuild-test/ngc-standin"
-    tag = uuid.uuid4().hex[:12]
-    docker_client.images.build(
-        fileobj=_context(base_ref), custom_context=True, tag=f"{repo}:{tag}", rm=True
-    )
-    docker_client.images.push(repo, tag=tag)
-    ref = docker_client.images.get(f"{repo}:{tag}").attrs["RepoDigests"][0]
-    yield ref
-    for name in (f"{repo}:{tag}", ref):  # untag only: built images keep it as a parent
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            docker_client.images.remove(name)
+    with published_image(docker_client, _context(base_ref), "ngc-standin") as ref:
+        yield ref
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +50,13 @@ def gpu_image(standin, docker_client, tmp_path_factory):  # type: ignore[no-unty
 
     root = tmp_path_factory.mktemp("gpu") / "tiny-gpu"
     shutil.copytree(DATA / "projects" / "tiny-gpu", root)
-    tag = "reprobuild-test/tiny-gpu:standin"
-    result = build_json(str(root), "--gpu", "--base", standin, "--tag", tag)
-    yield tag, result
-    docker_client.images.remove(tag, force=True)
+    tag = f"reprobuild-test/tiny-gpu:{uuid.uuid4().hex[:12]}"
+    try:
+        result = build_json(str(root), "--gpu", "--base", standin, "--tag", tag)
+        yield tag, result
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(tag, force=True)
 
 
 def test_venv_sees_the_base_framework_and_holds_the_lock(gpu_image) -> None:  # type: ignore[no-untyped-def]

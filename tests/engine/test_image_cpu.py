@@ -3,16 +3,20 @@ loopback registry, then run and taken apart."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import shutil
 import tarfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker.errors
 import pytest
 
-from conftest import build_json, image_labels, run_cli
+from helpers import DATA, build_json, image_labels, published_image, run_cli, tar_context
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -21,16 +25,15 @@ CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 @pytest.fixture(scope="module")
 def tiny_image(base_ref, tmp_path_factory, docker_client):  # type: ignore[no-untyped-def]
     """One build of the tiny project, shared by the read-only checks below."""
-    import shutil
-
-    from conftest import DATA
-
     root = tmp_path_factory.mktemp("tiny") / "tiny"
     shutil.copytree(DATA / "projects" / "tiny", root)
-    tag = "reprobuild-test/tiny-shared:module"
-    result = build_json(str(root), "--base", base_ref, "--tag", tag)
-    yield {"root": root, "tag": tag, "result": result}
-    docker_client.images.remove(tag, force=True)
+    tag = f"reprobuild-test/tiny-shared:{uuid.uuid4().hex[:12]}"
+    try:
+        result = build_json(str(root), "--base", base_ref, "--tag", tag)
+        yield {"root": root, "tag": tag, "result": result}
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(tag, force=True)
 
 
 def _layer_files(saved: bytes) -> Iterator[tuple[str, bytes]]:
@@ -65,9 +68,30 @@ def _run(
         container.remove(force=True)
 
 
-def test_base_was_pulled_by_digest(tiny_image, base_ref, docker_client) -> None:  # type: ignore[no-untyped-def]
-    image = docker_client.images.get(base_ref)
-    assert base_ref in image.attrs["RepoDigests"]
+def test_base_is_pulled_by_digest_from_the_registry(
+    base_ref,
+    project,
+    unique_tag,
+    docker_client,  # type: ignore[no-untyped-def]
+) -> None:
+    """A base the engine does not hold is pulled by digest from the registry; a label unique
+    to this run makes sure no earlier run (or test) can have left it behind."""
+    marker = uuid.uuid4().hex
+    context = tar_context(
+        {"Dockerfile": (f"FROM {base_ref}\nLABEL test.marker={marker}\n".encode(), 0o644)}
+    )
+    with published_image(docker_client, context, "pull-base", keep_local=False) as ref:
+        with pytest.raises(docker.errors.ImageNotFound):
+            docker_client.images.get(ref)
+        tag = unique_tag("pulled")
+        build_json(str(project("tiny")), "--base", ref, "--tag", tag)
+        pulled = docker_client.images.get(ref)
+        assert ref in pulled.attrs["RepoDigests"]
+        assert pulled.labels["test.marker"] == marker
+        assert (
+            image_labels(docker_client, tag)["org.opencontainers.image.base.digest"]
+            == (ref.split("@")[1])
+        )
 
 
 def test_image_json_and_default_command(tiny_image, docker_client) -> None:  # type: ignore[no-untyped-def]

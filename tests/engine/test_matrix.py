@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DATA, REGISTRY_PORT, image_labels, run_cli
+from helpers import DATA, REGISTRY_PORT, image_labels, run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import DATA, REPO, build_json, run_cli
+from helpers import DATA, REPO, build_json, run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import DATA
+from helpers import DATA
 from reprobuild.cli import main
 from reprobuild.diff import (
     DiffInputError,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 
 PY = sys.executable
 

@@ -1,0 +1,102 @@
+"""Helpers the tests import (``from helpers import ...``); conftest.py holds only fixtures.
+
+Everything that touches the engine here leaves nothing behind that another test, or the next
+run on the same engine, could come to depend on: tags are unique per call and removed after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).parent.parent
+REGISTRY_PORT = os.environ.get("REPROBUILD_REGISTRY_PORT", "5000")
+REGISTRY = f"127.0.0.1:{REGISTRY_PORT}"
+STATE_DIR = Path(os.environ.get("REPROBUILD_STATE_DIR", "/var/lib/reprobuild-dev"))
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``reprobuild`` exactly as a user would, in a child process."""
+    full_env = {**os.environ, "SOURCE_DATE_EPOCH": "0", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "reprobuild", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def image_labels(docker_client: Any, tag: str) -> dict[str, str]:
+    return dict(docker_client.images.get(tag).attrs["Config"]["Labels"] or {})
+
+
+def build_json(*args: str, **kw: Any) -> dict[str, Any]:
+    proc = run_cli("image", "--json", *args, **kw)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def tar_context(files: dict[str, tuple[bytes, int]]) -> io.BytesIO:
+    """An in-memory build context: {name: (content, mode)}."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, (data, mode) in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+@contextlib.contextmanager
+def published_image(
+    docker_client: Any, context: io.BytesIO, stem: str, *, keep_local: bool = True
+) -> Iterator[str]:
+    """Build ``context``, push it to the loopback registry under a tag unique to this call,
+    and yield its digest reference (``REGISTRY/reprobuild-test/STEM@sha256:...``). With
+    ``keep_local=False`` the engine's copy is removed before the yield, so whoever uses the
+    reference must pull it from the registry.
+
+    Afterwards only what this call made is untagged (never by image ID, never forced: images
+    built on it keep it as a parent). Docker drops a repository's digest references together
+    with its last tag, so the digest reference is removed only if it is still there, and any
+    other failure is an error, not something to swallow."""
+    import docker.errors
+
+    repo = f"{REGISTRY}/reprobuild-test/{stem}"
+    tag = uuid.uuid4().hex[:16]
+    docker_client.images.build(fileobj=context, custom_context=True, tag=f"{repo}:{tag}", rm=True)
+    tagged = True
+    try:
+        for line in docker_client.images.push(repo, tag=tag, stream=True, decode=True):
+            if "error" in line:
+                raise RuntimeError(f"pushing {repo}:{tag} failed: {line['error']}")
+        digests = docker_client.images.get(f"{repo}:{tag}").attrs["RepoDigests"]
+        digest_ref = next(d for d in digests if d.startswith(f"{repo}@"))
+        if not keep_local:
+            docker_client.images.remove(f"{repo}:{tag}")
+            tagged = False
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_client.images.remove(digest_ref)
+        yield digest_ref
+    finally:
+        if tagged:
+            docker_client.images.remove(f"{repo}:{tag}")
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker_client.images.remove(digest_ref)
