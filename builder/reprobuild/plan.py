@@ -6,7 +6,6 @@ import os
 import stat
 import subprocess
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 from reprobuild import __version__
@@ -17,6 +16,7 @@ from reprobuild.errors import ConfigError, ReprobuildError
 from reprobuild.lockfile import load_lock
 from reprobuild.refs import parse_pinned
 from reprobuild.render import FileEntry, RenderSpec, Variant
+from reprobuild.runtimefiles import runtime_package
 
 _SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".reprobuild"}
 
@@ -155,13 +155,7 @@ def _walk(top: Path) -> list[Path]:
 
 def runtime_files() -> dict[str, FileEntry]:
     """The in-image runtime package, as shipped inside this reprobuild."""
-    root = resources.files("reprobuild_entrypoint")
-    out: dict[str, FileEntry] = {}
-    for entry in sorted(root.iterdir(), key=lambda e: e.name):
-        if entry.is_file() and entry.name.endswith((".py", ".sh")):
-            mode = 0o755 if entry.name.endswith(".sh") else 0o644
-            out[f"reprobuild_entrypoint/{entry.name}"] = FileEntry(entry.read_bytes(), mode)
-    return out
+    return {rel: FileEntry(data, mode) for rel, (data, mode) in runtime_package().items()}
 
 
 def source_date_epoch(root: Path) -> int:

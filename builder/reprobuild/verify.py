@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from reprobuild import __version__
 from reprobuild.compare import (
@@ -61,7 +61,6 @@ from reprobuild.compare import (
     json_text,
     line_divergence,
 )
-from reprobuild.engine import Bind, Engine, Gpus
 from reprobuild.errors import (
     OutputError,
     ReprobuildError,
@@ -72,6 +71,11 @@ from reprobuild.errors import (
 from reprobuild.fsutil import write_atomic
 from reprobuild_entrypoint.envplan import image_env
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
+
+if TYPE_CHECKING:
+    # Imported where containers are run: --local must work without the Docker SDK (GPU hosts
+    # that have only a framework's Python, scripts/gpu-proof).
+    from reprobuild.engine import Engine
 
 SCHEMA_VERSION = 1
 REPORT_KIND = "reprobuild.verify"
@@ -660,6 +664,8 @@ class _DockerLauncher:
     def __init__(self, spec: VerifySpec, image_id: str) -> None:
         self._spec = spec
         self._image_id = image_id
+        from reprobuild.engine import Engine
+
         self.where = f"from {spec.image} ({image_id[:19]})"
         self._engine = Engine(connections=3 * spec.runs + 4)
 
@@ -667,6 +673,8 @@ class _DockerLauncher:
         _ = self._engine.client  # connect now: a missing engine fails before any run starts
 
     def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run:
+        from reprobuild.engine import Bind, Gpus
+
         spec = self._spec
         for folder in (out_dir, record_dir):
             folder.chmod(0o777)  # the image's user (uid 10001) writes there
@@ -800,13 +808,13 @@ class _LocalLauncher:
         self._path: list[str] = []
 
     def prepare(self, work: Path) -> None:
-        from reprobuild.plan import runtime_files
+        from reprobuild.runtimefiles import runtime_package
 
         runtime = work / "runtime"
-        for rel, entry in runtime_files().items():
+        for rel, (data, _mode) in runtime_package().items():
             target = runtime / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(entry.data)
+            target.write_bytes(data)
         shim = work / "shim"
         shim.mkdir()
         (shim / "sitecustomize.py").write_text(_SITECUSTOMIZE)
@@ -1241,6 +1249,8 @@ def verify(
     if spec.image is None:
         launcher = _LocalLauncher(spec)
     else:
+        from reprobuild.engine import Engine
+
         image_id = _check_image(engine or Engine(), spec.image, log)
         launcher = _DockerLauncher(spec, image_id)
     path = (
