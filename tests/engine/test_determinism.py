@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ QUIET = {"REPRO_QUIET": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 @pytest.fixture(scope="module")
 def image(base_ref, docker_client):  # type: ignore[no-untyped-def]
-    tag = "reprobuild-test/determinism:proof"
+    tag = f"reprobuild-test/determinism:{uuid.uuid4().hex[:12]}"
     build_json(str(DATA / "projects" / "determinism"), "--base", base_ref, "--tag", tag)
     yield tag
     docker_client.images.remove(tag, force=True)

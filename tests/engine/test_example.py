@@ -4,6 +4,7 @@ scikit-learn) built on the digest-pinned base and trained in a container."""
 from __future__ import annotations
 
 import hashlib
+import uuid
 
 import pytest
 
@@ -15,7 +16,7 @@ EXAMPLE = REPO / "images" / "digits-torch"
 
 @pytest.fixture(scope="module")
 def example_image(base_ref, docker_client):  # type: ignore[no-untyped-def]
-    tag = "reprobuild-test/digits-torch:example"
+    tag = f"reprobuild-test/digits-torch:{uuid.uuid4().hex[:12]}"
     result = build_json(str(EXAMPLE), "--base", base_ref, "--tag", tag)
     yield tag, result
     docker_client.images.remove(tag, force=True)
