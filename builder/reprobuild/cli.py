@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reprobuild import __version__
-from reprobuild.engine import BUILDERS
+from reprobuild.builders import BUILDERS
 from reprobuild_entrypoint.settings import MODES
 
 if TYPE_CHECKING:
