@@ -71,10 +71,10 @@ def imports_of(path: Path, root: Path) -> list[Import]:
                 found.append(Import(full, node.lineno, type_checking, module_level))
             return
         if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.body:
-                visit(child, True, module_level)
-            for child in node.orelse:
-                visit(child, type_checking, module_level)
+            for statement in node.body:
+                visit(statement, True, module_level)
+            for statement in node.orelse:
+                visit(statement, type_checking, module_level)
             return
         inner = module_level and not isinstance(
             node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
