@@ -173,3 +173,42 @@ def test_help_and_version_do_not_load_docker_or_requests(args: list[str]) -> Non
     assert "reprobuild.cli" in loaded, "importtime output not understood"
     heavy = sorted(m for m in loaded if m.partition(".")[0] in {"docker", "requests", "urllib3"})
     assert not heavy, f"reprobuild {args[0]} loaded {heavy}"
+
+
+# --------------------------------------------------------------------------- one owner per fact
+
+# Each shared value is written once, in the module named here; the others import it.
+OWNERS = {
+    "io.reprobuild.manifest.sha256": BUILDER / "manifest.py",
+    "/opt/reprobuild/manifest.json": RUNTIME / "__init__.py",
+}
+# verify.py is being split (issue 9); its copy of the label goes with that change.
+_IN_FLIGHT = {BUILDER / "verify.py"}
+
+
+def _string_constants(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+
+
+@pytest.mark.parametrize("value", sorted(OWNERS))
+def test_shared_value_has_one_owner(value: str) -> None:
+    holders = [
+        path
+        for path in [*_modules(BUILDER), *_modules(RUNTIME)]
+        if path not in _IN_FLIGHT and value in _string_constants(path)
+    ]
+    assert holders == [OWNERS[value]], f"{value!r} is written in {holders}"
+
+
+def test_determinism_modes_and_seed_range_are_the_runtimes() -> None:
+    from typing import get_args
+
+    from reprobuild import config
+    from reprobuild_entrypoint import settings
+
+    assert config.MODES is settings.MODES and config.SEED_MAX is settings.SEED_MAX
+    # config.Mode is the type checker's view of the same list
+    assert get_args(config.Mode) == settings.MODES
