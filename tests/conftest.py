@@ -8,16 +8,20 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from helpers import DATA, STATE_DIR
+from helpers import DATA, STATE_DIR, MakeProject, MakeTag
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 
 @pytest.fixture(scope="session")
-def docker_client():  # type: ignore[no-untyped-def]
+def docker_client() -> Iterator[DockerClient]:
     import docker
 
     try:
@@ -30,7 +34,7 @@ def docker_client():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def base_ref(docker_client) -> str:  # type: ignore[no-untyped-def]
+def base_ref(docker_client: DockerClient) -> str:
     """The test base, pinned by digest in the loopback registry (checked to be there). The
     engine's copy is left alone: other tests may be using it, and whether it is present must
     not matter. The pull-by-digest path is covered with a base of its own
@@ -65,7 +69,7 @@ def base_ref(docker_client) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Callable[[str], Path]:
+def project(tmp_path: Path) -> MakeProject:
     """Copy a project from tests/data/projects into a temp dir and return its path."""
 
     def copy(name: str) -> Path:
@@ -77,7 +81,7 @@ def project(tmp_path: Path) -> Callable[[str], Path]:
 
 
 @pytest.fixture
-def unique_tag(docker_client) -> Iterator[Callable[[str], str]]:  # type: ignore[no-untyped-def]
+def unique_tag(docker_client: DockerClient) -> Iterator[MakeTag]:
     """Make throwaway image tags; every image tagged with one is removed afterwards."""
     made: list[str] = []
 

@@ -14,15 +14,28 @@ import subprocess
 import sys
 import tarfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    # The Docker SDK ships no type information (mypy sees it as Any); the name documents intent.
+    from docker import DockerClient
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent
 REGISTRY_PORT = os.environ.get("REPROBUILD_REGISTRY_PORT", "5000")
 REGISTRY = f"127.0.0.1:{REGISTRY_PORT}"
 STATE_DIR = Path(os.environ.get("REPROBUILD_STATE_DIR", "/var/lib/reprobuild-dev"))
+
+# What the `project` fixture returns: copy tests/data/projects/NAME to a temp dir, give its path.
+MakeProject = Callable[[str], Path]
+
+
+class MakeTag(Protocol):
+    """What the `unique_tag` fixture returns: a throwaway tag, removed after the test."""
+
+    def __call__(self, stem: str = ...) -> str: ...
 
 
 def run_cli(
@@ -41,7 +54,7 @@ def run_cli(
     )
 
 
-def image_labels(docker_client: Any, tag: str) -> dict[str, str]:
+def image_labels(docker_client: DockerClient, tag: str) -> dict[str, str]:
     return dict(docker_client.images.get(tag).attrs["Config"]["Labels"] or {})
 
 
@@ -66,7 +79,7 @@ def tar_context(files: dict[str, tuple[bytes, int]]) -> io.BytesIO:
 
 @contextlib.contextmanager
 def published_image(
-    docker_client: Any, context: io.BytesIO, stem: str, *, keep_local: bool = True
+    docker_client: DockerClient, context: io.BytesIO, stem: str, *, keep_local: bool = True
 ) -> Iterator[str]:
     """Build ``context``, push it to the loopback registry under a tag unique to this call,
     and yield its digest reference (``REGISTRY/reprobuild-test/STEM@sha256:...``). With

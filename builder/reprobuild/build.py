@@ -13,8 +13,9 @@ from typing import Any
 
 from reprobuild import plan
 from reprobuild import stack as stacklib
+from reprobuild.builders import Builder
 from reprobuild.context import write_tree
-from reprobuild.engine import Builder, Engine
+from reprobuild.engine import Engine
 from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
 from reprobuild.fsutil import write_atomic
 from reprobuild.lockfile import Lock

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reprobuild import __version__
-from reprobuild.engine import BUILDERS
+from reprobuild.builders import BUILDERS
 from reprobuild_entrypoint.settings import MODES
 
 if TYPE_CHECKING:
@@ -22,6 +22,20 @@ if TYPE_CHECKING:
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+# What `reprobuild --help` tells a user (the module docstring above is for readers of the code).
+_DESCRIPTION = """\
+Lockfiles in, pinned and deterministic training images out. reprobuild builds
+a container image from a project's hashed lockfile on a base pinned by digest,
+and checks that runs of that image repeat, bit for bit.
+
+main commands:
+  reprobuild image [DIR]          build the image of the project in DIR
+  reprobuild verify IMAGE -- CMD  run CMD twice, prove the runs identical
+  reprobuild diff A B             what differs between two images or runs"""
+_EPILOG = """\
+`reprobuild COMMAND --help` lists a command's options. The README describes
+reprobuild.yaml, the base catalog, the determinism runtime and every command.
+Exit codes: 0 success, 1 error, 2 bad usage, 130 interrupted."""
 _VERIFY_USAGE = (
     "reprobuild verify IMAGE [OPTIONS] -- CMD ...\n"
     "       reprobuild verify --local [OPTIONS] -- CMD ..."
@@ -69,7 +83,10 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="reprobuild", description=__doc__.splitlines()[0] if __doc__ else None
+        prog="reprobuild",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"reprobuild {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -38,11 +38,12 @@ from typing import Any, Protocol
 import yaml
 
 from reprobuild import __version__
-from reprobuild.config import MODES, SEED_MAX, ProjectConfig, load_config
+from reprobuild.config import ProjectConfig, load_config
 from reprobuild.errors import ImageNotBuiltError, ImageRefError, OutputError, ReprobuildError
 from reprobuild.fsutil import write_atomic
 from reprobuild.plan import project_tag, variant_of
 from reprobuild.refs import parse_ref
+from reprobuild_entrypoint.settings import MODES, SEED_MAX
 
 # Mount points inside the container: the same as `reprobuild verify` uses.
 DATA_DIR = "/data"

@@ -12,9 +12,13 @@ import yaml
 
 from reprobuild.errors import ConfigError, ReprobuildError
 
+# The runtime owns the determinism modes and the seed range (it enforces them in every run);
+# re-exported here, where reprobuild.yaml is checked against them.
+from reprobuild_entrypoint.settings import MODES as MODES
+from reprobuild_entrypoint.settings import SEED_MAX as SEED_MAX
+
 CONFIG_NAME = "reprobuild.yaml"
 Mode = Literal["strict", "warn", "off"]
-MODES: tuple[Mode, ...] = ("strict", "warn", "off")
 KEYS = (
     "name",
     "lock",
@@ -43,7 +47,6 @@ _NAME_RE = re.compile(
 _APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+=(?:[0-9]+:)?[A-Za-z0-9.+~-]+(?:-[A-Za-z0-9.+~]+)?$")
 # Paths and command words reach COPY/CMD lines: printable, no control characters.
 _SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9._+@%=,-][A-Za-z0-9._+@%=, /-]*$")
-SEED_MAX = 2**32 - 1
 # A variant name becomes part of an image tag (NAME:<variant>-<12 hex>) and a CI job name.
 _VARIANT_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
 # A runs-on label: what GitHub runner labels are made of, nothing a shell or YAML would read.

@@ -56,7 +56,7 @@ from packaging.utils import canonicalize_name
 from reprobuild.engine import Engine
 from reprobuild.errors import DiffInputError, EngineUnavailableError, ReprobuildError
 from reprobuild.imageinfo import read_image
-from reprobuild.manifest import Distribution, Manifest
+from reprobuild.manifest import MANIFEST_LABEL, Distribution, Manifest
 from reprobuild_entrypoint.runrecord import RUN_ID_PATTERN
 
 SCHEMA_VERSION = 1
@@ -379,9 +379,7 @@ def load_image(engine: Engine, ref: str) -> Stack:
     except ReprobuildError as exc:
         message = exc.message if ref in exc.message else f"{ref}: {exc.message}"
         raise DiffInputError(message, hint=exc.hint) from None
-    sha256 = info.labels.get("io.reprobuild.manifest.sha256") or _canonical_sha256(
-        info.manifest.to_dict()
-    )
+    sha256 = info.labels.get(MANIFEST_LABEL) or _canonical_sha256(info.manifest.to_dict())
     return from_manifest(
         info.manifest.to_dict(),
         source=ref,
@@ -425,7 +423,7 @@ def from_document(
     if isinstance(wrapped, dict) and _is_manifest(wrapped) and "image" in data:
         # `reprobuild inspect --json` / `reprobuild image --json`
         labels = data.get("labels")
-        label = labels.get("io.reprobuild.manifest.sha256") if isinstance(labels, dict) else None
+        label = labels.get(MANIFEST_LABEL) if isinstance(labels, dict) else None
         image = f" of image {data['image']}" if isinstance(data.get("image"), str) else ""
         return from_manifest(
             wrapped,

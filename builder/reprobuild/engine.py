@@ -22,17 +22,16 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import docker
 import docker.errors
 import docker.types
 
+from reprobuild.builders import Builder
 from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
 from reprobuild.refs import ImageRef
 
-Builder = Literal["auto", "buildx", "buildkit", "classic"]
-BUILDERS: tuple[Builder, ...] = ("auto", "buildx", "buildkit", "classic")
 Log = Callable[[str], None]
 _TAIL = 25
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from reprobuild.engine import Engine
 from reprobuild.errors import ReprobuildError
-from reprobuild.manifest import MANIFEST_PATH, Manifest
+from reprobuild.manifest import MANIFEST_LABEL, Manifest
+from reprobuild_entrypoint import MANIFEST_PATH
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,9 @@ class ImageInfo:
 def read_image(engine: Engine, image: str) -> ImageInfo:
     attrs = engine.inspect(image)
     labels = dict((attrs.get("Config") or {}).get("Labels") or {})
-    want = labels.get("io.reprobuild.manifest.sha256")
+    want = labels.get(MANIFEST_LABEL)
     if want is None:
-        raise ReprobuildError(
-            f"{image} was not built by reprobuild (no io.reprobuild.manifest.sha256 label)"
-        )
+        raise ReprobuildError(f"{image} was not built by reprobuild (no {MANIFEST_LABEL} label)")
     raw = engine.read_file(image, MANIFEST_PATH)
     got = hashlib.sha256(raw).hexdigest()
     if got != want:

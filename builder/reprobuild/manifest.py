@@ -16,7 +16,9 @@ from reprobuild.errors import ReprobuildError
 SCHEMA_VERSION = 1
 # Fields a manifest may lack (images built before they existed); distributions is read apart.
 _OPTIONAL = ("distributions", "stack", "gpu")
-MANIFEST_PATH = "/opt/reprobuild/manifest.json"
+# The label carrying the manifest file's sha256 (the file's path in the image is the runtime's
+# reprobuild_entrypoint.MANIFEST_PATH: it reads the file in every run).
+MANIFEST_LABEL = "io.reprobuild.manifest.sha256"
 
 
 @dataclass(frozen=True, order=True)
@@ -92,7 +94,7 @@ class Manifest:
     def labels(self) -> dict[str, str]:
         """The labels that depend on what the build produced."""
         labels = {
-            "io.reprobuild.manifest.sha256": self.sha256,
+            MANIFEST_LABEL: self.sha256,
             "io.reprobuild.python": self.python_version,
         }
         labels.update(self.stack.get("labels", {}))

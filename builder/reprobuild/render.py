@@ -17,6 +17,7 @@ import jinja2
 from reprobuild.errors import ReprobuildError
 from reprobuild.lockfile import Lock
 from reprobuild.refs import ImageRef
+from reprobuild_entrypoint import MANIFEST_PATH
 from reprobuild_entrypoint.envplan import image_env
 
 Variant = Literal["cpu", "gpu"]
@@ -162,6 +163,8 @@ def render_context(spec: RenderSpec) -> dict[str, FileEntry]:
 def render_stamp(image: str, manifest_json: bytes, labels: dict[str, str]) -> dict[str, FileEntry]:
     """The second, tiny build that adds the manifest file and its labels on top of ``image``."""
     text = (
-        _environment().get_template("Stamp.j2").render(image=image, labels=sorted(labels.items()))
+        _environment()
+        .get_template("Stamp.j2")
+        .render(image=image, manifest_path=MANIFEST_PATH, labels=sorted(labels.items()))
     )
     return {"Dockerfile": FileEntry(text.encode()), "manifest.json": FileEntry(manifest_json)}

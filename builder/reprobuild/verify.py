@@ -916,7 +916,8 @@ class _Watch:
     stopped_early: bool = False
 
 
-def _watch(states: list[_RunState], comparator: StreamComparator, log: Log) -> _Watch:
+# C901: refactor in flight (issue 9), with the split of verify.py
+def _watch(states: list[_RunState], comparator: StreamComparator, log: Log) -> _Watch:  # noqa: C901
     """Stream every run's stdout into the comparator until all runs exit; the first divergence
     or failure kills the runs still going."""
     events: queue.Queue[Event] = queue.Queue()

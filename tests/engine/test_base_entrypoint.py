@@ -3,9 +3,15 @@ and chains it, so what the base's script sets up still happens before the progra
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import pytest
 
-from helpers import build_json, published_image, tar_context
+from helpers import MakeProject, MakeTag, build_json, published_image, tar_context
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 BASE_SCRIPT = b"""#!/bin/sh
@@ -16,7 +22,7 @@ exec "$@"
 
 
 @pytest.fixture(scope="module")
-def base_with_entrypoint(base_ref, docker_client):  # type: ignore[no-untyped-def]
+def base_with_entrypoint(base_ref: str, docker_client: DockerClient) -> Iterator[str]:
     dockerfile = (
         f"FROM {base_ref}\n"
         "COPY base-entry.sh /usr/local/bin/base-entry.sh\n"
@@ -30,10 +36,10 @@ def base_with_entrypoint(base_ref, docker_client):  # type: ignore[no-untyped-de
 
 
 def test_base_entrypoint_is_chained(
-    base_with_entrypoint,
-    project,
-    unique_tag,  # type: ignore[no-untyped-def]
-    docker_client,
+    base_with_entrypoint: str,
+    project: MakeProject,
+    unique_tag: MakeTag,
+    docker_client: DockerClient,
 ) -> None:
     tag = unique_tag("chained")
     build_json(str(project("tiny")), "--base", base_with_entrypoint, "--tag", tag)
@@ -54,12 +60,15 @@ def test_base_entrypoint_is_chained(
     assert out.strip() == "yes ['x y']"
 
 
-def test_catalog_free_base_without_entrypoint_chains_nothing(tiny_image_env) -> None:  # type: ignore[no-untyped-def]
+def test_catalog_free_base_without_entrypoint_chains_nothing(tiny_image_env: list[str]) -> None:
     assert not any(e.startswith("REPROBUILD_BASE_ENTRYPOINT=") for e in tiny_image_env)
 
 
 @pytest.fixture
-def tiny_image_env(base_ref, project, unique_tag, docker_client):  # type: ignore[no-untyped-def]
+def tiny_image_env(
+    base_ref: str, project: MakeProject, unique_tag: MakeTag, docker_client: DockerClient
+) -> list[str]:
     tag = unique_tag("nochain")
     build_json(str(project("tiny")), "--base", base_ref, "--tag", tag)
-    return docker_client.images.get(tag).attrs["Config"]["Env"]
+    env: list[str] = docker_client.images.get(tag).attrs["Config"]["Env"]
+    return env

@@ -13,18 +13,23 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from helpers import DATA, REGISTRY_PORT, build_json, run_cli
 
+if TYPE_CHECKING:
+    from docker import DockerClient
+
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 
 
 @pytest.fixture(scope="module")
-def tiny(base_ref, docker_client, tmp_path_factory) -> Iterator[tuple[Path, str, str]]:  # type: ignore[no-untyped-def]
+def tiny(
+    base_ref: str, docker_client: DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, str, str]]:
     """The tiny project, built under its default tag (what `reprobuild compose` looks for)."""
     root = tmp_path_factory.mktemp("compose")
     project = root / "tiny"
@@ -74,8 +79,8 @@ def records(folder: Path) -> list[dict[str, Any]]:
 
 
 def test_train_runs_from_the_generated_file(
-    tiny, compose_project: str, tmp_path: Path, docker_client
-) -> None:  # type: ignore[no-untyped-def]
+    tiny: tuple[Path, str, str], compose_project: str, tmp_path: Path, docker_client: DockerClient
+) -> None:
     project, tag, image_id = tiny
     file = tmp_path / "job" / "compose.yml"
     proc = run_cli("compose", str(project), "-o", str(file))
@@ -112,7 +117,9 @@ def test_train_runs_from_the_generated_file(
     assert diff.stdout.strip().splitlines()[-1] == "identical"
 
 
-def test_data_mount_is_read_only(tiny, compose_project: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_data_mount_is_read_only(
+    tiny: tuple[Path, str, str], compose_project: str, tmp_path: Path
+) -> None:
     project, _, _ = tiny
     file = tmp_path / "compose.yml"
     assert run_cli("compose", str(project), "-o", str(file)).returncode == 0
@@ -129,7 +136,7 @@ def test_data_mount_is_read_only(tiny, compose_project: str, tmp_path: Path) -> 
     assert (tmp_path / "out" / "train" / "m.txt").read_text() == "ok"
 
 
-def test_unbuilt_image_is_one_line_and_no_file(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_unbuilt_image_is_one_line_and_no_file(tiny: tuple[Path, str, str], tmp_path: Path) -> None:
     project, _, _ = tiny
     file = tmp_path / "compose.yml"
     (project / "requirements.lock").write_text(
@@ -145,8 +152,8 @@ def test_unbuilt_image_is_one_line_and_no_file(tiny, tmp_path: Path) -> None:  #
 
 
 def test_pushed_image_is_pinned_by_repo_digest(
-    tiny, compose_project: str, tmp_path: Path, docker_client
-) -> None:  # type: ignore[no-untyped-def]
+    tiny: tuple[Path, str, str], compose_project: str, tmp_path: Path, docker_client: DockerClient
+) -> None:
     project, _, image_id = tiny
     repo = f"127.0.0.1:{REGISTRY_PORT}/reprobuild-test/compose-pin"
     tag = f"{repo}:{uuid.uuid4().hex[:12]}"

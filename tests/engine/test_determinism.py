@@ -12,11 +12,16 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from helpers import DATA, build_json
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.heavy]
 SCRIPTS = ["torch_mlp.py", "keras_conv.py", "torch_loader.py", "set_order.py"]
@@ -24,7 +29,7 @@ QUIET = {"REPRO_QUIET": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 @pytest.fixture(scope="module")
-def image(base_ref, docker_client):  # type: ignore[no-untyped-def]
+def image(base_ref: str, docker_client: DockerClient) -> Iterator[str]:
     tag = f"reprobuild-test/determinism:{uuid.uuid4().hex[:12]}"
     build_json(str(DATA / "projects" / "determinism"), "--base", base_ref, "--tag", tag)
     yield tag
@@ -32,10 +37,10 @@ def image(base_ref, docker_client):  # type: ignore[no-untyped-def]
 
 
 def run(
-    docker_client,
+    docker_client: DockerClient,
     image: str,
     script: str,
-    env: dict[str, str] | None = None,  # type: ignore[no-untyped-def]
+    env: dict[str, str] | None = None,
     entrypoint: list[str] | None = None,
 ) -> str:
     """One fresh container; returns stdout and fails the test on a non-zero exit."""
@@ -54,7 +59,7 @@ def run(
     )
     try:
         code = container.wait(timeout=600)["StatusCode"]
-        out = container.logs(stdout=True, stderr=False).decode()
+        out: str = container.logs(stdout=True, stderr=False).decode()
         err = container.logs(stdout=False, stderr=True).decode()
     finally:
         container.remove(force=True)
@@ -64,7 +69,9 @@ def run(
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_unseeded_script_reproduces_bit_for_bit(image, docker_client, script: str) -> None:  # type: ignore[no-untyped-def]
+def test_unseeded_script_reproduces_bit_for_bit(
+    image: str, docker_client: DockerClient, script: str
+) -> None:
     first = run(docker_client, image, script)
     second = run(docker_client, image, script)
     assert first == second
@@ -75,12 +82,12 @@ def test_unseeded_script_reproduces_bit_for_bit(image, docker_client, script: st
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_runtime_off_is_the_control(image, docker_client, script: str) -> None:  # type: ignore[no-untyped-def]
+def test_runtime_off_is_the_control(image: str, docker_client: DockerClient, script: str) -> None:
     off = {"REPRO_DETERMINISM": "off"}
     assert run(docker_client, image, script, off) != run(docker_client, image, script, off)
 
 
-def test_docker_stop_reaches_the_program(image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_docker_stop_reaches_the_program(image: str, docker_client: DockerClient) -> None:
     container = docker_client.containers.run(
         image,
         ["python", "scripts/sigterm.py"],
@@ -103,7 +110,7 @@ def test_docker_stop_reaches_the_program(image, docker_client) -> None:  # type:
         container.remove(force=True)
 
 
-def test_exit_code_comes_through(image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_exit_code_comes_through(image: str, docker_client: DockerClient) -> None:
     container = docker_client.containers.run(
         image, ["python", "-c", "raise SystemExit(5)"], environment=QUIET, detach=True
     )
@@ -113,7 +120,9 @@ def test_exit_code_comes_through(image, docker_client) -> None:  # type: ignore[
         container.remove(force=True)
 
 
-def test_run_record_matches_what_was_set(image, docker_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_run_record_matches_what_was_set(
+    image: str, docker_client: DockerClient, tmp_path: Path
+) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
     runs.chmod(0o777)

@@ -7,11 +7,14 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from helpers import build_json, run_cli
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 
@@ -38,11 +41,11 @@ def _run_record(docker_client: Any, image: str, records: Path) -> Path:
     return found[0]
 
 
-def test_diff_two_builds_with_different_locks(  # type: ignore[no-untyped-def]
+def test_diff_two_builds_with_different_locks(
     base_ref: str,
     project: Callable[[str], Path],
     unique_tag: Callable[[str], str],
-    docker_client,
+    docker_client: DockerClient,
     tmp_path: Path,
 ) -> None:
     both = project("tiny")
@@ -64,8 +67,8 @@ def test_diff_two_builds_with_different_locks(  # type: ignore[no-untyped-def]
     a, b = unique_tag("diff-a"), unique_tag("diff-b")
     built_a = build_json(str(both), "--base", base_ref, "--tag", a, "-q")
     built_b = build_json(str(six), "--base", base_ref, "--tag", b, "-q")
-    manifest_a: dict[str, Any] = built_a["manifest"]  # type: ignore[assignment]
-    manifest_b: dict[str, Any] = built_b["manifest"]  # type: ignore[assignment]
+    manifest_a: dict[str, Any] = built_a["manifest"]
+    manifest_b: dict[str, Any] = built_b["manifest"]
     assert manifest_a["lock_sha256"] != manifest_b["lock_sha256"]
 
     # two images: the lock and the idna distribution differ, nothing else
@@ -132,7 +135,7 @@ def test_diff_two_builds_with_different_locks(  # type: ignore[no-untyped-def]
     assert report["packages"]["scope"] == "common"
 
 
-def test_diff_an_image_the_engine_does_not_have(docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_diff_an_image_the_engine_does_not_have(docker_client: DockerClient) -> None:
     proc = run_cli("diff", "reprobuild-test/diff-never:built", "reprobuild-test/diff-never:built")
     assert proc.returncode == 2
     assert proc.stdout == ""

@@ -5,29 +5,36 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from helpers import REPO, build_json
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.heavy]
 EXAMPLE = REPO / "images" / "digits-torch"
 
 
 @pytest.fixture(scope="module")
-def example_image(base_ref, docker_client):  # type: ignore[no-untyped-def]
+def example_image(
+    base_ref: str, docker_client: DockerClient
+) -> Iterator[tuple[str, dict[str, Any]]]:
     tag = f"reprobuild-test/digits-torch:{uuid.uuid4().hex[:12]}"
     result = build_json(str(EXAMPLE), "--base", base_ref, "--tag", tag)
     yield tag, result
     docker_client.images.remove(tag, force=True)
 
 
-def _train(docker_client, tag: str, **kw) -> str:  # type: ignore[no-untyped-def]
+def _train(docker_client: DockerClient, tag: str, **kw: Any) -> str:
     out: bytes = docker_client.containers.run(tag, remove=True, network_disabled=True, **kw)
     return out.decode()
 
 
-def test_example_manifest_names_the_stack(example_image) -> None:  # type: ignore[no-untyped-def]
+def test_example_manifest_names_the_stack(example_image: tuple[str, dict[str, Any]]) -> None:
     _tag, result = example_image
     manifest = result["manifest"]
     dists = {d["name"]: d["version"] for d in manifest["distributions"]}
@@ -39,7 +46,9 @@ def test_example_manifest_names_the_stack(example_image) -> None:  # type: ignor
     assert manifest["python_version"].startswith("3.11.")
 
 
-def test_example_trains_in_the_image(example_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_example_trains_in_the_image(
+    example_image: tuple[str, dict[str, Any]], docker_client: DockerClient
+) -> None:
     tag, _ = example_image
     lines = _train(docker_client, tag).strip().splitlines()
     assert len(lines) == 16

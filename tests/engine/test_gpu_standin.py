@@ -9,12 +9,17 @@ import contextlib
 import io
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 import pytest
 
-from helpers import DATA, build_json, published_image, run_cli, tar_context
+from helpers import DATA, MakeTag, build_json, published_image, run_cli, tar_context
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 STANDIN = DATA / "ngc-standin"
@@ -38,14 +43,16 @@ def _context(base_ref: str) -> io.BytesIO:
 
 
 @pytest.fixture(scope="module")
-def standin(base_ref, docker_client):  # type: ignore[no-untyped-def]
+def standin(base_ref: str, docker_client: DockerClient) -> Iterator[str]:
     """Build the stand-in and publish it to the loopback registry, so it has a digest."""
     with published_image(docker_client, _context(base_ref), "ngc-standin") as ref:
         yield ref
 
 
 @pytest.fixture(scope="module")
-def gpu_image(standin, docker_client, tmp_path_factory):  # type: ignore[no-untyped-def]
+def gpu_image(
+    standin: str, docker_client: DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, dict[str, Any]]]:
     import shutil
 
     root = tmp_path_factory.mktemp("gpu") / "tiny-gpu"
@@ -59,7 +66,9 @@ def gpu_image(standin, docker_client, tmp_path_factory):  # type: ignore[no-unty
             docker_client.images.remove(tag, force=True)
 
 
-def test_venv_sees_the_base_framework_and_holds_the_lock(gpu_image) -> None:  # type: ignore[no-untyped-def]
+def test_venv_sees_the_base_framework_and_holds_the_lock(
+    gpu_image: tuple[str, dict[str, Any]],
+) -> None:
     _tag, result = gpu_image
     dists = {d["name"]: d for d in result["manifest"]["distributions"]}
     assert dists["torch"] == {
@@ -71,7 +80,9 @@ def test_venv_sees_the_base_framework_and_holds_the_lock(gpu_image) -> None:  # 
     assert result["manifest"]["variant"] == "gpu"
 
 
-def test_gpu_image_chains_the_ngc_entrypoint_and_sets_gpu_knobs(gpu_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_image_chains_the_ngc_entrypoint_and_sets_gpu_knobs(
+    gpu_image: tuple[str, dict[str, Any]], docker_client: DockerClient
+) -> None:
     tag, _ = gpu_image
     # The stub torch is only a distribution to see, not a framework to import.
     show = (
@@ -118,8 +129,8 @@ def _gpu_project(tmp_path: Path, lock_text: str) -> Path:
     ],
     ids=["replaces-base-torch", "breaks-constraint"],
 )
-def test_lock_that_fights_the_base_is_refused_before_building(  # type: ignore[no-untyped-def]
-    standin, tmp_path, docker_client, lock: str, expected: str
+def test_lock_that_fights_the_base_is_refused_before_building(
+    standin: str, tmp_path: Path, docker_client: DockerClient, lock: str, expected: str
 ) -> None:
     tag = f"reprobuild-test/refused:{uuid.uuid4().hex[:8]}"
     proc = run_cli(
@@ -133,7 +144,9 @@ def test_lock_that_fights_the_base_is_refused_before_building(  # type: ignore[n
         docker_client.images.get(tag)
 
 
-def test_manifest_and_labels_record_the_stack(gpu_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_manifest_and_labels_record_the_stack(
+    gpu_image: tuple[str, dict[str, Any]], docker_client: DockerClient
+) -> None:
     import hashlib
 
     from reprobuild_entrypoint.drivercheck import required_driver
@@ -165,7 +178,9 @@ def test_manifest_and_labels_record_the_stack(gpu_image, docker_client) -> None:
     assert labels["io.reprobuild.driver.min"] == need.driver_min
 
 
-def test_gpu_image_without_a_gpu_refuses_in_strict(gpu_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_gpu_image_without_a_gpu_refuses_in_strict(
+    gpu_image: tuple[str, dict[str, Any]], docker_client: DockerClient
+) -> None:
     tag, _ = gpu_image
     container = docker_client.containers.run(
         tag,
@@ -188,14 +203,14 @@ def test_gpu_image_without_a_gpu_refuses_in_strict(gpu_image, docker_client) -> 
 # ------------------------------------------------------------ catalog refresh and base lock
 
 
-def _standin_tag(docker_client, standin: str) -> str:  # type: ignore[no-untyped-def]
+def _standin_tag(docker_client: DockerClient, standin: str) -> str:
     repo = standin.split("@", 1)[0]
     [tag] = [t for t in docker_client.images.get(standin).tags if t.startswith(repo + ":")]
     return str(tag)
 
 
-def test_resolve_refresh_reads_the_standin_from_the_registry(  # type: ignore[no-untyped-def]
-    standin, docker_client, tmp_path
+def test_resolve_refresh_reads_the_standin_from_the_registry(
+    standin: str, docker_client: DockerClient, tmp_path: Path
 ) -> None:
     """A catalog entry with a stale digest and stale versions, refreshed from the loopback
     registry: the digest from the Registry API, the versions from the image's own config."""
@@ -247,8 +262,8 @@ def test_resolve_refresh_reads_the_standin_from_the_registry(  # type: ignore[no
     assert "unchanged" in again.stdout
 
 
-def test_a_locked_catalog_name_builds_on_its_locked_digest(  # type: ignore[no-untyped-def]
-    standin, docker_client, tmp_path, unique_tag
+def test_a_locked_catalog_name_builds_on_its_locked_digest(
+    standin: str, docker_client: DockerClient, tmp_path: Path, unique_tag: MakeTag
 ) -> None:
     """base.gpu names a base the project's reprobuild.bases.lock pins (here one no catalog
     ships): the build uses the locked digest and the locked entrypoint, no --base needed."""

@@ -12,18 +12,33 @@ import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import docker.errors
 import pytest
 
-from helpers import DATA, build_json, image_labels, published_image, run_cli, tar_context
+from helpers import (
+    DATA,
+    MakeProject,
+    MakeTag,
+    build_json,
+    image_labels,
+    published_image,
+    run_cli,
+    tar_context,
+)
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 @pytest.fixture(scope="module")
-def tiny_image(base_ref, tmp_path_factory, docker_client):  # type: ignore[no-untyped-def]
+def tiny_image(
+    base_ref: str, tmp_path_factory: pytest.TempPathFactory, docker_client: DockerClient
+) -> Iterator[dict[str, Any]]:
     """One build of the tiny project, shared by the read-only checks below."""
     root = tmp_path_factory.mktemp("tiny") / "tiny"
     shutil.copytree(DATA / "projects" / "tiny", root)
@@ -54,8 +69,13 @@ def _layer_files(saved: bytes) -> Iterator[tuple[str, bytes]]:
 
 
 def _run(
-    docker_client, image: str, *cmd: str, entrypoint=None, stderr=False, **kw
-) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    docker_client: DockerClient,
+    image: str,
+    *cmd: str,
+    entrypoint: list[str] | None = None,
+    stderr: bool = False,
+    **kw: Any,
+) -> tuple[int, str]:
     """Run a container; return its exit code and stdout (stdout and stderr with stderr=True).
     The entrypoint's one summary line goes to stderr, so stdout is what the program printed."""
     container = docker_client.containers.run(
@@ -69,10 +89,10 @@ def _run(
 
 
 def test_base_is_pulled_by_digest_from_the_registry(
-    base_ref,
-    project,
-    unique_tag,
-    docker_client,  # type: ignore[no-untyped-def]
+    base_ref: str,
+    project: MakeProject,
+    unique_tag: MakeTag,
+    docker_client: DockerClient,
 ) -> None:
     """A base the engine does not hold is pulled by digest from the registry; a label unique
     to this run makes sure no earlier run (or test) can have left it behind."""
@@ -94,7 +114,9 @@ def test_base_is_pulled_by_digest_from_the_registry(
         )
 
 
-def test_image_json_and_default_command(tiny_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_image_json_and_default_command(
+    tiny_image: dict[str, Any], docker_client: DockerClient
+) -> None:
     result = tiny_image["result"]
     assert result["image"] == tiny_image["tag"]
     assert result["id"] == docker_client.images.get(tiny_image["tag"]).id
@@ -103,7 +125,7 @@ def test_image_json_and_default_command(tiny_image, docker_client) -> None:  # t
     assert out.strip() == "hello from tiny 1.17.0 3.10"
 
 
-def test_labels(tiny_image, base_ref, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_labels(tiny_image: dict[str, Any], base_ref: str, docker_client: DockerClient) -> None:
     labels = image_labels(docker_client, tiny_image["tag"])
     lock_sha = hashlib.sha256((tiny_image["root"] / "requirements.lock").read_bytes()).hexdigest()
     assert labels["org.opencontainers.image.created"] == "1970-01-01T00:00:00Z"
@@ -120,7 +142,9 @@ def test_labels(tiny_image, base_ref, docker_client) -> None:  # type: ignore[no
     assert labels["io.reprobuild.builder.version"] == __version__
 
 
-def test_manifest_file_matches_label_and_lock(tiny_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_manifest_file_matches_label_and_lock(
+    tiny_image: dict[str, Any], docker_client: DockerClient
+) -> None:
     code, raw = _run(docker_client, tiny_image["tag"], "cat", "/opt/reprobuild/manifest.json")
     assert code == 0
     labels = image_labels(docker_client, tiny_image["tag"])
@@ -139,13 +163,15 @@ def test_manifest_file_matches_label_and_lock(tiny_image, docker_client) -> None
     assert "six==1.17.0" in text.stdout and "seed / mode  7 / warn" in text.stdout
 
 
-def test_runs_as_non_root(tiny_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_runs_as_non_root(tiny_image: dict[str, Any], docker_client: DockerClient) -> None:
     code, out = _run(docker_client, tiny_image["tag"], "id")
     assert code == 0
     assert out.startswith("uid=10001(repro) gid=10001(repro)")
 
 
-def test_no_wheels_caches_or_pip_left(tiny_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_no_wheels_caches_or_pip_left(
+    tiny_image: dict[str, Any], docker_client: DockerClient
+) -> None:
     script = (
         "find / -xdev \\( -name '*.whl' -o -name 'requirements.lock' -o -name 'ca.pem' \\) "
         "-not -path '/usr/share/python-wheels/*' -not -path '/proc/*' 2>/dev/null; "
@@ -158,7 +184,9 @@ def test_no_wheels_caches_or_pip_left(tiny_image, docker_client) -> None:  # typ
     assert out.strip() == ""
 
 
-def test_entrypoint_passes_command_and_exit_code(tiny_image, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_entrypoint_passes_command_and_exit_code(
+    tiny_image: dict[str, Any], docker_client: DockerClient
+) -> None:
     code, out = _run(
         docker_client,
         tiny_image["tag"],
@@ -175,8 +203,8 @@ def test_entrypoint_passes_command_and_exit_code(tiny_image, docker_client) -> N
     assert "command not found: 'no-such-program'" in out
 
 
-def test_code_only_change_reuses_dependency_layers(  # type: ignore[no-untyped-def]
-    base_ref, project, unique_tag, docker_client
+def test_code_only_change_reuses_dependency_layers(
+    base_ref: str, project: MakeProject, unique_tag: MakeTag, docker_client: DockerClient
 ) -> None:
     root = project("tiny")
     first, second = unique_tag("reuse"), unique_tag("reuse")
@@ -197,8 +225,8 @@ def test_code_only_change_reuses_dependency_layers(  # type: ignore[no-untyped-d
 
 
 def test_buildkit_builder_builds_the_same_image(
-    base_ref, project, unique_tag, docker_client
-) -> None:  # type: ignore[no-untyped-def]
+    base_ref: str, project: MakeProject, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
     tag = unique_tag("buildkit")
     result = build_json(
         str(project("tiny")), "--base", base_ref, "--tag", tag, "--builder", "buildkit"
@@ -211,7 +239,9 @@ def test_buildkit_builder_builds_the_same_image(
     ]
 
 
-def test_default_tag_is_name_variant_and_lock_hash(base_ref, project, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_default_tag_is_name_variant_and_lock_hash(
+    base_ref: str, project: MakeProject, docker_client: DockerClient
+) -> None:
     root = project("tiny")
     lock_sha = hashlib.sha256((root / "requirements.lock").read_bytes()).hexdigest()
     expected = f"reprobuild-test/tiny:cpu-{lock_sha[:12]}"
@@ -224,7 +254,9 @@ def test_default_tag_is_name_variant_and_lock_hash(base_ref, project, docker_cli
         docker_client.images.remove(expected, force=True)
 
 
-def test_online_build_with_ca_leaves_no_trace(base_ref, project, unique_tag, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_online_build_with_ca_leaves_no_trace(
+    base_ref: str, project: MakeProject, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
     """--online installs from PyPI inside the build; the CA goes in through the build stage
     only. Every layer of the final image is searched for the CA bytes."""
     tag = unique_tag("online")
@@ -248,7 +280,9 @@ def test_online_build_with_ca_leaves_no_trace(base_ref, project, unique_tag, doc
     assert checked > 100
 
 
-def test_image_was_tampered_is_detected(tiny_image, unique_tag, docker_client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_image_was_tampered_is_detected(
+    tiny_image: dict[str, Any], unique_tag: MakeTag, docker_client: DockerClient, tmp_path: Path
+) -> None:
     tampered = unique_tag("tampered")
     (tmp_path / "Dockerfile").write_text(
         f"FROM {tiny_image['tag']}\nUSER root\nRUN echo '{{}}' > /opt/reprobuild/manifest.json\n"

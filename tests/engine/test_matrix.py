@@ -12,11 +12,15 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 
 from helpers import DATA, REGISTRY_PORT, image_labels, run_cli
+
+if TYPE_CHECKING:
+    from docker import DockerClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 
@@ -36,8 +40,8 @@ def matrix_project(root: Path, base_ref: str) -> Path:
     return root
 
 
-def test_variant_builds_under_the_matrix_tag_and_ships_by_digest(  # type: ignore[no-untyped-def]
-    base_ref, tmp_path, docker_client
+def test_variant_builds_under_the_matrix_tag_and_ships_by_digest(
+    base_ref: str, tmp_path: Path, docker_client: DockerClient
 ) -> None:
     root = matrix_project(tmp_path / "proj", base_ref)
     listed = run_cli("matrix", str(root), "--format", "github")

@@ -274,6 +274,23 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert command in out
 
 
+def test_help_tells_a_user_what_reprobuild_is(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the module docstring (which describes the code) but the product, its main commands
+    and where to read more, in lines that fit an 80-column terminal."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "parse arguments" not in out
+    assert "Lockfiles in, pinned and deterministic training images out." in out
+    for command in ("image [DIR]", "verify IMAGE -- CMD", "diff A B"):
+        assert f"reprobuild {command}" in out
+    assert "README" in out
+    assert "Exit codes: 0 success, 1 error, 2 bad usage" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -23,7 +23,6 @@ from reprobuild.cli import main
 from reprobuild.compose import (
     IMAGE_PLACEHOLDER,
     ComposeSpec,
-    ImageNotBuiltError,
     compose_project,
     document,
     pin_image,
@@ -31,7 +30,13 @@ from reprobuild.compose import (
     render,
     write_output,
 )
-from reprobuild.errors import ConfigError, ImageRefError, OutputError, ReprobuildError
+from reprobuild.errors import (
+    ConfigError,
+    ImageNotBuiltError,
+    ImageRefError,
+    OutputError,
+    ReprobuildError,
+)
 from reprobuild.plan import make_spec, project_tag
 
 TESTS = Path(__file__).parent.parent
@@ -277,12 +282,11 @@ def test_a_bad_image_option_is_refused() -> None:
 def test_write_output_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "compose.yml"
     out.write_text("old\n")
-    import reprobuild.fsutil
 
     def broken(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(reprobuild.fsutil.os, "replace", broken)
+    monkeypatch.setattr("reprobuild.fsutil.os.replace", broken)
     with pytest.raises(OutputError, match=r"cannot write .*No space left"):
         write_output("new\n", out)
     assert out.read_text() == "old\n"

@@ -24,7 +24,6 @@ import pytest
 from helpers import DATA
 from reprobuild.cli import main
 from reprobuild.diff import (
-    DiffInputError,
     _cudnn,
     compare,
     from_document,
@@ -32,6 +31,7 @@ from reprobuild.diff import (
     load,
     load_image,
 )
+from reprobuild.errors import DiffInputError
 
 DIFF = DATA / "diff"
 MANIFEST = DIFF / "manifest-tiny.json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import Any
 
 import pytest
 
@@ -12,8 +13,8 @@ from reprobuild.errors import ReprobuildError
 from reprobuild.manifest import SCHEMA_VERSION, Distribution, Manifest
 
 
-def manifest(**over: object) -> Manifest:
-    values: dict[str, object] = dict(
+def manifest(**over: Any) -> Manifest:
+    values: dict[str, Any] = dict(
         builder_version="0.1.0",
         name="team/demo",
         variant="cpu",
@@ -29,7 +30,7 @@ def manifest(**over: object) -> Manifest:
         distributions=(Distribution("idna", "3.10"), Distribution("six", "1.17.0")),
     )
     values.update(over)
-    return Manifest(**values)  # type: ignore[arg-type]
+    return Manifest(**values)
 
 
 FIELDS = [f.name for f in dataclasses.fields(Manifest)]
@@ -52,7 +53,7 @@ def test_to_json_is_canonical() -> None:
 def test_to_json_independent_of_construction_order() -> None:
     a = manifest()
     kwargs = {f: getattr(a, f) for f in reversed(FIELDS)}
-    b = Manifest(**kwargs)  # type: ignore[arg-type]
+    b = Manifest(**kwargs)
     assert a.to_json() == b.to_json()
 
 

@@ -212,7 +212,7 @@ def test_bad_registry_host_refused() -> None:
 
 def test_non_string_refused() -> None:
     with pytest.raises(ImageRefError):
-        parse_ref(None)  # type: ignore[arg-type]
+        parse_ref(None)  # type: ignore[arg-type]  # the point: a non-string at run time
 
 
 def test_parse_pinned_accepts_digest() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,8 @@ APP = {"hello.py": FileEntry(b"print('hi')\n")}
 CATALOG = load_catalog()
 
 
-def spec(**over: object) -> RenderSpec:
-    values: dict[str, object] = dict(
+def spec(**over: Any) -> RenderSpec:
+    values: dict[str, Any] = dict(
         name="example/golden",
         variant="cpu",
         base=parse_pinned(BASE),
@@ -38,7 +39,7 @@ def spec(**over: object) -> RenderSpec:
         epoch=1700000000,
     )
     values.update(over)
-    return RenderSpec(**values)  # type: ignore[arg-type]
+    return RenderSpec(**values)
 
 
 CASES = {

@@ -4,6 +4,7 @@ GPU image does with a host driver in each determinism mode. No GPU, no I/O."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -253,7 +254,8 @@ def test_a_malformed_manifest_value_falls_back_to_the_table() -> None:
 
 
 def test_cuda_version_from_the_image_environment() -> None:
-    for manifest in ({"gpu": {}}, {"variant": "gpu"}, {"gpu": "not a mapping"}):
+    manifests: list[dict[str, Any]] = [{"gpu": {}}, {"variant": "gpu"}, {"gpu": "not a mapping"}]
+    for manifest in manifests:
         requirement = image_requirement(manifest, {"CUDA_VERSION": "12.4.1"})
         assert requirement is not None and requirement.driver_min == "550.54.15"
 

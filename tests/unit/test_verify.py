@@ -18,16 +18,14 @@ import pytest
 from reprobuild.cli import build_parser, main
 from reprobuild.compare import Divergence, JsonDifference, numeric_distance
 from reprobuild.engine import Engine
-from reprobuild.errors import ReprobuildError
+from reprobuild.errors import ReprobuildError, VerifyError, VerifyUsageError
 from reprobuild.verify import (
     DataMount,
     Failure,
     FileDigest,
     GpuRequest,
     RunReport,
-    VerifyError,
     VerifyReport,
-    VerifyUsageError,
     _DockerLauncher,
     _LocalLauncher,
     collect_outputs,
@@ -133,10 +131,10 @@ def test_make_spec_checks_everything(tmp_path: Path) -> None:
         ({"image": None, "local": True, "network": True}, "--network"),
     ]
     for changes, message in bad:
-        kwargs: dict[str, object] = {"image": "img", "command": ["true"], **changes}
+        kwargs: dict[str, Any] = {"image": "img", "command": ["true"], **changes}
         image, command = kwargs.pop("image"), kwargs.pop("command")
         with pytest.raises(VerifyUsageError, match=message):
-            make_spec(image, command, **kwargs)  # type: ignore[arg-type]
+            make_spec(image, command, **kwargs)
 
 
 # ---------------------------------------------------------------------------- CLI shapes
@@ -463,7 +461,7 @@ def test_container_gets_mounts_env_and_gpus(tmp_path: Path) -> None:
     )
     launcher = _DockerLauncher(spec, "sha256:" + "a" * 64)
     fake = FakeContainers()
-    launcher._engine = Engine(SimpleNamespace(containers=fake))  # type: ignore[arg-type]
+    launcher._engine = Engine(SimpleNamespace(containers=fake))
     out, records = tmp_path / "out", tmp_path / "records"
     out.mkdir()
     records.mkdir()

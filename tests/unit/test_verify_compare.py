@@ -47,6 +47,7 @@ def test_tokenize_splits_numbers_from_text(line: str, tokens: list[str]) -> None
 
 def test_integers_are_exact() -> None:
     diff = numeric_distance("123456789012345678901", "123456789012345678900")
+    assert diff is not None
     assert diff == NumericDiff("123456789012345678901", "123456789012345678900", 1, diff.rel_diff)
     assert diff.ulps is None and diff.ulps_f32 is None
     assert diff.rel_diff == pytest.approx(1 / 123456789012345678901)
@@ -90,7 +91,9 @@ def test_describe_numbers() -> None:
     assert diff.describe() == (
         "1.0 vs 1.5, abs 0.5, rel 0.333333, 4194304 ulps (float32), 2251799813685248 ulps (float64)"
     )
-    assert numeric_distance("3", "5").describe() == "3 vs 5, abs 2, rel 0.4"  # type: ignore[union-attr]
+    diff = numeric_distance("3", "5")
+    assert diff is not None
+    assert diff.describe() == "3 vs 5, abs 2, rel 0.4"
 
 
 # --------------------------------------------------------------------------------- lines
@@ -144,8 +147,8 @@ def _interleavings(
 ) -> list[list[tuple[int, bytes | None]]]:
     """Merges of run 0's and run 1's streams (each ending with an end marker) that keep each
     run's own order: a sample of all of them."""
-    first = [(0, line) for line in a] + [(0, None)]
-    second = [(1, line) for line in b] + [(1, None)]
+    first: list[tuple[int, bytes | None]] = [(0, line) for line in a] + [(0, None)]
+    second: list[tuple[int, bytes | None]] = [(1, line) for line in b] + [(1, None)]
     total = len(first) + len(second)
     out = []
     for positions in itertools.islice(itertools.combinations(range(total), len(first)), limit):

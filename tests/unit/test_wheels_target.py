@@ -68,8 +68,9 @@ def test_platforms_match_packaging_order() -> None:
     theirs: list[str] = []
     for minor in range(36, 4, -1):
         theirs.append(f"manylinux_2_{minor}_x86_64")
-        if (2, minor) in legacy:
-            theirs.append(f"{legacy[(2, minor)]}_x86_64")
+        key = _manylinux._GLibCVersion(2, minor)
+        if key in legacy:
+            theirs.append(f"{legacy[key]}_x86_64")
     assert Target("3.11", "x86_64", (2, 36)).platforms() == [*theirs, "linux_x86_64"]
 
 

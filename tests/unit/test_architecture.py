@@ -1,0 +1,214 @@
+"""Import contracts between the modules, checked on the installed packages.
+
+- The in-image runtime (reprobuild_entrypoint) uses the standard library only and never
+  imports reprobuild: it is copied into images that have neither.
+- engine.py is the only module that imports the Docker SDK (others may name its types under
+  TYPE_CHECKING only).
+- The CLI loads neither docker nor requests before a command needs them, so
+  ``reprobuild --help`` and ``--version`` stay fast and work without them.
+
+The checks read every import statement (module level or inside functions) with ``ast``,
+so a lazy import inside a function is held to the same contract.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import reprobuild
+import reprobuild_entrypoint
+
+BUILDER = Path(reprobuild.__file__).parent
+RUNTIME = Path(reprobuild_entrypoint.__file__).parent
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # absolute dotted name
+    line: int
+    type_checking: bool  # under `if TYPE_CHECKING:`
+    module_level: bool  # not inside a function
+
+    @property
+    def top(self) -> str:
+        return self.module.partition(".")[0]
+
+    def within(self, module: str) -> bool:
+        return self.module == module or self.module.startswith(module + ".")
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(path: Path, root: Path) -> list[Import]:
+    """Every import in the module at `path` of the package at `root`, relative ones resolved."""
+    found: list[Import] = []
+
+    def visit(node: ast.AST, type_checking: bool, module_level: bool) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.append(Import(alias.name, node.lineno, type_checking, module_level))
+            return
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+                base = ".".join(parts[: len(parts) - node.level])
+                name = f"{base}.{node.module}" if node.module else base
+            else:
+                name = node.module or ""
+            # `from X import y`: y may be a submodule, so record X.y (its top is X's either way)
+            for alias in node.names:
+                full = f"{name}.{alias.name}"
+                found.append(Import(full, node.lineno, type_checking, module_level))
+            return
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for statement in node.body:
+                visit(statement, True, module_level)
+            for statement in node.orelse:
+                visit(statement, type_checking, module_level)
+            return
+        inner = module_level and not isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+        )
+        for child in ast.iter_child_nodes(node):
+            visit(child, type_checking, inner)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), False, True)
+    return found
+
+
+def _modules(root: Path) -> list[Path]:
+    files = sorted(root.rglob("*.py"))
+    assert files, f"no modules under {root}"
+    return files
+
+
+def test_contract_reads_imports_inside_functions_and_type_checking(tmp_path: Path) -> None:
+    """The reader itself: a lazy import and a TYPE_CHECKING import are both seen, and told apart."""
+    pkg = tmp_path / "reprobuild"
+    pkg.mkdir()
+    sample = pkg / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    import docker\n"
+        "def f():\n"
+        "    from docker import errors\n"
+        "from . import engine\n",
+        encoding="utf-8",
+    )
+    found = imports_of(sample, pkg)
+    assert [(i.module, i.type_checking, i.module_level) for i in found] == [
+        ("typing.TYPE_CHECKING", False, True),
+        ("docker", True, True),
+        ("docker.errors", False, False),
+        ("reprobuild.engine", False, True),
+    ]
+
+
+@pytest.mark.parametrize("path", _modules(RUNTIME), ids=lambda p: p.name)
+def test_runtime_imports_only_the_standard_library(path: Path) -> None:
+    allowed = set(sys.stdlib_module_names) | {"__future__", "reprobuild_entrypoint"}
+    bad = [
+        f"{path.name}:{i.line}: {i.module}"
+        for i in imports_of(path, RUNTIME)
+        if i.top not in allowed
+    ]
+    assert not bad, "the in-image runtime is standard library only: " + ", ".join(bad)
+
+
+@pytest.mark.parametrize("path", _modules(BUILDER), ids=lambda p: p.name)
+def test_only_engine_imports_docker(path: Path) -> None:
+    if path == BUILDER / "engine.py":
+        return
+    bad = [
+        f"{path.name}:{i.line}: {i.module}"
+        for i in imports_of(path, BUILDER)
+        if i.top == "docker" and not i.type_checking
+    ]
+    assert not bad, "only reprobuild/engine.py imports the Docker SDK: " + ", ".join(bad)
+
+
+def test_engine_is_where_docker_is_imported() -> None:
+    """The contract above is about a real import: engine.py does hold it."""
+    assert any(i.top == "docker" for i in imports_of(BUILDER / "engine.py", BUILDER))
+
+
+def test_cli_does_not_import_docker_or_the_engine_at_module_level() -> None:
+    bad = [
+        f"cli.py:{i.line}: {i.module}"
+        for i in imports_of(BUILDER / "cli.py", BUILDER)
+        if i.module_level
+        and not i.type_checking
+        and (i.top in {"docker", "requests"} or i.within("reprobuild.engine"))
+    ]
+    assert not bad, "cli.py loads these lazily, inside the command that needs them: " + str(bad)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"]])
+def test_help_and_version_do_not_load_docker_or_requests(args: list[str]) -> None:
+    """Checked in a fresh interpreter with -X importtime: every module it loaded is listed."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "reprobuild", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = {
+        line.rpartition("|")[2].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "reprobuild.cli" in loaded, "importtime output not understood"
+    heavy = sorted(m for m in loaded if m.partition(".")[0] in {"docker", "requests", "urllib3"})
+    assert not heavy, f"reprobuild {args[0]} loaded {heavy}"
+
+
+# --------------------------------------------------------------------------- one owner per fact
+
+# Each shared value is written once, in the module named here; the others import it.
+OWNERS = {
+    "io.reprobuild.manifest.sha256": BUILDER / "manifest.py",
+    "/opt/reprobuild/manifest.json": RUNTIME / "__init__.py",
+}
+# verify.py is being split (issue 9); its copy of the label goes with that change.
+_IN_FLIGHT = {BUILDER / "verify.py"}
+
+
+def _string_constants(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+
+
+@pytest.mark.parametrize("value", sorted(OWNERS))
+def test_shared_value_has_one_owner(value: str) -> None:
+    holders = [
+        path
+        for path in [*_modules(BUILDER), *_modules(RUNTIME)]
+        if path not in _IN_FLIGHT and value in _string_constants(path)
+    ]
+    assert holders == [OWNERS[value]], f"{value!r} is written in {holders}"
+
+
+def test_determinism_modes_and_seed_range_are_the_runtimes() -> None:
+    from typing import get_args
+
+    from reprobuild import config
+    from reprobuild_entrypoint import settings
+
+    assert config.MODES is settings.MODES and config.SEED_MAX is settings.SEED_MAX
+    # config.Mode is the type checker's view of the same list
+    assert get_args(config.Mode) == settings.MODES
