@@ -267,6 +267,16 @@ def _torch_settings(report: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
+def _run_record_gpu(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the runtime's own GPU probe and check found in run 1 (``host.gpu``, ``gpu_check``)."""
+    runs = _verify_runs(report)
+    record = (runs[0].get("run_record") if runs else None) or {}
+    host = record.get("host") or {}
+    if not host.get("gpu") and not record.get("gpu_check"):
+        return None
+    return {"host_gpu": host.get("gpu"), "gpu_check": record.get("gpu_check")}
+
+
 def determinism_check(kit: Kit, program: Program) -> dict[str, Any]:
     bare = kit.bare(program.name)
     report, proc = kit.verify(program.name)
@@ -290,6 +300,7 @@ def determinism_check(kit: Kit, program: Program) -> dict[str, Any]:
             "exit_codes": [r.get("exit_code") for r in runs],
             "divergence": (report or {}).get("divergence"),
             "torch_settings": _torch_settings(report),
+            "run_record_gpu": _run_record_gpu(report),
         },
         "bare_runs_differ": None,
         "runtime_runs_identical": None,
@@ -485,7 +496,18 @@ def stack_probe(kit: Kit) -> dict[str, Any]:
     return dict((data.get("frameworks") or {}).get("torch") or {})
 
 
-def driver_check(kit: Kit, facts: dict[str, Any]) -> dict[str, Any]:
+def _from_runtime(done: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The runtime's torch settings and GPU record from the first run under it that has them."""
+    settings: dict[str, Any] = {}
+    gpu: dict[str, Any] = {}
+    for check in done:
+        runtime = check.get("runtime") or {}
+        settings = settings or dict(runtime.get("torch_settings") or {})
+        gpu = gpu or dict(runtime.get("run_record_gpu") or {})
+    return settings, gpu
+
+
+def driver_check(kit: Kit, facts: dict[str, Any], done: Sequence[dict[str, Any]]) -> dict[str, Any]:
     from reprobuild.stack import reported
     from reprobuild_entrypoint import drivercheck
 
@@ -505,18 +527,20 @@ def driver_check(kit: Kit, facts: dict[str, Any]) -> dict[str, Any]:
         if None in seen.values() or len(set(map(str, seen.values()))) != 1:
             problems.append(f"{label}: {seen}")
 
+    settings, record_gpu = _from_runtime(done)
+    entry["runtime_record"] = {"torch_settings": settings, **record_gpu}
     probes = readings["runtime_probes"]
     smi_raw = readings["nvidia_smi"].get("gpus") or [{}]
-    agree(
-        "driver version",
-        {
-            "nvml": probes["nvml"].get("driver_version"),
-            "nvidia-smi probe": probes["nvidia-smi"].get("driver_version"),
-            "procfs probe": probes["procfs"].get("driver_version"),
-            "nvidia-smi": smi_raw[0].get("driver_version"),
-            "/proc": readings["procfs"].get("driver_version"),
-        },
-    )
+    versions = {
+        "nvml": probes["nvml"].get("driver_version"),
+        "nvidia-smi probe": probes["nvidia-smi"].get("driver_version"),
+        "procfs probe": probes["procfs"].get("driver_version"),
+        "nvidia-smi": smi_raw[0].get("driver_version"),
+        "/proc": readings["procfs"].get("driver_version"),
+    }
+    if record_gpu:  # the runtime's own probe, inside a run under verify --local --gpus all
+        versions["run record"] = (record_gpu.get("host_gpu") or {}).get("driver_version")
+    agree("driver version", versions)
     agree(
         "CUDA driver API version",
         {
@@ -546,16 +570,22 @@ def driver_check(kit: Kit, facts: dict[str, Any]) -> dict[str, Any]:
                     "torch": norm(pick(torch_devices)),
                 },
             )
-    as_reported = reported({"probe": probe, "torch": {k: facts.get(v) for k, v in _STACK.items()}})
+    as_reported = reported(
+        {
+            "probe": probe,
+            "torch": {k: facts.get(v) for k, v in _STACK.items()},
+            "record": {k: settings.get(v) for k, v in _RECORD_STACK.items()},
+        }
+    )
     entry["stack_compared"] = as_reported
     for key in ("cuda", "cudnn", "nccl"):
-        agree(
-            f"stack {key}",
-            {
-                "stack probe": as_reported.get(f"probe.{key}"),
-                "torch": as_reported.get(f"torch.{key}"),
-            },
-        )
+        values = {
+            "stack probe": as_reported.get(f"probe.{key}"),
+            "torch": as_reported.get(f"torch.{key}"),
+        }
+        if settings:  # the runtime's framework record, written at the program's exit
+            values["run record"] = as_reported.get(f"record.{key}")
+        agree(f"stack {key}", values)
     driver = probes["nvml"].get("driver_version")
     requirement = drivercheck.required_driver(facts.get("cuda_built"))
     verdict = drivercheck.check(
@@ -579,6 +609,7 @@ def driver_check(kit: Kit, facts: dict[str, Any]) -> dict[str, Any]:
 
 
 _STACK = {"cuda": "cuda_built", "cudnn": "cudnn", "nccl": "nccl"}
+_RECORD_STACK = {"cuda": "cuda", "cudnn": "cudnn_version", "nccl": "nccl_version"}
 
 
 # ----------------------------------------------------------------------------------- report
@@ -686,13 +717,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         kit_errors: list[str] = []
         if facts.get("torch") is None:
             kit_errors.append(f"torch is not importable by {args.python}: {facts.get('error')}")
+        done: list[dict[str, Any]] = []  # the driver check reads the runtime's records here
         steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
             *((p.name, lambda p=p: determinism_check(kit, p)) for p in PROGRAMS),
             (REFUSAL, lambda: refusal_check(kit)),
             ("cost", lambda: cost_check(kit)),
-            ("driver", lambda: driver_check(kit, facts)),
+            ("driver", lambda: driver_check(kit, facts, done)),
         ]
-        done: list[dict[str, Any]] = []
         for name, step in steps:
             if name not in selected:
                 continue
