@@ -34,6 +34,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -119,30 +120,59 @@ class Proc:
 
 
 def run_proc(argv: Sequence[str], env: dict[str, str], timeout_s: float, cwd: Path = ROOT) -> Proc:
+    """Run to the end, or past ``timeout_s`` stop it: SIGTERM to its process group, then
+    SIGKILL to the group and to every process that was below it (``reprobuild verify``'s runs
+    live in sessions of their own)."""
     start = time.monotonic()
     try:
-        done = subprocess.run(
+        child = subprocess.Popen(
             list(argv),
             env=env,
             cwd=cwd,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired as exc:
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
-        out = exc.stdout if isinstance(exc.stdout, bytes) else b""
-        return Proc(list(argv), None, out, err, time.monotonic() - start, timed_out=True)
     except OSError as exc:
         return Proc(list(argv), None, b"", f"cannot start: {exc}", time.monotonic() - start)
-    return Proc(
-        list(argv),
-        done.returncode,
-        done.stdout,
-        done.stderr.decode(errors="replace"),
-        time.monotonic() - start,
-    )
+    try:
+        out, err = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        below = descendants(child.pid)  # verify's runs sit in sessions of their own
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGTERM)
+        out, err = b"", b""
+        for grace in (10, 10):
+            try:
+                out, err = child.communicate(timeout=grace)  # output so far is kept on retry
+                break
+            except subprocess.TimeoutExpired:
+                for pid in below:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pid, signal.SIGKILL)
+        text = err.decode(errors="replace")
+        return Proc(list(argv), None, out, text, time.monotonic() - start, timed_out=True)
+    elapsed = time.monotonic() - start
+    return Proc(list(argv), child.returncode, out, err.decode(errors="replace"), elapsed)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from /proc (empty where there is none)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for kid in parents.get(todo.pop(), []):
+            found.append(kid)
+            todo.append(kid)
+    return found
 
 
 def notes(stderr_lines: Sequence[str]) -> dict[str, str]:
