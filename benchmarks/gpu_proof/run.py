@@ -59,6 +59,8 @@ EXIT_OK, EXIT_FAIL, EXIT_NO_GPU = 0, 1, 3
 # 1e-6 at most for these sizes), TF32 (10-bit mantissa) near 1e-4. Between the two.
 TF32_ERROR = 2e-5
 HINT_MARKER = "has no deterministic implementation; run with REPRO_DETERMINISM=warn"
+_HOST_ENV = ("CUDA", "CUBLAS", "CUDNN", "NCCL", "NVIDIA", "TORCH", "REPRO", "PYTORCH", "OMP_")
+"""Host variables that bear on the results, recorded as found (bare runs see them)."""
 NOTE = re.compile(r"gpu-proof ([a-z_]+)=(\S+)")
 
 
@@ -807,6 +809,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "machine": platform.machine(),
             "python": args.python,
             "torch": facts,
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_HOST_ENV)},
         },
         "checks": checks,
         "cpu_half": cpu_half,
