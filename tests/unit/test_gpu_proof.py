@@ -67,6 +67,7 @@ def _assert_no_gpu(proc: subprocess.CompletedProcess[str], report: Any, names: l
     assert all(" pass " not in line for line in proc.stdout.splitlines())
 
 
+@pytest.mark.heavy  # ~20 torch processes: minutes on a 2-core host; CI runs it
 @pytest.mark.timeout(900)
 def test_dry_run_runs_the_cpu_half_and_passes_nothing(tmp_path: Path) -> None:
     proc, report = _run(tmp_path, "--dry-run")
