@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
 
+from reprobuild import jsonload
 from reprobuild.engine import Engine
 from reprobuild.errors import DiffInputError, EngineUnavailableError, ReprobuildError
 from reprobuild.imageinfo import read_image
@@ -341,7 +342,7 @@ def load(value: str, engine: Engine | None = None) -> Stack:
 def load_file(path: Path, *, source: str | None = None) -> Stack:
     source = source if source is not None else str(path)
     try:
-        raw = path.read_bytes()
+        raw = jsonload.read_file(path, source, error=DiffInputError)
     except FileNotFoundError:
         raise DiffInputError(
             f"{source}: no such file",
@@ -353,10 +354,7 @@ def load_file(path: Path, *, source: str | None = None) -> Stack:
         ) from None
     except OSError as exc:
         raise DiffInputError(f"{source}: cannot read it: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DiffInputError(f"{source} is not valid JSON: {exc}") from None
+    data = jsonload.loads(raw, source, error=DiffInputError)
     return from_document(data, source=source, raw=raw, directory=path.parent)
 
 
@@ -688,11 +686,9 @@ def _framework_records(directory: Path, record: Mapping[str, Any]) -> list[dict[
     found: list[dict[str, Any]] = []
     for path in sorted(directory.glob(f"run-{run_id}-frameworks-*.json")):
         try:
-            data = json.loads(path.read_bytes())
+            data = jsonload.read_json_file(path, str(path), error=DiffInputError)
         except OSError as exc:
             raise DiffInputError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DiffInputError(f"{path} is not valid JSON: {exc}") from None
         if (
             isinstance(data, dict)
             and data.get("kind") == FRAMEWORKS_KIND

@@ -96,6 +96,19 @@ class StreamingContainer:
             self._container.remove(force=True)
 
 
+def _tar_kind(member: tarfile.TarInfo | None) -> str:
+    """What a tar member is, in words (for "X is a symlink, not a regular file")."""
+    if member is None:
+        return "missing from the archive"
+    if member.issym():
+        return f"a symlink (to {member.linkname[:80]!r})"
+    if member.islnk():
+        return "a hard link"
+    if member.isdir():
+        return "a directory"
+    return "a special file"
+
+
 class Engine:
     """A connection to one Docker engine (DOCKER_HOST or the local socket)."""
 
@@ -172,8 +185,12 @@ class Engine:
         with contextlib.suppress(docker.errors.DockerException):
             self.client.images.remove(ref, noprune=False)
 
-    def read_file(self, image: str, path: str) -> bytes:
-        """Read one file out of an image without running it."""
+    def read_file(self, image: str, path: str, *, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        """Read one regular file out of an image without running it.
+
+        An image is untrusted input: a symlink, directory or device at ``path`` is refused (a
+        link could point anywhere), and so is a file larger than ``max_bytes``; the archive
+        is read at most that far (plus tar's own headers)."""
         try:
             container = self.client.containers.create(
                 image, entrypoint=["/nonexistent"], command=[]
@@ -181,18 +198,35 @@ class Engine:
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot open image {image!r}: {_short(exc)}") from None
         try:
-            stream, _ = container.get_archive(path)
-            buf = io.BytesIO(b"".join(stream))
+            stream, stat = container.get_archive(path)
+            if isinstance(stat, dict) and int(stat.get("size") or 0) > max_bytes:
+                raise EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
+            buf = io.BytesIO()
+            for chunk in stream:
+                buf.write(chunk)
+                if buf.tell() > max_bytes + 64 * 1024:
+                    raise EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
+            buf.seek(0)
             with tarfile.open(fileobj=buf) as tar:
                 member = tar.next()
-                fh = tar.extractfile(member) if member else None
+                if member is None or not member.isreg():
+                    kind = _tar_kind(member)
+                    raise EngineError(f"{path} in {image} is {kind}, not a regular file")
+                if member.size > max_bytes:
+                    raise EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
+                fh = tar.extractfile(member)
                 if fh is None:
                     raise EngineError(f"{path} in {image} is not a regular file")
                 return fh.read()
+        except tarfile.TarError as exc:
+            raise EngineError(f"cannot read {path} out of {image}: {_short(exc)}") from None
         except docker.errors.NotFound:
             raise EngineError(f"{image} has no {path}") from None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot read {path} out of {image}: {_short(exc)}") from None
         finally:
-            container.remove(force=True)
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
 
     # ---- containers ------------------------------------------------------------------------
     def run(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from reprobuild.engine import Engine
 from reprobuild.errors import ReprobuildError
-from reprobuild.manifest import MANIFEST_PATH, Manifest
+from reprobuild.manifest import MANIFEST_PATH, MAX_MANIFEST_BYTES, Manifest
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def read_image(engine: Engine, image: str) -> ImageInfo:
         raise ReprobuildError(
             f"{image} was not built by reprobuild (no io.reprobuild.manifest.sha256 label)"
         )
-    raw = engine.read_file(image, MANIFEST_PATH)
+    raw = engine.read_file(image, MANIFEST_PATH, max_bytes=MAX_MANIFEST_BYTES)
     got = hashlib.sha256(raw).hexdigest()
     if got != want:
         raise ReprobuildError(

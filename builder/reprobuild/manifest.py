@@ -11,12 +11,15 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from reprobuild import jsonload
 from reprobuild.errors import ReprobuildError
 
 SCHEMA_VERSION = 1
 # Fields a manifest may lack (images built before they existed); distributions is read apart.
 _OPTIONAL = ("distributions", "stack", "gpu")
 MANIFEST_PATH = "/opt/reprobuild/manifest.json"
+# An image is untrusted input: a manifest file larger than this is refused before parsing.
+MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, order=True)
@@ -84,10 +87,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, raw: bytes) -> Manifest:
-        try:
-            return cls.from_dict(json.loads(raw))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ReprobuildError(f"manifest is not valid JSON: {exc}") from None
+        return cls.from_dict(jsonload.loads(raw, "manifest", max_bytes=MAX_MANIFEST_BYTES))
 
     def labels(self) -> dict[str, str]:
         """The labels that depend on what the build produced."""
