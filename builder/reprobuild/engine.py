@@ -27,6 +27,8 @@ from typing import Any, Literal
 import docker
 import docker.errors
 import docker.types
+import docker.utils
+import requests
 
 from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
 from reprobuild.refs import ImageRef
@@ -198,35 +200,49 @@ class Engine:
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot open image {image!r}: {_short(exc)}") from None
         try:
-            stream, stat = container.get_archive(path)
-            if isinstance(stat, dict) and int(stat.get("size") or 0) > max_bytes:
-                raise EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
-            buf = io.BytesIO()
-            for chunk in stream:
-                buf.write(chunk)
-                if buf.tell() > max_bytes + 64 * 1024:
-                    raise EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
-            buf.seek(0)
-            with tarfile.open(fileobj=buf) as tar:
-                member = tar.next()
-                if member is None or not member.isreg():
-                    kind = _tar_kind(member)
-                    raise EngineError(f"{path} in {image} is {kind}, not a regular file")
-                if member.size > max_bytes:
-                    raise EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
-                fh = tar.extractfile(member)
-                if fh is None:
-                    raise EngineError(f"{path} in {image} is not a regular file")
-                return fh.read()
+            return self._read_archive(container.id, image, path, max_bytes)
         except tarfile.TarError as exc:
             raise EngineError(f"cannot read {path} out of {image}: {_short(exc)}") from None
         except docker.errors.NotFound:
             raise EngineError(f"{image} has no {path}") from None
-        except docker.errors.APIError as exc:
+        except (docker.errors.APIError, requests.RequestException) as exc:
             raise EngineError(f"cannot read {path} out of {image}: {_short(exc)}") from None
         finally:
-            with contextlib.suppress(docker.errors.DockerException):
+            with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
                 container.remove(force=True)
+
+    def _read_archive(self, container: str, image: str, path: str, max_bytes: int) -> bytes:
+        # docker-py's get_archive hides the response, so a refused archive could not be
+        # closed unread; the engine then blocks writing it and holds the container. Ask the
+        # same endpoint directly and close the response whatever happens.
+        api = self.client.api
+        url = api._url("/containers/{0}/archive", container)
+        resp = api._get(url, params={"path": path}, stream=True)
+        with contextlib.closing(resp):
+            api._raise_for_status(resp)
+            too_big = EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
+            stat = docker.utils.decode_json_header(
+                resp.headers.get("X-Docker-Container-Path-Stat") or "e30="
+            )
+            if isinstance(stat, dict) and int(stat.get("size") or 0) > max_bytes:
+                raise too_big
+            buf = io.BytesIO()
+            for chunk in resp.iter_content(64 * 1024):
+                buf.write(chunk)
+                if buf.tell() > max_bytes + 64 * 1024:
+                    raise too_big
+        buf.seek(0)
+        with tarfile.open(fileobj=buf) as tar:
+            member = tar.next()
+            if member is None or not member.isreg():
+                kind = _tar_kind(member)
+                raise EngineError(f"{path} in {image} is {kind}, not a regular file")
+            if member.size > max_bytes:
+                raise too_big
+            fh = tar.extractfile(member)
+            if fh is None:
+                raise EngineError(f"{path} in {image} is not a regular file")
+            return fh.read()
 
     # ---- containers ------------------------------------------------------------------------
     def run(

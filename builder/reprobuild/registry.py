@@ -275,6 +275,7 @@ class _Watchdog:
         self.seconds = seconds
         self.ends = time.monotonic() + seconds
         self.fired = False
+        self.waiting_on = ""  # the URL last sent (redirects included): whom a timeout names
         self.sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._lock = threading.Lock()
 
@@ -339,6 +340,10 @@ class _DeadlineAdapter(HTTPAdapter):
     def __init__(self, watchdog: _Watchdog) -> None:
         self._watchdog = watchdog
         super().__init__(max_retries=0)
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
+        self._watchdog.waiting_on = request.url or ""
+        return super().send(request, *args, **kwargs)
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
@@ -678,6 +683,7 @@ class RegistryClient:
         return document
 
     def _expired(self, url: str) -> RegistryError:
+        url = self._watchdog.waiting_on or url
         return RegistryError(
             f"registry {_host(url)} did not answer within {self.deadline:g}s",
             hint=f"set {DEADLINE_ENV} (seconds) to wait longer",
@@ -731,6 +737,8 @@ class RegistryClient:
         remaining = self._watchdog.remaining()
         if remaining <= 0:
             raise self._expired(url)
+        # connecting is bounded by what is left (no socket to shut yet); reading by the
+        # per-read timeout, and all of it by the watchdog
         wait = min(self.timeout, remaining)
         try:
             with self._watchdog.armed():
@@ -739,7 +747,7 @@ class RegistryClient:
                     url,
                     headers={**self._headers, **headers},
                     params=params,
-                    timeout=(wait, wait),
+                    timeout=(wait, self.timeout),
                     allow_redirects=True,
                     stream=stream,
                 )
@@ -748,7 +756,7 @@ class RegistryClient:
                 raise self._expired(url) from None
             if not isinstance(exc, requests.RequestException):
                 raise RegistryError(f"could not reach {base}: {type(exc).__name__}") from None
-            reason = _reason(exc, wait)
+            reason = _reason(exc, self.timeout)
             hint = None
             if isinstance(exc, requests.exceptions.SSLError):
                 hint = (
