@@ -18,11 +18,12 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import docker
 import docker.errors
@@ -98,6 +99,52 @@ class StreamingContainer:
             self._container.remove(force=True)
 
 
+_T = TypeVar("_T")
+PULL_DEADLINE_ENV = "REPROBUILD_PULL_TIMEOUT"
+DEFAULT_PULL_DEADLINE = 1800.0
+
+
+def pull_deadline() -> float:
+    """How long a base pull may take in all, from ``$REPROBUILD_PULL_TIMEOUT`` (seconds)."""
+    raw = os.environ.get(PULL_DEADLINE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PULL_DEADLINE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise EngineError(
+            f"{PULL_DEADLINE_ENV}={raw[:40]!r} is not a number of seconds between 0 and 86400"
+        )
+    return value
+
+
+def _within(seconds: float, work: Callable[[], _T], message: str, *, hint: str) -> _T:
+    """``work()``'s result, or EngineError(message) once ``seconds`` have passed.
+
+    The engine's client bounds each socket read, not a call: a pull from a registry that
+    stalls waits on the engine as long as the engine waits. The call runs in a daemon
+    thread; on expiry the command fails and the thread is left to the process's exit."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="reprobuild-engine-wait", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise EngineError(message, hint=hint)
+    if "error" in box:
+        raise box["error"]
+    value: _T = box["value"]
+    return value
+
+
 def _tar_kind(member: tarfile.TarInfo | None) -> str:
     """What a tar member is, in words (for "X is a symlink, not a regular file")."""
     if member is None:
@@ -161,9 +208,16 @@ class Engine:
             return found
         log(f"pulling {pinned}")
         repo = f"{ref.registry}/{ref.repository}" if ref.explicit_registry else ref.name
+        seconds = pull_deadline()
+        client = self.client
         try:
-            image = self.client.images.pull(repo, tag=ref.digest)
-        except docker.errors.APIError as exc:
+            image = _within(
+                seconds,
+                lambda: client.images.pull(repo, tag=ref.digest),
+                f"pulling base {pinned} did not finish within {seconds:g}s",
+                hint=f"check the registry answers, or set {PULL_DEADLINE_ENV} (seconds)",
+            )
+        except (docker.errors.APIError, requests.RequestException) as exc:
             raise EngineError(
                 f"cannot pull base {pinned}: {_short(exc)}",
                 hint="check the registry is reachable, or load the image with `docker load`",

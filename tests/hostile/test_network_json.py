@@ -500,3 +500,49 @@ def test_image_with_hostile_manifest(
     proc = run_cli(*args, timeout=120)
     assert_clean_failure(proc, expected, exit_code=2 if command == "diff" else 1)
     snap.assert_unchanged(docker_client)
+
+
+# --- engine waits ------------------------------------------------------------------------------
+
+
+class _StallingImages:
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+
+    def get(self, ref: str) -> Any:
+        import docker.errors
+
+        raise docker.errors.ImageNotFound(ref)
+
+    def pull(self, repo: str, tag: str | None = None) -> Any:
+        self.stop.wait(60)  # an engine waiting on a registry that never answers
+        raise AssertionError("not reached")
+
+
+def test_base_pull_has_an_overall_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reprobuild.engine import PULL_DEADLINE_ENV, Engine
+    from reprobuild.errors import EngineError
+    from reprobuild.refs import parse_ref
+
+    stop = threading.Event()
+    client = type("Client", (), {"images": _StallingImages(stop)})()
+    monkeypatch.setenv(PULL_DEADLINE_ENV, "1")
+    ref = parse_ref("127.0.0.1:5000/team/app@sha256:" + "ab" * 32)
+    start = time.monotonic()
+    try:
+        with pytest.raises(EngineError, match=r"did not finish within 1s") as err:
+            Engine(client).ensure_base(ref)
+    finally:
+        stop.set()
+    assert time.monotonic() - start < 1 + MARGIN
+    assert "127.0.0.1:5000/team/app@sha256:abab" in err.value.message
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1"])
+def test_bad_pull_deadline_setting(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from reprobuild.engine import PULL_DEADLINE_ENV, pull_deadline
+    from reprobuild.errors import EngineError
+
+    monkeypatch.setenv(PULL_DEADLINE_ENV, value)
+    with pytest.raises(EngineError, match=PULL_DEADLINE_ENV):
+        pull_deadline()
