@@ -308,8 +308,10 @@ class Engine:
         environment: dict[str, str] | None = None,
         user: str | None = None,
         network: bool = False,
+        timeout: float = 600.0,
     ) -> RunResult:
-        """Run a container to completion and return its exit code and output."""
+        """Run a container to completion and return its exit code and output; one that has
+        not exited after ``timeout`` seconds is removed and the run fails."""
         try:
             container = self.client.containers.create(
                 image,
@@ -323,7 +325,12 @@ class Engine:
             raise EngineError(f"cannot start a container from {image}: {_short(exc)}") from None
         try:
             container.start()
-            status = container.wait()
+            try:
+                status = container.wait(timeout=timeout)
+            except requests.RequestException:
+                raise EngineError(
+                    f"a container from {image} did not exit within {timeout:g}s; removed it"
+                ) from None
             out = container.logs(stdout=True, stderr=False)
             err = container.logs(stdout=False, stderr=True)
             return RunResult(int(status.get("StatusCode", 1)), out, err)

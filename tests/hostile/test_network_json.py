@@ -546,3 +546,17 @@ def test_bad_pull_deadline_setting(monkeypatch: pytest.MonkeyPatch, value: str) 
     monkeypatch.setenv(PULL_DEADLINE_ENV, value)
     with pytest.raises(EngineError, match=PULL_DEADLINE_ENV):
         pull_deadline()
+
+
+@pytest.mark.engine
+@pytest.mark.registry
+def test_container_wait_has_a_deadline(docker_client: Any, base_ref: str) -> None:
+    from reprobuild.engine import Engine
+    from reprobuild.errors import EngineError
+
+    snap = Snapshot.take([], docker_client)
+    start = time.monotonic()
+    with pytest.raises(EngineError, match=r"did not exit within 2s; removed it"):
+        Engine(docker_client).run(base_ref, ["600"], entrypoint=["sleep"], timeout=2)
+    assert time.monotonic() - start < 2 + 2 * MARGIN
+    snap.assert_unchanged(docker_client)
