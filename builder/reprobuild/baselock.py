@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from reprobuild import __version__
+from reprobuild import __version__, jsonload
 from reprobuild.catalog import BaseEntry, Catalog, is_catalog_name
 from reprobuild.config import ProjectConfig
 from reprobuild.errors import CatalogError, ImageRefError
@@ -29,6 +29,18 @@ LOCK_NAME = "reprobuild.bases.lock"
 SCHEMA_VERSION = 1
 Status = Literal["locked", "catalog-differs", "not-in-catalog", "unlocked"]
 UseStatus = Status | Literal["pinned-in-config"]
+# A lock names a few bases; anything near this size is not one.
+MAX_LOCK_BYTES = 1024 * 1024
+
+
+class _LockJSONError(CatalogError):
+    """A lock file that is not (bounded, valid) JSON: say how to get a good one back."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            message,
+            hint="restore it from version control, or delete it to re-record from the catalog",
+        )
 
 
 @dataclass(frozen=True)
@@ -105,18 +117,12 @@ def load_base_lock(root: Path) -> BaseLock:
     """The project's base lock; an empty one when the file does not exist yet."""
     path = lock_path(root)
     try:
-        text = path.read_text("utf-8")
+        raw = jsonload.read_file(path, str(path), error=CatalogError, max_bytes=MAX_LOCK_BYTES)
     except FileNotFoundError:
         return BaseLock()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CatalogError(f"{path}: cannot be read: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CatalogError(
-            f"{path}:{exc.lineno}: not valid JSON: {exc.msg}",
-            hint="restore it from version control, or delete it to re-record from the catalog",
-        ) from None
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    data = jsonload.loads(raw, str(path), error=_LockJSONError, max_bytes=MAX_LOCK_BYTES)
     return parse_base_lock(data, path)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from reprobuild import plan
+from reprobuild import jsonload, plan
 from reprobuild import stack as stacklib
 from reprobuild.builders import Builder
 from reprobuild.context import write_tree
@@ -73,7 +73,7 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
             f"{result.stderr.decode(errors='replace').strip()[-200:]}",
             hint="use a python:*-slim base or a Debian base with python3 and python3-venv",
         )
-    data = json.loads(result.stdout)
+    data = jsonload.loads(result.stdout, f"the probe output of base {spec.base}", error=EngineError)
     write_atomic(cached, json.dumps(data, sort_keys=True))
     return data
 
@@ -205,7 +205,7 @@ def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
             f"the probe failed in the built image (exit {result.exit_code}): "
             f"{result.stderr.decode(errors='replace').strip()[-300:]}"
         )
-    probe = json.loads(result.stdout)
+    probe = jsonload.loads(result.stdout, "the probe output of the built image", error=EngineError)
     dists = tuple(
         sorted(
             Distribution(d["name"], d["version"], "lock" if d.get("in_venv", True) else "base")

@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 from packaging.utils import canonicalize_name
 
+from reprobuild import jsonload
 from reprobuild.engine import Engine
 from reprobuild.errors import DiffInputError, EngineUnavailableError, ReprobuildError
 from reprobuild.imageinfo import read_image
@@ -275,36 +276,47 @@ def _equal(a: Any, b: Any) -> bool:
 
 def compare(a: Stack, b: Stack) -> DiffResult:
     """Pure: two views in, their differences out (see the module docstring for the rules)."""
-    same_kind = a.kind == b.kind
-    keys = list(a.values) + [key for key in b.values if key not in a.values]
-    differences: list[Difference] = []
-    for key in keys:
-        if key == MANIFEST_SHA256 and a.kind == b.kind == "manifest":
-            continue
-        va, vb = a.values.get(key, _ABSENT), b.values.get(key, _ABSENT)
-        group, name = key
-        if va is not _ABSENT and vb is not _ABSENT:
-            if not _equal(va, vb):
-                differences.append(Difference(group, name, va, vb))
-        elif same_kind and key not in a.partial and key not in b.partial:
-            missing: Literal["a", "b"] = "a" if va is _ABSENT else "b"
-            differences.append(
-                Difference(
-                    group,
-                    name,
-                    None if va is _ABSENT else va,
-                    None if vb is _ABSENT else vb,
-                    missing,
-                )
-            )
-    differences.sort(key=lambda d: GROUPS.index(d.group))  # stable: keeps document order
+    differences = _value_differences(a, b)
     scope: PackageScope = "all" if a.packages_complete and b.packages_complete else "common"
+    added, removed, changed = _package_differences(a, b, scope)
+    return DiffResult(a, b, tuple(differences), tuple(added), tuple(removed), tuple(changed), scope)
+
+
+def _value_differences(a: Stack, b: Stack) -> list[Difference]:
+    """The keys that differ, grouped in GROUPS order, each group in document order."""
+    keys = list(a.values) + [key for key in b.values if key not in a.values]
+    if a.kind == b.kind == "manifest":  # two manifests: compared field by field instead
+        keys = [key for key in keys if key != MANIFEST_SHA256]
+    differences = [d for key in keys if (d := _difference(a, b, key)) is not None]
+    differences.sort(key=lambda d: GROUPS.index(d.group))  # stable: keeps document order
+    return differences
+
+
+def _difference(a: Stack, b: Stack, key: tuple[str, str]) -> Difference | None:
+    """How ``key`` differs between ``a`` and ``b``, or None where it does not count."""
+    va, vb = a.values.get(key, _ABSENT), b.values.get(key, _ABSENT)
+    group, name = key
+    if va is not _ABSENT and vb is not _ABSENT:
+        return None if _equal(va, vb) else Difference(group, name, va, vb)
+    if a.kind != b.kind or key in a.partial or key in b.partial:
+        return None  # a key one kind of input cannot know, or a run knows only sometimes
+    if va is _ABSENT:
+        return Difference(group, name, None, vb, "a")
+    return Difference(group, name, va, None, "b")
+
+
+def _package_differences(
+    a: Stack, b: Stack, scope: PackageScope
+) -> tuple[list[Distribution], list[Distribution], list[PackageChange]]:
+    """(added, removed, changed) over every name (scope "all") or the shared ones."""
     names = (
         a.packages.keys() | b.packages.keys()
         if scope == "all"
         else a.packages.keys() & b.packages.keys()
     )
-    added, removed, changed = [], [], []
+    added: list[Distribution] = []
+    removed: list[Distribution] = []
+    changed: list[PackageChange] = []
     for name in sorted(names):
         pa, pb = a.packages.get(name), b.packages.get(name)
         if pa is None and pb is not None:
@@ -313,7 +325,7 @@ def compare(a: Stack, b: Stack) -> DiffResult:
             removed.append(pa)
         elif pa is not None and pb is not None and pa.version != pb.version:
             changed.append(PackageChange(pb.name, pa.version, pb.version))
-    return DiffResult(a, b, tuple(differences), tuple(added), tuple(removed), tuple(changed), scope)
+    return added, removed, changed
 
 
 def diff(a: str, b: str, *, engine: Engine | None = None) -> DiffResult:
@@ -341,7 +353,7 @@ def load(value: str, engine: Engine | None = None) -> Stack:
 def load_file(path: Path, *, source: str | None = None) -> Stack:
     source = source if source is not None else str(path)
     try:
-        raw = path.read_bytes()
+        raw = jsonload.read_file(path, source, error=DiffInputError)
     except FileNotFoundError:
         raise DiffInputError(
             f"{source}: no such file",
@@ -353,10 +365,7 @@ def load_file(path: Path, *, source: str | None = None) -> Stack:
         ) from None
     except OSError as exc:
         raise DiffInputError(f"{source}: cannot read it: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DiffInputError(f"{source} is not valid JSON: {exc}") from None
+    data = jsonload.loads(raw, source, error=DiffInputError)
     return from_document(data, source=source, raw=raw, directory=path.parent)
 
 
@@ -686,11 +695,9 @@ def _framework_records(directory: Path, record: Mapping[str, Any]) -> list[dict[
     found: list[dict[str, Any]] = []
     for path in sorted(directory.glob(f"run-{run_id}-frameworks-*.json")):
         try:
-            data = json.loads(path.read_bytes())
+            data = jsonload.read_json_file(path, str(path), error=DiffInputError)
         except OSError as exc:
             raise DiffInputError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DiffInputError(f"{path} is not valid JSON: {exc}") from None
         if (
             isinstance(data, dict)
             and data.get("kind") == FRAMEWORKS_KIND

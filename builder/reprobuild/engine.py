@@ -18,15 +18,18 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 import docker.types
+import docker.utils
+import requests
 
 from reprobuild.builders import Builder
 from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
@@ -95,6 +98,65 @@ class StreamingContainer:
             self._container.remove(force=True)
 
 
+_T = TypeVar("_T")
+PULL_DEADLINE_ENV = "REPROBUILD_PULL_TIMEOUT"
+DEFAULT_PULL_DEADLINE = 1800.0
+
+
+def pull_deadline() -> float:
+    """How long a base pull may take in all, from ``$REPROBUILD_PULL_TIMEOUT`` (seconds)."""
+    raw = os.environ.get(PULL_DEADLINE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PULL_DEADLINE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise EngineError(
+            f"{PULL_DEADLINE_ENV}={raw[:40]!r} is not a number of seconds between 0 and 86400"
+        )
+    return value
+
+
+def _within(seconds: float, work: Callable[[], _T], message: str, *, hint: str) -> _T:
+    """``work()``'s result, or EngineError(message) once ``seconds`` have passed.
+
+    The engine's client bounds each socket read, not a call: a pull from a registry that
+    stalls waits on the engine as long as the engine waits. The call runs in a daemon
+    thread; on expiry the command fails and the thread is left to the process's exit."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="reprobuild-engine-wait", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise EngineError(message, hint=hint)
+    if "error" in box:
+        raise box["error"]
+    value: _T = box["value"]
+    return value
+
+
+def _tar_kind(member: tarfile.TarInfo | None) -> str:
+    """What a tar member is, in words (for "X is a symlink, not a regular file")."""
+    if member is None:
+        return "missing from the archive"
+    if member.issym():
+        return f"a symlink (to {member.linkname[:80]!r})"
+    if member.islnk():
+        return "a hard link"
+    if member.isdir():
+        return "a directory"
+    return "a special file"
+
+
 class Engine:
     """A connection to one Docker engine (DOCKER_HOST or the local socket)."""
 
@@ -145,9 +207,16 @@ class Engine:
             return found
         log(f"pulling {pinned}")
         repo = f"{ref.registry}/{ref.repository}" if ref.explicit_registry else ref.name
+        seconds = pull_deadline()
+        client = self.client
         try:
-            image = self.client.images.pull(repo, tag=ref.digest)
-        except docker.errors.APIError as exc:
+            image = _within(
+                seconds,
+                lambda: client.images.pull(repo, tag=ref.digest),
+                f"pulling base {pinned} did not finish within {seconds:g}s",
+                hint=f"check the registry answers, or set {PULL_DEADLINE_ENV} (seconds)",
+            )
+        except (docker.errors.APIError, requests.RequestException) as exc:
             raise EngineError(
                 f"cannot pull base {pinned}: {_short(exc)}",
                 hint="check the registry is reachable, or load the image with `docker load`",
@@ -171,8 +240,12 @@ class Engine:
         with contextlib.suppress(docker.errors.DockerException):
             self.client.images.remove(ref, noprune=False)
 
-    def read_file(self, image: str, path: str) -> bytes:
-        """Read one file out of an image without running it."""
+    def read_file(self, image: str, path: str, *, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        """Read one regular file out of an image without running it.
+
+        An image is untrusted input: a symlink, directory or device at ``path`` is refused (a
+        link could point anywhere), and so is a file larger than ``max_bytes``; the archive
+        is read at most that far (plus tar's own headers)."""
         try:
             container = self.client.containers.create(
                 image, entrypoint=["/nonexistent"], command=[]
@@ -180,18 +253,49 @@ class Engine:
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot open image {image!r}: {_short(exc)}") from None
         try:
-            stream, _ = container.get_archive(path)
-            buf = io.BytesIO(b"".join(stream))
-            with tarfile.open(fileobj=buf) as tar:
-                member = tar.next()
-                fh = tar.extractfile(member) if member else None
-                if fh is None:
-                    raise EngineError(f"{path} in {image} is not a regular file")
-                return fh.read()
+            return self._read_archive(container.id, image, path, max_bytes)
+        except tarfile.TarError as exc:
+            raise EngineError(f"cannot read {path} out of {image}: {_short(exc)}") from None
         except docker.errors.NotFound:
             raise EngineError(f"{image} has no {path}") from None
+        except (docker.errors.APIError, requests.RequestException) as exc:
+            raise EngineError(f"cannot read {path} out of {image}: {_short(exc)}") from None
         finally:
-            container.remove(force=True)
+            with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
+                container.remove(force=True)
+
+    def _read_archive(self, container: str, image: str, path: str, max_bytes: int) -> bytes:
+        # docker-py's get_archive hides the response, so a refused archive could not be
+        # closed unread; the engine then blocks writing it and holds the container. Ask the
+        # same endpoint directly and close the response whatever happens.
+        api = self.client.api
+        url = api._url("/containers/{0}/archive", container)
+        resp = api._get(url, params={"path": path}, stream=True)
+        with contextlib.closing(resp):
+            api._raise_for_status(resp)
+            too_big = EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
+            stat = docker.utils.decode_json_header(
+                resp.headers.get("X-Docker-Container-Path-Stat") or "e30="
+            )
+            if isinstance(stat, dict) and int(stat.get("size") or 0) > max_bytes:
+                raise too_big
+            buf = io.BytesIO()
+            for chunk in resp.iter_content(64 * 1024):
+                buf.write(chunk)
+                if buf.tell() > max_bytes + 64 * 1024:
+                    raise too_big
+        buf.seek(0)
+        with tarfile.open(fileobj=buf) as tar:
+            member = tar.next()
+            if member is None or not member.isreg():
+                kind = _tar_kind(member)
+                raise EngineError(f"{path} in {image} is {kind}, not a regular file")
+            if member.size > max_bytes:
+                raise too_big
+            fh = tar.extractfile(member)
+            if fh is None:
+                raise EngineError(f"{path} in {image} is not a regular file")
+            return fh.read()
 
     # ---- containers ------------------------------------------------------------------------
     def run(
@@ -203,8 +307,10 @@ class Engine:
         environment: dict[str, str] | None = None,
         user: str | None = None,
         network: bool = False,
+        timeout: float = 600.0,
     ) -> RunResult:
-        """Run a container to completion and return its exit code and output."""
+        """Run a container to completion and return its exit code and output; one that has
+        not exited after ``timeout`` seconds is removed and the run fails."""
         try:
             container = self.client.containers.create(
                 image,
@@ -218,7 +324,12 @@ class Engine:
             raise EngineError(f"cannot start a container from {image}: {_short(exc)}") from None
         try:
             container.start()
-            status = container.wait()
+            try:
+                status = container.wait(timeout=timeout)
+            except requests.RequestException:
+                raise EngineError(
+                    f"a container from {image} did not exit within {timeout:g}s; removed it"
+                ) from None
             out = container.logs(stdout=True, stderr=False)
             err = container.logs(stdout=False, stderr=True)
             return RunResult(int(status.get("StatusCode", 1)), out, err)

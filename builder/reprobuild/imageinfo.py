@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from reprobuild.engine import Engine
 from reprobuild.errors import ReprobuildError
-from reprobuild.manifest import MANIFEST_LABEL, Manifest
+from reprobuild.manifest import MANIFEST_LABEL, MAX_MANIFEST_BYTES, Manifest
 from reprobuild_entrypoint import MANIFEST_PATH
 
 
@@ -33,7 +33,7 @@ def read_image(engine: Engine, image: str) -> ImageInfo:
     want = labels.get(MANIFEST_LABEL)
     if want is None:
         raise ReprobuildError(f"{image} was not built by reprobuild (no {MANIFEST_LABEL} label)")
-    raw = engine.read_file(image, MANIFEST_PATH)
+    raw = engine.read_file(image, MANIFEST_PATH, max_bytes=MAX_MANIFEST_BYTES)
     got = hashlib.sha256(raw).hexdigest()
     if got != want:
         raise ReprobuildError(

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from reprobuild import jsonload
 from reprobuild.errors import ReprobuildError
 
 SCHEMA_VERSION = 1
@@ -19,6 +20,8 @@ _OPTIONAL = ("distributions", "stack", "gpu")
 # The label carrying the manifest file's sha256 (the file's path in the image is the runtime's
 # reprobuild_entrypoint.MANIFEST_PATH: it reads the file in every run).
 MANIFEST_LABEL = "io.reprobuild.manifest.sha256"
+# An image is untrusted input: a manifest file larger than this is refused before parsing.
+MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, order=True)
@@ -86,10 +89,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, raw: bytes) -> Manifest:
-        try:
-            return cls.from_dict(json.loads(raw))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ReprobuildError(f"manifest is not valid JSON: {exc}") from None
+        return cls.from_dict(jsonload.loads(raw, "manifest", max_bytes=MAX_MANIFEST_BYTES))
 
     def labels(self) -> dict[str, str]:
         """The labels that depend on what the build produced."""

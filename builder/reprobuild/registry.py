@@ -11,24 +11,32 @@ token from the realm it names; a Basic challenge (credentials required) is an er
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
-import json
 import os
 import re
-from collections.abc import Mapping
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple, cast
+from urllib.parse import urlsplit
 
 import requests
+import urllib3
+from requests.adapters import HTTPAdapter
 
-from reprobuild import __version__
+from reprobuild import __version__, jsonload
 from reprobuild.errors import RegistryError
 from reprobuild.refs import ImageRef, is_loopback, parse_ref
 
 __all__ = [
     "ACCEPT_MANIFESTS",
+    "DEADLINE_ENV",
     "DOCKER_MANIFEST",
     "DOCKER_MANIFEST_LIST",
     "INSECURE_REGISTRIES_ENV",
@@ -54,6 +62,14 @@ DOCKER_HUB_API_HOST = "registry-1.docker.io"
 _DOCKER_HUB_NAMES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 # Registries must accept manifests of at least 4 MiB (OCI distribution spec); refuse more.
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+# Image configs and token answers are small too; an error body is read only this far.
+MAX_CONFIG_BYTES = 8 * 1024 * 1024
+MAX_TOKEN_BYTES = 1024 * 1024
+MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_REDIRECTS = 10
+# One client (one command) waits this long in all for registries and token services.
+DEADLINE_ENV = "REPROBUILD_REGISTRY_TIMEOUT"
+DEFAULT_DEADLINE = 60.0
 _CHUNK = 64 * 1024
 
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -226,10 +242,129 @@ def _check_digest(digest: str, what: str) -> None:
         )
 
 
+def deadline_from_env() -> float:
+    """The total wait of one command, from ``$REPROBUILD_REGISTRY_TIMEOUT`` (seconds)."""
+    raw = os.environ.get(DEADLINE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_DEADLINE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise RegistryError(
+            f"{DEADLINE_ENV}={raw[:40]!r} is not a number of seconds between 0 and 86400"
+        )
+    return value
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).netloc or url[:80]
+
+
+class _Watchdog:
+    """Shuts down every socket a client opened once its deadline passes.
+
+    requests' ``timeout`` bounds each socket read, not a request: a server that trickles a
+    byte a second answers every read in time, forever. The connections a client opens are
+    tracked (a weak set), and a timer armed around each wait shuts them down when the
+    client's time is up, so the blocked read returns at once wherever it is (status line,
+    headers, body) and in whatever thread it runs."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+        self.fired = False
+        self.waiting_on = ""  # the URL last sent (redirects included): whom a timeout names
+        self.sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def remaining(self) -> float:
+        return self.ends - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.fired or self.remaining() <= 0
+
+    def add(self, sock: socket.socket | None) -> None:
+        if sock is not None:
+            with self._lock:
+                self.sockets.add(sock)
+                fired = self.fired
+            if fired:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        # socket.socket's own shutdown, not SSLSocket's (which drops its SSL object under
+        # a reader in another thread): the reader sees EOF and returns.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sockets = list(self.sockets)
+        for sock in sockets:
+            self._shut(sock)
+
+    @contextlib.contextmanager
+    def armed(self) -> Iterator[None]:
+        timer = threading.Timer(max(self.remaining(), 0.0), self.fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+
+class _TrackedHTTPConnection(urllib3.connection.HTTPConnection):
+    watchdog: ClassVar[_Watchdog]
+
+    def connect(self) -> None:
+        super().connect()
+        self.watchdog.add(self.sock)
+
+
+class _TrackedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    watchdog: ClassVar[_Watchdog]
+
+    def connect(self) -> None:
+        super().connect()
+        self.watchdog.add(self.sock)
+
+
+class _DeadlineAdapter(HTTPAdapter):
+    """An adapter whose connections register their sockets with one :class:`_Watchdog`."""
+
+    def __init__(self, watchdog: _Watchdog) -> None:
+        self._watchdog = watchdog
+        super().__init__(max_retries=0)
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
+        self._watchdog.waiting_on = request.url or ""
+        return super().send(request, *args, **kwargs)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        attrs = {"watchdog": self._watchdog}
+        http_conn = type("_Conn", (_TrackedHTTPConnection,), attrs)
+        https_conn = type("_TLSConn", (_TrackedHTTPSConnection,), attrs)
+        pools = {
+            "http": type("_Pool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": http_conn}),
+            "https": type(
+                "_TLSPool", (urllib3.HTTPSConnectionPool,), {"ConnectionCls": https_conn}
+            ),
+        }
+        self.poolmanager.pool_classes_by_scheme = cast(Any, pools)
+
+
 def _reason(exc: requests.RequestException, timeout: float) -> str:
     """One line saying why a request got no answer (requests' own text is a nested repr)."""
     if isinstance(exc, requests.Timeout):
         return f"no answer within {timeout:g}s"
+    if isinstance(exc, requests.TooManyRedirects):
+        return f"more than {MAX_REDIRECTS} redirects"
     text = str(exc)
     if isinstance(exc, requests.exceptions.SSLError):
         return "TLS handshake failed"
@@ -252,13 +387,15 @@ def _reason(exc: requests.RequestException, timeout: float) -> str:
     return type(exc).__name__
 
 
-def _registry_message(resp: requests.Response) -> str:
+def _registry_message(body: bytes) -> str:
     """The first error message of a registry's JSON error body, or ''."""
     try:
-        body = resp.json()
-        first = body["errors"][0]
+        document = jsonload.loads(
+            body, "error body", error=RegistryError, max_bytes=MAX_ERROR_BODY_BYTES
+        )
+        first = document["errors"][0]
         message = str(first.get("message") or first.get("code") or "")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+    except (RegistryError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return ""
     return " ".join(message.split())[:200]
 
@@ -269,6 +406,10 @@ class RegistryClient:
     Bearer tokens are cached per (realm, scope) for the client's lifetime (a token the
     registry stops accepting is fetched again once). Use it as a context manager, or call
     :meth:`close`, to release the session it created.
+
+    ``timeout`` bounds each connect and each socket read; ``deadline`` (seconds, default
+    ``$REPROBUILD_REGISTRY_TIMEOUT`` or 60) bounds all the client's waits together, from its
+    creation: one client serves one command. Every body is read at most a few MiB far.
     """
 
     def __init__(
@@ -276,11 +417,18 @@ class RegistryClient:
         session: requests.Session | None = None,
         *,
         timeout: float = 30.0,
+        deadline: float | None = None,
         insecure_registries: frozenset[str] = frozenset(),
     ) -> None:
         self._own_session = session is None
         self.session = session if session is not None else requests.Session()
-        self.timeout = timeout
+        self.session.max_redirects = MAX_REDIRECTS
+        self.deadline = deadline if deadline is not None else deadline_from_env()
+        self._watchdog = _Watchdog(self.deadline)
+        adapter = _DeadlineAdapter(self._watchdog)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.timeout = min(timeout, self.deadline)
         self.insecure_registries = (
             frozenset(r.lower() for r in insecure_registries) | _env_insecure()
         )
@@ -410,14 +558,14 @@ class RegistryClient:
             )
         return body, media_type, expected
 
-    def get_blob(self, ref: ImageRef, digest: str) -> bytes:
-        """GET a blob by digest, checked against it."""
+    def get_blob(self, ref: ImageRef, digest: str, *, max_bytes: int = MAX_CONFIG_BYTES) -> bytes:
+        """GET a (small: config) blob by digest, at most ``max_bytes``, checked against it."""
         _check_digest(digest, f"a blob of {ref}")
         url = self._url(ref, "blobs", digest)
         resp = self._request("GET", ref, url, {}, stream=True)
         with resp:
             self._raise_for_status(resp, ref, url, digest, what="blob")
-            data = self._read(resp, url)
+            data = self._read(resp, url, limit=max_bytes)
         actual = _sha256(data)
         if actual != digest:
             raise RegistryError(
@@ -529,25 +677,49 @@ class RegistryClient:
 
     @staticmethod
     def _decode(data: bytes, ref: ImageRef, what: str) -> dict[str, Any]:
-        try:
-            document = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RegistryError(f"{ref}: {what} is not valid JSON ({exc})") from exc
+        document = jsonload.loads(data, f"{ref}: {what}", error=RegistryError)
         if not isinstance(document, dict):
             raise RegistryError(f"{ref}: {what} is not a JSON object")
         return document
 
-    def _read(self, resp: requests.Response, url: str, *, limit: int | None = None) -> bytes:
+    def _expired(self, url: str) -> RegistryError:
+        url = self._watchdog.waiting_on or url
+        return RegistryError(
+            f"registry {_host(url)} did not answer within {self.deadline:g}s",
+            hint=f"set {DEADLINE_ENV} (seconds) to wait longer",
+        )
+
+    def _read(self, resp: requests.Response, url: str, *, limit: int) -> bytes:
+        """The body, at most ``limit`` bytes, within the client's deadline."""
+        declared = resp.headers.get("Content-Length", "")
+        if declared.strip().isdigit() and int(declared) > limit:
+            raise RegistryError(
+                f"{url}: response of {int(declared)} bytes is larger than {limit}; refusing it"
+            )
         chunks: list[bytes] = []
         size = 0
         try:
-            for chunk in resp.iter_content(_CHUNK):
-                size += len(chunk)
-                if limit is not None and size > limit:
-                    raise RegistryError(f"{url}: response larger than {limit} bytes; refusing it")
-                chunks.append(chunk)
-        except requests.RequestException as exc:
-            raise RegistryError(f"{url}: download failed: {_reason(exc, self.timeout)}") from exc
+            with self._watchdog.armed():
+                for chunk in resp.iter_content(_CHUNK):
+                    if self._watchdog.expired():
+                        raise self._expired(url)
+                    size += len(chunk)
+                    if size > limit:
+                        raise RegistryError(
+                            f"{url}: response larger than {limit} bytes; refusing it"
+                        )
+                    chunks.append(chunk)
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._watchdog.expired():
+                raise self._expired(url) from None
+            reason = (
+                _reason(exc, self.timeout)
+                if isinstance(exc, requests.RequestException)
+                else (type(exc).__name__)
+            )
+            raise RegistryError(f"{url}: download failed: {reason}") from None
+        if self._watchdog.expired():
+            raise self._expired(url)
         return b"".join(chunks)
 
     # -- HTTP and auth --
@@ -562,24 +734,39 @@ class RegistryClient:
         params: Mapping[str, str] | None = None,
         base: str,
     ) -> requests.Response:
+        remaining = self._watchdog.remaining()
+        if remaining <= 0:
+            raise self._expired(url)
+        # connecting is bounded by what is left (no socket to shut yet); reading by the
+        # per-read timeout, and all of it by the watchdog
+        wait = min(self.timeout, remaining)
         try:
-            return self.session.request(
-                method,
-                url,
-                headers={**self._headers, **headers},
-                params=params,
-                timeout=self.timeout,
-                allow_redirects=True,
-                stream=stream,
-            )
-        except requests.RequestException as exc:
+            with self._watchdog.armed():
+                resp = self.session.request(
+                    method,
+                    url,
+                    headers={**self._headers, **headers},
+                    params=params,
+                    timeout=(wait, self.timeout),
+                    allow_redirects=True,
+                    stream=stream,
+                )
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._watchdog.expired():
+                raise self._expired(url) from None
+            if not isinstance(exc, requests.RequestException):
+                raise RegistryError(f"could not reach {base}: {type(exc).__name__}") from None
             reason = _reason(exc, self.timeout)
             hint = None
             if isinstance(exc, requests.exceptions.SSLError):
                 hint = (
                     f"if this registry speaks plain HTTP, add its host to {INSECURE_REGISTRIES_ENV}"
                 )
-            raise RegistryError(f"could not reach {base}: {reason}", hint=hint) from exc
+            raise RegistryError(f"could not reach {base}: {reason}", hint=hint) from None
+        if self._watchdog.expired():
+            resp.close()
+            raise self._expired(url)
+        return resp
 
     def _request(
         self,
@@ -625,8 +812,7 @@ class RegistryClient:
             method, url, {**headers, "Authorization": f"Bearer {token}"}, stream=stream, base=base
         )
         if retry.status_code == 401:
-            message = _registry_message(retry)
-            retry.close()
+            message = self._error_message(retry, url)
             detail = f": {message}" if message else ""
             raise RegistryError(
                 f"{base} refused anonymous access to {ref} (HTTP 401{detail}); "
@@ -642,7 +828,9 @@ class RegistryClient:
         params = {"scope": scope}
         if service:
             params["service"] = service
-        resp = self._send("GET", realm, {"Accept": "application/json"}, params=params, base=realm)
+        resp = self._send(
+            "GET", realm, {"Accept": "application/json"}, params=params, base=realm, stream=True
+        )
         with resp:
             if not resp.ok:
                 raise RegistryError(
@@ -650,15 +838,26 @@ class RegistryClient:
                     f"(HTTP {resp.status_code})",
                     hint="the image may be private; credentials are not supported yet",
                 )
-            try:
-                body = resp.json()
-            except ValueError:
-                body = None
+            raw = self._read(resp, realm, limit=MAX_TOKEN_BYTES)
+        try:
+            body = jsonload.loads(raw, "token answer", error=RegistryError)
+        except RegistryError:
+            body = None
         token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
             raise RegistryError(f"token service {realm} answered without a token for {scope}")
         self._tokens[key] = token
         return token
+
+    def _error_message(self, resp: requests.Response, url: str) -> str:
+        """The registry's own words for an error answer (read a short way), or ''."""
+        try:
+            with resp:
+                return _registry_message(self._read(resp, url, limit=MAX_ERROR_BODY_BYTES))
+        except RegistryError as exc:
+            if self._watchdog.expired():
+                raise exc from None
+            return ""
 
     def _raise_for_status(
         self,
@@ -672,7 +871,7 @@ class RegistryClient:
         status = resp.status_code
         if 200 <= status < 300:
             return
-        message = _registry_message(resp)
+        message = self._error_message(resp, url)
         detail = f": {message}" if message else ""
         if status == 404:
             if what == "blob":

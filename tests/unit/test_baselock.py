@@ -102,7 +102,7 @@ def test_unknown_catalog_name_is_not_recorded(fresh: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [
-        ("{", r"reprobuild\.bases\.lock:1: not valid JSON"),
+        ("{", r"reprobuild\.bases\.lock is not valid JSON: .* \(line 1\)"),
         ('{"schema_version": 9, "bases": {}}', "schema_version must be 1"),
         ('{"schema_version": 1, "bases": []}', "'bases' must be a mapping"),
         ('{"schema_version": 1, "bases": {"a/b": {}}}', "must be a catalog name"),
