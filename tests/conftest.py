@@ -25,7 +25,8 @@ def docker_client() -> Iterator[DockerClient]:
     import docker
 
     try:
-        client = docker.from_env()
+        # Generous: removing a multi-GB image on a busy 2-core host can take minutes.
+        client = docker.from_env(timeout=600)
         client.ping()
     except Exception as exc:
         pytest.fail(f"no Docker engine answers ({exc}); start one with `scripts/setup`")
