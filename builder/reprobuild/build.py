@@ -3,6 +3,7 @@ so a failure at any step leaves nothing under the requested tag."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import uuid
@@ -11,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from reprobuild import plan
+from reprobuild import leftovers, plan
 from reprobuild import stack as stacklib
 from reprobuild.context import write_tree
 from reprobuild.engine import Builder, Engine
@@ -73,7 +74,8 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
             hint="use a python:*-slim base or a Debian base with python3 and python3-venv",
         )
     data = json.loads(result.stdout)
-    write_atomic(cached, json.dumps(data, sort_keys=True))
+    with contextlib.suppress(OSError):  # only a cache: an unwritable one costs a probe per build
+        write_atomic(cached, json.dumps(data, sort_keys=True))
     return data
 
 
@@ -152,6 +154,44 @@ def build_image(
     engine: Engine | None = None,
     log: Log = lambda _: None,
     variant: str | None = None,
+    note: Log | None = None,
+) -> ImageResult:
+    """``note`` gets the lines that are said even with a quiet ``log`` (leftovers removed)."""
+    engine = engine or Engine()
+    try:
+        return _build_image(
+            directory,
+            gpu=gpu,
+            tag=tag,
+            base=base,
+            online=online,
+            ca_cert=ca_cert,
+            builder=builder,
+            no_cache=no_cache,
+            engine=engine,
+            log=log,
+            note=note or log,
+            variant=variant,
+        )
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
+        leftovers.reap(engine, log, mine=True)
+        raise
+
+
+def _build_image(
+    directory: Path,
+    *,
+    gpu: bool,
+    tag: str | None,
+    base: str | None,
+    online: bool,
+    ca_cert: Path | None,
+    builder: Builder,
+    no_cache: bool,
+    engine: Engine,
+    log: Log,
+    note: Log,
+    variant: str | None,
 ) -> ImageResult:
     _config, spec = make_spec(
         directory,
@@ -163,14 +203,14 @@ def build_image(
         log=log,
     )
     final = normalize_tag(tag) if tag else default_tag(spec, variant)
-    engine = engine or Engine()
+    leftovers.reap(engine, note)
     engine.ensure_base(spec.base, log)
     spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec))
     files = render_context(spec)
     probe = base_probe(engine, spec)
     check_base_conflicts(spec, probe)
-    scratch = f"reprobuild-scratch/{spec.name.replace('/', '-')}:{uuid.uuid4().hex[:16]}"
-    with tempfile.TemporaryDirectory(prefix="reprobuild-ctx-") as tmp:
+    scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("ctx")) as tmp:
         ctx = Path(tmp) / "context"
         ctx.mkdir()
         write_tree(files, ctx, epoch=spec.epoch)

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -28,6 +29,7 @@ import docker
 import docker.errors
 import docker.types
 
+from reprobuild import leftovers
 from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
 from reprobuild.refs import ImageRef
 
@@ -167,6 +169,14 @@ class Engine:
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot tag {image} as {ref}: {_short(exc)}") from None
 
+    def tags_under(self, prefix: str) -> list[str]:
+        """Every tag on the engine that starts with ``prefix`` (e.g. ``reprobuild-scratch/``)."""
+        try:
+            images = self.client.images.list()
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list images: {_short(exc)}") from None
+        return sorted(t for image in images for t in image.tags if t.startswith(prefix))
+
     def untag(self, ref: str) -> None:
         """Remove a tag (never fails: used in clean-up paths)."""
         with contextlib.suppress(docker.errors.DockerException):
@@ -176,7 +186,7 @@ class Engine:
         """Read one file out of an image without running it."""
         try:
             container = self.client.containers.create(
-                image, entrypoint=["/nonexistent"], command=[]
+                image, entrypoint=["/nonexistent"], command=[], labels=leftovers.labels()
             )
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot open image {image!r}: {_short(exc)}") from None
@@ -195,6 +205,24 @@ class Engine:
             container.remove(force=True)
 
     # ---- containers ------------------------------------------------------------------------
+    def owned_containers(self) -> list[tuple[str, str]]:
+        """(id, owner token) of every container carrying reprobuild's owner label."""
+        try:
+            found = self.client.containers.list(all=True, filters={"label": leftovers.OWNER_LABEL})
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list containers: {_short(exc)}") from None
+        return [(str(c.id), str(c.labels.get(leftovers.OWNER_LABEL, ""))) for c in found]
+
+    def remove_container(self, container_id: str) -> bool:
+        """Remove a container, running or not; False when it could not be removed."""
+        try:
+            self.client.containers.get(container_id).remove(force=True)
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.DockerException:
+            return False
+        return True
+
     def run(
         self,
         image: str,
@@ -214,6 +242,7 @@ class Engine:
                 environment=environment or {},
                 user=user,
                 network_disabled=not network,
+                labels=leftovers.labels(),
             )
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot start a container from {image}: {_short(exc)}") from None
@@ -364,7 +393,7 @@ class Engine:
             argv = [cli, "build"]
             env["DOCKER_BUILDKIT"] = "1"
         env["BUILDKIT_PROGRESS"] = "plain"
-        with tempfile.TemporaryDirectory(prefix="reprobuild-iid-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
             iidfile = Path(tmp) / "iid"
             argv += ["--progress=plain", "--iidfile", str(iidfile), "-t", tag]
             if no_cache:
@@ -379,21 +408,44 @@ class Engine:
                     stderr=subprocess.STDOUT,
                     text=True,
                     errors="replace",
+                    preexec_fn=_die_with_parent,
                 )
             except OSError as exc:
                 raise EngineError(f"cannot run {cli}: {exc.strerror}") from None
             assert proc.stdout is not None
-            for line in proc.stdout:
-                line = line.rstrip("\n")
-                tail.append(line)
-                log(line)
-            if proc.wait() != 0:
+            try:
+                for line in proc.stdout:
+                    line = line.rstrip("\n")
+                    tail.append(line)
+                    log(line)
+                code = proc.wait()
+            finally:
+                if proc.poll() is None:  # interrupted: the build must not go on (and tag) alone
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+            if code != 0:
                 last = next(
                     (ln for ln in reversed(tail) if "ERROR" in ln or "error" in ln),
                     tail[-1] if tail else "",
                 )
                 raise BuildError(f"docker build failed: {last.strip()}", log_tail="\n".join(tail))
             return iidfile.read_text().strip()
+
+
+def _die_with_parent() -> None:
+    """In a build client's child process: get SIGTERM when reprobuild dies (even by SIGKILL),
+    so a killed run's build does not finish and tag on its own (Linux; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _short(exc: BaseException) -> str:
