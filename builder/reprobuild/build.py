@@ -217,13 +217,15 @@ def _build_image(
         if not online:
             fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log)
         try:
-            engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache)
+            # Hermetic builds get no network unless apt packages must be fetched.
+            network = online or bool(spec.apt)
+            engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache, network=network)
             manifest = _manifest(engine, spec, scratch)
             stamp = Path(tmp) / "stamp"
             stamp.mkdir()
             labels = manifest.labels()
             write_tree(render_stamp(scratch, manifest.to_json(), labels), stamp, epoch=spec.epoch)
-            image_id = engine.build(stamp, final, builder="classic", log=log)
+            image_id = engine.build(stamp, final, builder="classic", log=log, network=False)
         finally:
             engine.untag(scratch)
     return ImageResult(final, image_id, manifest)

@@ -332,17 +332,21 @@ class Engine:
         builder: Builder = "auto",
         log: Log = _quiet,
         no_cache: bool = False,
+        network: bool = True,
     ) -> str:
         """Build ``context/Dockerfile`` and tag the result; return the image ID.
 
-        The tag is applied only when the whole build succeeded.
+        The tag is applied only when the whole build succeeded. ``network`` False: RUN steps
+        get no network at all (a hermetic build needs none, and so proves it needs none).
         """
         chosen = self.resolve_builder(builder)
         if chosen == "classic":
-            return self._build_classic(context, tag, log, no_cache)
-        return self._build_cli(context, tag, chosen, log, no_cache)
+            return self._build_classic(context, tag, log, no_cache, network)
+        return self._build_cli(context, tag, chosen, log, no_cache, network)
 
-    def _build_classic(self, context: Path, tag: str, log: Log, no_cache: bool) -> str:
+    def _build_classic(
+        self, context: Path, tag: str, log: Log, no_cache: bool, network: bool
+    ) -> str:
         tail: deque[str] = deque(maxlen=_TAIL)
         image_id: str | None = None
         try:
@@ -354,6 +358,7 @@ class Engine:
                 decode=True,
                 pull=False,
                 nocache=no_cache,
+                network_mode=None if network else "none",
             )
             for chunk in stream:
                 if "stream" in chunk:
@@ -380,7 +385,7 @@ class Engine:
         return image_id
 
     def _build_cli(
-        self, context: Path, tag: str, builder: Builder, log: Log, no_cache: bool
+        self, context: Path, tag: str, builder: Builder, log: Log, no_cache: bool, network: bool
     ) -> str:
         env = dict(os.environ)
         if builder == "buildx":
@@ -398,6 +403,8 @@ class Engine:
             argv += ["--progress=plain", "--iidfile", str(iidfile), "-t", tag]
             if no_cache:
                 argv.append("--no-cache")
+            if not network:
+                argv.append("--network=none")
             argv.append(str(context))
             tail: deque[str] = deque(maxlen=_TAIL)
             try:

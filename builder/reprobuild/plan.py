@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reprobuild import __version__
+from reprobuild.baselock import lock_path as lock_path_of
 from reprobuild.baselock import pin
 from reprobuild.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.config import ProjectConfig, load_config, select_variant
@@ -79,7 +80,14 @@ def make_spec(
     if base:
         base_ref = parse_pinned(base, what="--base")
     elif is_catalog_name(base_value):  # the project's lock of that name, recorded on first use
-        locked, note = pin(config.root, base_value, catalog, record=record_base)
+        try:
+            locked, note = pin(config.root, base_value, catalog, record=record_base)
+        except OSError as exc:  # a read-only project cannot record its base on first use
+            raise ConfigError(
+                lock_path_of(config.root),
+                f"cannot record base {base_value!r}: {exc.strerror or exc}",
+                hint="make the project writable once, or build with --base REF@DIGEST",
+            ) from None
         if note:
             log(f"note: {note}")
         base_ref, known_entrypoint = locked.ref, locked.entrypoint
