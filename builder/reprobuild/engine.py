@@ -208,10 +208,16 @@ class Engine:
     def owned_containers(self) -> list[tuple[str, str]]:
         """(id, owner token) of every container carrying reprobuild's owner label."""
         try:
-            found = self.client.containers.list(all=True, filters={"label": leftovers.OWNER_LABEL})
+            # sparse: one request, no per-container inspect that races with removals
+            found = self.client.containers.list(
+                all=True, sparse=True, filters={"label": leftovers.OWNER_LABEL}
+            )
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot list containers: {_short(exc)}") from None
-        return [(str(c.id), str(c.labels.get(leftovers.OWNER_LABEL, ""))) for c in found]
+        return [
+            (str(c.id), str((c.attrs.get("Labels") or {}).get(leftovers.OWNER_LABEL, "")))
+            for c in found
+        ]
 
     def remove_container(self, container_id: str) -> bool:
         """Remove a container, running or not; False when it could not be removed."""

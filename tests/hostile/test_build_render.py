@@ -137,6 +137,23 @@ def _args(*extra: str) -> Setup:
     return setup
 
 
+PINNED = "127.0.0.1:5000/reprobuild-hostile/any@sha256:" + "a" * 64
+
+
+def _compose_fifo(root: Path, tmp: Path) -> list[str]:
+    os.mkfifo(tmp / "compose.yml")
+    return ["--image", PINNED, "-o", str(tmp / "compose.yml")]
+
+
+def _compose_dir(root: Path, tmp: Path) -> list[str]:
+    return ["--image", PINNED, "-o", str(tmp)]
+
+
+def _compose_under_file(root: Path, tmp: Path) -> list[str]:
+    (tmp / "precious.txt").write_text("keep me\n")
+    return ["--image", PINNED, "-o", str(tmp / "precious.txt" / "compose.yml")]
+
+
 def _epoch(value: str) -> dict[str, str]:
     return {"SOURCE_DATE_EPOCH": value}
 
@@ -174,6 +191,9 @@ CASES: dict[str, Case] = {
     "image-ca-cert-empty": Case(
         _args("--online", "--ca-cert", ""), "--ca-cert is empty", "image", 2
     ),
+    "compose-o-fifo": Case(_compose_fifo, "is not a regular file", "compose"),
+    "compose-o-is-dir": Case(_compose_dir, "is a directory", "compose"),
+    "compose-o-under-a-file": Case(_compose_under_file, "precious.txt", "compose"),
     "compose-o-empty": Case(_args("-o", ""), "--output is empty", "compose", 2),
     "compose-image-empty": Case(_args("--image", ""), "--image is empty", "compose", 2),
     # SOURCE_DATE_EPOCH out of range: one line, not a traceback from datetime or utime
@@ -207,12 +227,15 @@ def test_hostile_render_image(name: str, tmp_path: Path, base_ref: str, docker_c
             args += ["--tag", tag]
         if "--base" not in args:
             args += ["--base", base_ref]
-    snap = Snapshot.take([root, work, cache], docker_client)
+    # The engine is compared only for `image` (render and compose build nothing): other
+    # engineers' builds on the shared engine would otherwise read as leftovers.
+    engine = docker_client if case.command == "image" else None
+    snap = Snapshot.take([root, work, cache], engine)
     proc = run_cli(
         case.command, str(root), *args, env={"XDG_CACHE_HOME": str(cache), **case.env}, timeout=120
     )
     assert_clean_failure(proc, case.expected, exit_code=case.exit_code)
-    snap.assert_unchanged(docker_client)
+    snap.assert_unchanged(engine)
 
 
 def test_directory_argument_empty(tmp_path: Path) -> None:

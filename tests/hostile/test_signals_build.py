@@ -82,10 +82,11 @@ def _owned_engine(docker_client: Any, pid: int) -> list[str]:
         for t in image.tags
         if t.startswith("reprobuild-scratch/") and f":{pid}-" in t
     ]
+    listed = docker_client.containers.list(all=True, sparse=True, filters={"label": OWNER_LABEL})
     containers = [
         c.id
-        for c in docker_client.containers.list(all=True, filters={"label": OWNER_LABEL})
-        if c.labels.get(OWNER_LABEL, "").startswith(f"{pid}-")
+        for c in listed
+        if (c.attrs.get("Labels") or {}).get(OWNER_LABEL, "").startswith(f"{pid}-")
     ]
     return tags + containers
 
