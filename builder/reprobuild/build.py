@@ -3,6 +3,7 @@ so a failure at any step leaves nothing under the requested tag."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import uuid
@@ -11,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from reprobuild import jsonload, plan
+from reprobuild import jsonload, leftovers, plan
 from reprobuild import stack as stacklib
 from reprobuild.builders import Builder
 from reprobuild.context import write_tree
@@ -74,7 +75,8 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
             hint="use a python:*-slim base or a Debian base with python3 and python3-venv",
         )
     data = jsonload.loads(result.stdout, f"the probe output of base {spec.base}", error=EngineError)
-    write_atomic(cached, json.dumps(data, sort_keys=True))
+    with contextlib.suppress(OSError):  # only a cache: an unwritable one costs a probe per build
+        write_atomic(cached, json.dumps(data, sort_keys=True))
     return data
 
 
@@ -153,6 +155,44 @@ def build_image(
     engine: Engine | None = None,
     log: Log = lambda _: None,
     variant: str | None = None,
+    note: Log | None = None,
+) -> ImageResult:
+    """``note`` gets the lines that are said even with a quiet ``log`` (leftovers removed)."""
+    engine = engine or Engine()
+    try:
+        return _build_image(
+            directory,
+            gpu=gpu,
+            tag=tag,
+            base=base,
+            online=online,
+            ca_cert=ca_cert,
+            builder=builder,
+            no_cache=no_cache,
+            engine=engine,
+            log=log,
+            note=note or log,
+            variant=variant,
+        )
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
+        leftovers.reap(engine, log, mine=True)
+        raise
+
+
+def _build_image(
+    directory: Path,
+    *,
+    gpu: bool,
+    tag: str | None,
+    base: str | None,
+    online: bool,
+    ca_cert: Path | None,
+    builder: Builder,
+    no_cache: bool,
+    engine: Engine,
+    log: Log,
+    note: Log,
+    variant: str | None,
 ) -> ImageResult:
     _config, spec = make_spec(
         directory,
@@ -164,27 +204,29 @@ def build_image(
         log=log,
     )
     final = normalize_tag(tag) if tag else default_tag(spec, variant)
-    engine = engine or Engine()
+    leftovers.reap(engine, note)
     engine.ensure_base(spec.base, log)
     spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec))
     files = render_context(spec)
     probe = base_probe(engine, spec)
     check_base_conflicts(spec, probe)
-    scratch = f"reprobuild-scratch/{spec.name.replace('/', '-')}:{uuid.uuid4().hex[:16]}"
-    with tempfile.TemporaryDirectory(prefix="reprobuild-ctx-") as tmp:
+    scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("ctx")) as tmp:
         ctx = Path(tmp) / "context"
         ctx.mkdir()
         write_tree(files, ctx, epoch=spec.epoch)
         if not online:
             fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log)
         try:
-            engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache)
+            # Hermetic builds get no network unless apt packages must be fetched.
+            network = online or bool(spec.apt)
+            engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache, network=network)
             manifest = _manifest(engine, spec, scratch)
             stamp = Path(tmp) / "stamp"
             stamp.mkdir()
             labels = manifest.labels()
             write_tree(render_stamp(scratch, manifest.to_json(), labels), stamp, epoch=spec.epoch)
-            image_id = engine.build(stamp, final, builder="classic", log=log)
+            image_id = engine.build(stamp, final, builder="classic", log=log, network=False)
         finally:
             engine.untag(scratch)
     return ImageResult(final, image_id, manifest)

@@ -1,13 +1,14 @@
 """The ``reprobuild`` command: parse arguments, call the library, map errors to exit codes.
 
 Exit codes: 0 success, 1 a reprobuild error (printed as one ``error:`` line), 2 bad usage,
-130 interrupted.
+128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), after cleaning up.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,12 +43,29 @@ _VERIFY_USAGE = (
 )
 
 
+class _Empty(str):
+    """An option given as the empty string (typically an unset variable in CI): refused after
+    parsing with one usage error, never taken as "not given" or as the current directory."""
+
+
+def _text(value: str) -> str:
+    return value if value else _Empty()
+
+
+def _path(value: str) -> Path | str:
+    return Path(value) if value else _Empty()
+
+
+def _int(value: str) -> int | str:
+    return int(value) if value else _Empty()
+
+
 def _directory(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "directory",
         nargs="?",
         default=".",
-        type=Path,
+        type=_path,
         help="project directory holding reprobuild.yaml (default: .)",
     )
 
@@ -56,12 +74,16 @@ def _variant_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variant",
         metavar="NAME",
+        type=_text,
         help="a variant from the project's matrix: (its lock, base, CPU or GPU); "
         "list them with `reprobuild matrix`",
     )
     parser.add_argument("--gpu", action="store_true", help="the GPU variant (gpu_lock on base.gpu)")
     parser.add_argument(
-        "--base", metavar="REF@DIGEST", help="use this digest-pinned base instead of the project's"
+        "--base",
+        metavar="REF@DIGEST",
+        type=_text,
+        help="use this digest-pinned base instead of the project's",
     )
     parser.add_argument(
         "--online",
@@ -70,7 +92,7 @@ def _variant_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ca-cert",
-        type=Path,
+        type=_path,
         metavar="PEM",
         help="CA bundle for --online installs behind a TLS-intercepting proxy; "
         "used in the build stage only, never in the final image",
@@ -97,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=_path,
         metavar="OUT",
         help="output directory (default: DIR/.reprobuild/context-<cpu|gpu|VARIANT>)",
     )
@@ -108,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument(
         "--tag",
         metavar="NAME[:TAG]",
+        type=_text,
         help="image tag (default: NAME:<cpu|gpu|VARIANT>-<first 12 hex of the lock's sha256>)",
     )
     image.add_argument(
@@ -225,17 +248,19 @@ def build_parser() -> argparse.ArgumentParser:
     compose.add_argument(
         "--variant",
         metavar="NAME",
+        type=_text,
         help="the image of this variant of the project's matrix (see `reprobuild matrix`)",
     )
     compose.add_argument(
         "--image",
         metavar="REF",
+        type=_text,
         help="this image (tag, ID, or NAME@sha256:...) instead of the project's default tag",
     )
     compose.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=_path,
         metavar="FILE",
         help="write here, atomically (default, or -: stdout)",
     )
@@ -272,7 +297,7 @@ def _verify_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="set a variable in every run; repeatable",
     )
-    parser.add_argument("--seed", type=int, metavar="N", help="REPRO_SEED for every run")
+    parser.add_argument("--seed", type=_int, metavar="N", help="REPRO_SEED for every run")
     parser.add_argument(
         "--mode", choices=MODES, help="REPRO_DETERMINISM for every run (off: the control)"
     )
@@ -356,7 +381,14 @@ def cmd_render(args: argparse.Namespace) -> int:
     )
     spec = _with_local_base_entrypoint(spec)
     out = args.output or config.root / ".reprobuild" / f"context-{args.variant or spec.variant}"
-    write_context(render_context(spec), out, epoch=spec.epoch)
+    write_context(
+        render_context(spec),
+        out,
+        epoch=spec.epoch,
+        project=config.root,
+        protected=(*(config.root / i for i in config.include), config.root / ".git"),
+        reprobuild_owned=args.output is None,
+    )
     print(out)
     return 0
 
@@ -400,6 +432,7 @@ def cmd_image(args: argparse.Namespace) -> int:
         builder=args.builder,
         no_cache=args.no_cache,
         log=log,
+        note=_err,
         variant=args.variant,
     )
     if args.json:
@@ -574,6 +607,42 @@ COMMANDS = {
 }
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is, like Ctrl-C: ``finally`` and ``with``
+    blocks run, so a stopped build removes its scratch tags, containers and temp dirs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut the clean-up
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def _install_signal_handlers() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                signal.signal(sig, _on_signal)
+        except ValueError:  # not the main thread (main() called from a test's thread)
+            return
+
+
+def _check_empty(args: argparse.Namespace) -> None:
+    from reprobuild.errors import UsageError
+
+    for name, value in vars(args).items():
+        if isinstance(value, _Empty):
+            option = "DIRECTORY" if name == "directory" else "--" + name.replace("_", "-")
+            raise UsageError(
+                f"{option} is empty; give a value or leave the option out",
+                hint="an unset variable in a script expands to an empty argument",
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from reprobuild.errors import BuildError, ReprobuildError
 
@@ -583,6 +652,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help/--version exit 0, bad usage exits 2
         return int(exc.code or 0)
     try:
+        _check_empty(args)
         return COMMANDS[args.command](args)
     except BuildError as exc:
         if exc.log_tail and getattr(args, "quiet", False):
@@ -596,12 +666,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             _err(f"hint: {exc.hint}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        _err("error: interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        _err(f"error: interrupted by {signal.Signals(signum).name}")
+        return 128 + signum
 
 
 def entrypoint() -> None:
+    _install_signal_handlers()
     try:
         code = main()
         sys.stdout.flush()

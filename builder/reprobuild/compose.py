@@ -29,6 +29,7 @@ looked up on the engine and replaced by ``NAME@sha256:<repo digest>`` when the i
 from __future__ import annotations
 
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -465,6 +466,16 @@ def write_output(text: str, output: Path | None) -> None:
         return
     if output.is_dir():
         raise OutputError(f"{output} is a directory; give a file name (e.g. {output}/compose.yml)")
+    try:
+        mode = output.lstat().st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        # the atomic rename would replace the FIFO or device itself (/dev/null as root)
+        raise OutputError(
+            f"{output} is not a regular file; give a file name, or - for stdout",
+            hint="to discard the output, leave -o out and redirect stdout",
+        )
     try:
         write_atomic(output, text)
     except OSError as exc:

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -31,6 +32,7 @@ import docker.types
 import docker.utils
 import requests
 
+from reprobuild import leftovers
 from reprobuild.builders import Builder
 from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
 from reprobuild.refs import ImageRef
@@ -235,6 +237,14 @@ class Engine:
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot tag {image} as {ref}: {_short(exc)}") from None
 
+    def tags_under(self, prefix: str) -> list[str]:
+        """Every tag on the engine that starts with ``prefix`` (e.g. ``reprobuild-scratch/``)."""
+        try:
+            images = self.client.images.list()
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list images: {_short(exc)}") from None
+        return sorted(t for image in images for t in image.tags if t.startswith(prefix))
+
     def untag(self, ref: str) -> None:
         """Remove a tag (never fails: used in clean-up paths)."""
         with contextlib.suppress(docker.errors.DockerException):
@@ -248,7 +258,7 @@ class Engine:
         is read at most that far (plus tar's own headers)."""
         try:
             container = self.client.containers.create(
-                image, entrypoint=["/nonexistent"], command=[]
+                image, entrypoint=["/nonexistent"], command=[], labels=leftovers.labels()
             )
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot open image {image!r}: {_short(exc)}") from None
@@ -298,6 +308,30 @@ class Engine:
             return fh.read()
 
     # ---- containers ------------------------------------------------------------------------
+    def owned_containers(self) -> list[tuple[str, str]]:
+        """(id, owner token) of every container carrying reprobuild's owner label."""
+        try:
+            # sparse: one request, no per-container inspect that races with removals
+            found = self.client.containers.list(
+                all=True, sparse=True, filters={"label": leftovers.OWNER_LABEL}
+            )
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list containers: {_short(exc)}") from None
+        return [
+            (str(c.id), str((c.attrs.get("Labels") or {}).get(leftovers.OWNER_LABEL, "")))
+            for c in found
+        ]
+
+    def remove_container(self, container_id: str) -> bool:
+        """Remove a container, running or not; False when it could not be removed."""
+        try:
+            self.client.containers.get(container_id).remove(force=True)
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.DockerException:
+            return False
+        return True
+
     def run(
         self,
         image: str,
@@ -319,6 +353,7 @@ class Engine:
                 environment=environment or {},
                 user=user,
                 network_disabled=not network,
+                labels=leftovers.labels(),
             )
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot start a container from {image}: {_short(exc)}") from None
@@ -413,17 +448,21 @@ class Engine:
         builder: Builder = "auto",
         log: Log = _quiet,
         no_cache: bool = False,
+        network: bool = True,
     ) -> str:
         """Build ``context/Dockerfile`` and tag the result; return the image ID.
 
-        The tag is applied only when the whole build succeeded.
+        The tag is applied only when the whole build succeeded. ``network`` False: RUN steps
+        get no network at all (a hermetic build needs none, and so proves it needs none).
         """
         chosen = self.resolve_builder(builder)
         if chosen == "classic":
-            return self._build_classic(context, tag, log, no_cache)
-        return self._build_cli(context, tag, chosen, log, no_cache)
+            return self._build_classic(context, tag, log, no_cache, network)
+        return self._build_cli(context, tag, chosen, log, no_cache, network)
 
-    def _build_classic(self, context: Path, tag: str, log: Log, no_cache: bool) -> str:
+    def _build_classic(
+        self, context: Path, tag: str, log: Log, no_cache: bool, network: bool
+    ) -> str:
         tail: deque[str] = deque(maxlen=_TAIL)
         image_id: str | None = None
         try:
@@ -435,6 +474,7 @@ class Engine:
                 decode=True,
                 pull=False,
                 nocache=no_cache,
+                network_mode=None if network else "none",
             )
             for chunk in stream:
                 if "stream" in chunk:
@@ -461,7 +501,7 @@ class Engine:
         return image_id
 
     def _build_cli(
-        self, context: Path, tag: str, builder: Builder, log: Log, no_cache: bool
+        self, context: Path, tag: str, builder: Builder, log: Log, no_cache: bool, network: bool
     ) -> str:
         env = dict(os.environ)
         if builder == "buildx":
@@ -474,11 +514,13 @@ class Engine:
             argv = [cli, "build"]
             env["DOCKER_BUILDKIT"] = "1"
         env["BUILDKIT_PROGRESS"] = "plain"
-        with tempfile.TemporaryDirectory(prefix="reprobuild-iid-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
             iidfile = Path(tmp) / "iid"
             argv += ["--progress=plain", "--iidfile", str(iidfile), "-t", tag]
             if no_cache:
                 argv.append("--no-cache")
+            if not network:
+                argv.append("--network=none")
             argv.append(str(context))
             tail: deque[str] = deque(maxlen=_TAIL)
             try:
@@ -489,21 +531,44 @@ class Engine:
                     stderr=subprocess.STDOUT,
                     text=True,
                     errors="replace",
+                    preexec_fn=_die_with_parent,
                 )
             except OSError as exc:
                 raise EngineError(f"cannot run {cli}: {exc.strerror}") from None
             assert proc.stdout is not None
-            for line in proc.stdout:
-                line = line.rstrip("\n")
-                tail.append(line)
-                log(line)
-            if proc.wait() != 0:
+            try:
+                for line in proc.stdout:
+                    line = line.rstrip("\n")
+                    tail.append(line)
+                    log(line)
+                code = proc.wait()
+            finally:
+                if proc.poll() is None:  # interrupted: the build must not go on (and tag) alone
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+            if code != 0:
                 last = next(
                     (ln for ln in reversed(tail) if "ERROR" in ln or "error" in ln),
                     tail[-1] if tail else "",
                 )
                 raise BuildError(f"docker build failed: {last.strip()}", log_tail="\n".join(tail))
             return iidfile.read_text().strip()
+
+
+def _die_with_parent() -> None:
+    """In a build client's child process: get SIGTERM when reprobuild dies (even by SIGKILL),
+    so a killed run's build does not finish and tag on its own (Linux; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _short(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reprobuild import __version__
+from reprobuild.baselock import lock_path as lock_path_of
 from reprobuild.baselock import pin
 from reprobuild.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.config import ProjectConfig, load_config, select_variant
@@ -79,7 +80,14 @@ def make_spec(
     if base:
         base_ref = parse_pinned(base, what="--base")
     elif is_catalog_name(base_value):  # the project's lock of that name, recorded on first use
-        locked, note = pin(config.root, base_value, catalog, record=record_base)
+        try:
+            locked, note = pin(config.root, base_value, catalog, record=record_base)
+        except OSError as exc:  # a read-only project cannot record its base on first use
+            raise ConfigError(
+                lock_path_of(config.root),
+                f"cannot record base {base_value!r}: {exc.strerror or exc}",
+                hint="make the project writable once, or build with --base REF@DIGEST",
+            ) from None
         if note:
             log(f"note: {note}")
         base_ref, known_entrypoint = locked.ref, locked.entrypoint
@@ -123,30 +131,85 @@ def _read_ca(path: Path) -> bytes:
     return data
 
 
+# What `include:` may copy into a build context, in all: the files are held in memory and
+# sent to the engine, so a stray disk image or dataset must fail early and clearly.
+MAX_INCLUDE_BYTES = 2 << 30
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    return "not a regular file"
+
+
 def app_files(config: ProjectConfig) -> dict[str, FileEntry]:
-    """The include list expanded to files, relative to the project root, sorted."""
+    """The include list expanded to files, relative to the project root, sorted. Only regular
+    files and directories are copied: every entry is lstat'ed first, so a FIFO or a device is
+    refused (never opened) and a symlink is refused (never followed)."""
     out: dict[str, FileEntry] = {}
+    total = 0
     for item in config.include:
         top = config.root / item
-        paths = [top] if top.is_file() or top.is_symlink() else _walk(top)
-        for path in paths:
-            rel = path.relative_to(config.root).as_posix()
-            if path.is_symlink():
-                raise ConfigError(
-                    config.config_path,
-                    f"include {item!r} contains a symlink ({rel}); "
-                    "symlinks are not copied: list the real file",
-                )
-            mode = 0o755 if path.stat().st_mode & stat.S_IXUSR else 0o644
-            out[rel] = FileEntry(path.read_bytes(), mode)
+        try:
+            top_mode = top.lstat().st_mode
+            paths = _walk(top) if stat.S_ISDIR(top_mode) else [top]
+            for path in paths:
+                rel = path.relative_to(config.root).as_posix()
+                mode = path.lstat().st_mode
+                if stat.S_ISLNK(mode):
+                    raise ConfigError(
+                        config.config_path,
+                        f"include {item!r} contains a symlink ({rel}); "
+                        "symlinks are not copied: list the real file",
+                    )
+                if not stat.S_ISREG(mode):
+                    raise ConfigError(
+                        config.config_path,
+                        f"include {item!r}: {rel} is {_kind(mode)}; only regular files and "
+                        "directories are copied",
+                    )
+                data = _read_regular(path)
+                total += len(data)
+                if total > MAX_INCLUDE_BYTES:
+                    raise ConfigError(
+                        config.config_path,
+                        f"include {item!r}: the included files pass {MAX_INCLUDE_BYTES >> 20} MiB "
+                        f"(at {rel}); a build context is not the place for data",
+                        hint="mount data at run time (/data) instead of including it",
+                    )
+                out[rel] = FileEntry(data, 0o755 if mode & stat.S_IXUSR else 0o644)
+        except OSError as exc:
+            where = Path(exc.filename).relative_to(config.root) if exc.filename else item
+            raise ConfigError(
+                config.config_path, f"include {item!r}: cannot read {str(where)!r}: {exc.strerror}"
+            ) from None
     return dict(sorted(out.items()))
 
 
+def _read_regular(path: Path) -> bytes:
+    """Read a file that lstat said is regular, refusing it if it was swapped for something
+    else since (no following a symlink, no blocking on a FIFO)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file", str(path))
+        return fh.read()
+
+
 def _walk(top: Path) -> list[Path]:
-    """Files under ``top``, sorted. A symlinked directory is returned as an entry (not
-    followed), so the caller refuses it like a symlinked file instead of dropping it."""
+    """Entries under ``top`` that are not directories (files, symlinks, FIFOs...), sorted. A
+    symlinked directory is returned as an entry (not followed), so the caller refuses it like
+    a symlinked file instead of dropping it."""
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(top):
+
+    def fail(exc: OSError) -> None:
+        raise exc
+
+    for dirpath, dirnames, filenames in os.walk(top, onerror=fail):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         found.extend(Path(dirpath) / d for d in dirnames if (Path(dirpath) / d).is_symlink())
         found.extend(Path(dirpath) / n for n in filenames if not n.endswith((".pyc", ".pyo")))
@@ -158,16 +221,23 @@ def runtime_files() -> dict[str, FileEntry]:
     return {rel: FileEntry(data, mode) for rel, (data, mode) in runtime_package().items()}
 
 
+MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z, the last second a timestamp label can hold
+
+
 def source_date_epoch(root: Path) -> int:
     """The fixed time stamped into the image: SOURCE_DATE_EPOCH, else the project's last
     commit time, else 0. Never the wall clock."""
     env = os.environ.get("SOURCE_DATE_EPOCH")
     if env is not None:
-        if not env.isdigit():
-            raise ReprobuildError(f"SOURCE_DATE_EPOCH {env!r} must be a non-negative integer")
+        shown = env if len(env) <= 40 else env[:37] + "..."
+        if not (env.isascii() and env.isdigit()) or len(env) > 12 or int(env) > MAX_EPOCH:
+            raise ReprobuildError(
+                f"SOURCE_DATE_EPOCH {shown!r} must be a non-negative integer up to {MAX_EPOCH} "
+                "(seconds since 1970, up to the year 9999)"
+            )
         return int(env)
     out = _git(root, "log", "-1", "--format=%ct")
-    return int(out) if out and out.isdigit() else 0
+    return int(out) if out and out.isdigit() and int(out) <= MAX_EPOCH else 0
 
 
 def git_revision(root: Path) -> str | None:

@@ -16,11 +16,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from reprobuild import leftovers
 from reprobuild.errors import ReprobuildError
 from reprobuild.fsutil import write_atomic
 from reprobuild.lockfile import Lock
@@ -114,6 +115,10 @@ def _hash_index(folder: Path) -> dict[str, str]:
     return {name: str(v[2]) for name, v in new.items()}
 
 
+def _needed(lock: Lock, digest: str) -> bool:
+    return any(h == f"sha256:{digest}" for r in lock.requirements for h in r.hashes)
+
+
 def _unmatched(lock: Lock, index: dict[str, str]) -> list[str]:
     """Requirements (without markers) that no cached file's sha256 satisfies."""
     have = set(index.values())
@@ -125,12 +130,14 @@ def _unmatched(lock: Lock, index: dict[str, str]) -> list[str]:
 
 
 def _pip_download(lock: Lock, target: Target, folder: Path, log: Log) -> None:
-    with tempfile.TemporaryDirectory(prefix="reprobuild-lock-") as tmp:
+    """Download the lock's wheels into ``folder`` (a fresh temp dir: pip removes a file it
+    finds there with a hash it does not expect, so it never sees the cache itself)."""
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("lock")) as tmp:
         req = Path(tmp) / "requirements.lock"
         req.write_text(lock.render(index_options=True))
         argv = [
             sys.executable, "-m", "pip", "download",
-            "--require-hashes", "--only-binary=:all:",
+            "--require-hashes", "--only-binary=:all:", "--no-deps",
             "--disable-pip-version-check", "--progress-bar", "off",
             "--python-version", target.python_version,
             "--implementation", "cp",
@@ -174,15 +181,70 @@ def _hash_mismatch(lock: Lock, stderr: str) -> WheelError | None:
     )
 
 
+_DOWNLOAD_PREFIX = ".download-"
+
+
+def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log) -> None:
+    """Fetch what the cache lacks into a temp dir inside it; move in only files whose sha256
+    is one of the lock's hashes, each by an atomic rename. A failed download changes nothing
+    in the cache; a good file replaces a damaged entry of the same name only once verified."""
+    have = set(_hash_index(folder).values())
+    # Only what the cache lacks (markers included: pip evaluates them for the target). The
+    # lock pins every dependency, so each is fetched on its own (--no-deps).
+    wanted = replace(
+        lock,
+        requirements=tuple(
+            r for r in lock.requirements if not any(h.split(":", 1)[1] in have for h in r.hashes)
+        ),
+    )
+    allowed = {h.split(":", 1)[1] for r in lock.requirements for h in r.hashes}
+    leftovers.reap_dir(folder, _DOWNLOAD_PREFIX)
+    staging = Path(tempfile.mkdtemp(prefix=f"{_DOWNLOAD_PREFIX}{leftovers.owner()}-", dir=folder))
+    try:
+        _pip_download(wanted, target, staging, log)
+        for path in sorted(staging.iterdir()):
+            if path.is_file() and not path.is_symlink() and _sha256(path) in allowed:
+                os.replace(path, folder / path.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _verified(path: Path, digest: str) -> bool:
+    """The cached file's content really has ``digest`` (the index only remembers it by size
+    and mtime, which a damaged or replaced file can keep)."""
+    try:
+        return _sha256(path) == digest
+    except OSError:
+        return False
+
+
 def fetch_wheels(lock: Lock, target: Target, dest: Path, *, log: Log = print) -> list[Path]:
     """Fill ``dest`` with exactly the wheels the lock pins for ``target``; return their paths."""
     folder = cache_root() / "wheels" / target.key
+    try:
+        return _fetch_wheels(lock, target, folder, dest, log)
+    except OSError as exc:
+        where = exc.filename or folder
+        raise WheelError(
+            f"cannot use the wheel cache {str(where)!r}: {exc.strerror or exc}",
+            hint="make it writable, or point XDG_CACHE_HOME (or REPROBUILD_CACHE_DIR) elsewhere",
+        ) from None
+
+
+def _fetch_wheels(lock: Lock, target: Target, folder: Path, dest: Path, log: Log) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     if _unmatched(lock, _hash_index(folder)):
-        _pip_download(lock, target, folder, log)
+        _download_into_cache(lock, target, folder, log)
     else:
         log(f"all {len(lock.requirements)} locked wheels are cached for {target.key}")
     by_hash = {digest: folder / name for name, digest in _hash_index(folder).items()}
+    damaged = sorted(str(p) for d, p in by_hash.items() if _needed(lock, d) and not _verified(p, d))
+    if damaged:
+        raise WheelError(
+            f"cached wheel {damaged[0]!r} does not match the sha256 it was stored with",
+            hint="the cache was changed behind reprobuild's back: delete that file and build "
+            "again to fetch it anew",
+        )
     dest.mkdir(parents=True, exist_ok=True)
     chosen: list[Path] = []
     missing: list[str] = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild.config import load_config
-from reprobuild.context import write_context, write_tree
+from reprobuild.context import MARKER, write_context, write_tree
 from reprobuild.errors import ConfigError, OutputError, ReprobuildError
 from reprobuild.fsutil import replace_dir, write_atomic
 from reprobuild.plan import app_files, source_date_epoch
@@ -47,7 +47,7 @@ def test_write_context_success(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ctx"]
     got = tree(out)
     files = {rel: v for rel, v in got.items() if v[0] is not None}
-    assert set(files) == set(FILES)
+    assert set(files) == {*FILES, MARKER}
     for rel, entry in FILES.items():
         data, mode, _ = files[rel]
         assert data == entry.data, rel
@@ -67,6 +67,7 @@ def test_write_context_success(tmp_path: Path) -> None:
 def test_write_context_replaces_existing_dir(tmp_path: Path) -> None:
     out = tmp_path / "ctx"
     out.mkdir()
+    (out / MARKER).write_text("an earlier render\n")
     (out / "old.txt").write_text("old\n")
     (out / "Dockerfile").write_text("FROM old\n")
     write_context(FILES, out, epoch=EPOCH)
