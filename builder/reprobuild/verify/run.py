@@ -270,8 +270,7 @@ class _Finished:
         code = state.exit_code
         what = _killed_how(code, state.handle.oom_killed())
         return Failure(
-            message=f"run {state.index + 1} of {self.spec.runs}: "
-            f"`{shlex.join(self.spec.command)}` {what}",
+            message=f"run {state.index + 1} of {self.spec.runs}: `{_command(self.spec)}` {what}",
             run=state.index + 1,
             exit_code=code,
             stderr_tail=tuple(state.stderr),
@@ -364,6 +363,12 @@ class _Finished:
             what += f" and {len(digests[0])} output file(s)"
         command = shlex.join(self.spec.command)
         return f"{self.spec.runs} runs of `{command}` {self.launcher.where}: {what}, bit for bit"
+
+
+def _command(spec: VerifySpec, limit: int = 120) -> str:
+    """The command for a message, cut to ``limit`` characters."""
+    text = shlex.join(spec.command)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _declares(name: str, found: dict[str, FileDigest]) -> bool:
