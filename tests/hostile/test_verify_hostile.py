@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from helpers import run_cli
-from hostile_harness import Snapshot, assert_clean_failure, temp_dirs
+from hostile_harness import Snapshot, assert_clean_failure
 from reprobuild.compare import Divergence
 from reprobuild.errors import VerifyUsageError
 from reprobuild.runrecords import MAX_DEPTH, compare_run_records, read_run_dir
@@ -323,8 +323,10 @@ def _wait_for(predicate: Any, timeout: float = 60) -> None:
     raise AssertionError("timed out")
 
 
-def _start_verify(cwd: Path, *args: str) -> subprocess.Popen[str]:
+def _start_verify(cwd: Path, *args: str, tmp: Path | None = None) -> subprocess.Popen[str]:
     env = {**os.environ, "XDG_CACHE_HOME": str(cwd.parent / "xdg"), "SOURCE_DATE_EPOCH": "0"}
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     return subprocess.Popen(
         [sys.executable, "-m", "reprobuild", "verify", "-q", *args],
         cwd=cwd,
@@ -344,9 +346,12 @@ def test_sigterm_to_local_verify_kills_its_runs(workspace: tuple[Path, Path]) ->
     cwd, reports = workspace
     pids = cwd.parent / "pids"
     pids.mkdir()
-    before = temp_dirs()
+    private_tmp = cwd.parent / "tmp"  # its own TMPDIR: other users of /tmp are no noise here
+    private_tmp.mkdir()
     code = f"import os, time; open({str(pids)!r} + '/%d' % os.getpid(), 'w'); time.sleep(300)"
-    proc = _start_verify(cwd, "--local", "--report", str(reports / "r.json"), "--", *_py(code))
+    proc = _start_verify(
+        cwd, "--local", "--report", str(reports / "r.json"), "--", *_py(code), tmp=private_tmp
+    )
     _wait_for(lambda: len(list(pids.iterdir())) == 2)
     proc.send_signal(signal.SIGTERM)
     done = _as_completed(proc)
@@ -354,7 +359,7 @@ def test_sigterm_to_local_verify_kills_its_runs(workspace: tuple[Path, Path]) ->
     for pid_file in pids.iterdir():
         with pytest.raises(ProcessLookupError):
             os.kill(int(pid_file.name), 0)
-    assert temp_dirs() - before == set()
+    assert list(private_tmp.iterdir()) == [], "scratch directories left behind"
     assert not (reports / "r.json").exists()
     assert list(cwd.iterdir()) == []
 
@@ -371,11 +376,14 @@ def image(base_ref: str, docker_client: Any) -> str:
     return base_ref
 
 
-def _owned_by(docker_client: Any, pid: int) -> list[Any]:
+def _owned_by(docker_client: Any, pid: int) -> list[str]:
+    """States of the containers verify process ``pid`` labelled as its own (sparse: no
+    inspect per container, which races with their removal)."""
+    found = docker_client.containers.list(all=True, sparse=True, filters={"label": OWNER_LABEL})
     return [
-        c
-        for c in docker_client.containers.list(all=True, filters={"label": OWNER_LABEL})
-        if c.labels.get(OWNER_LABEL, "").startswith(f"{pid}-")
+        str(c.attrs.get("State"))
+        for c in found
+        if (c.attrs.get("Labels") or {}).get(OWNER_LABEL, "").startswith(f"{pid}-")
     ]
 
 
@@ -410,16 +418,13 @@ def test_signal_to_verify_removes_every_container(
         "import time; print('up', flush=True); time.sleep(300)",
     )
     try:
-        _wait_for(
-            lambda: (
-                len([c for c in _owned_by(docker_client, proc.pid) if c.status == "running"]) == 2
-            )
-        )
+        _wait_for(lambda: _owned_by(docker_client, proc.pid).count("running") == 2)
         proc.send_signal(signum)
         done = _as_completed(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()
     assert_clean_failure(done, f"interrupted by {name}", exit_code=exit_code)
     assert _owned_by(docker_client, proc.pid) == []
     snap.assert_unchanged(docker_client)
