@@ -311,8 +311,8 @@ def _verify_options(parser: argparse.ArgumentParser) -> None:
         "--report",
         type=Path,
         metavar="PATH",
-        help="where to save the JSON report "
-        "(default: ./reprobuild-verify-<image id 12 hex | local>-<UTC time>.json)",
+        help="where to save the JSON report (default: .reprobuild/verify/"
+        "reprobuild-verify-<image id 12 hex | local>-<UTC time>.json; checked writable first)",
     )
     parser.add_argument(
         "--keep",
@@ -541,9 +541,9 @@ def cmd_bases(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from reprobuild.errors import RunFailedError
-    from reprobuild.verify import make_spec, verify
+    from reprobuild.verify import verify, verify_spec_from_args
 
-    spec = make_spec(
+    spec = verify_spec_from_args(
         args.image,
         args.cmd,
         local=args.local,

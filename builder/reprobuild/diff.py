@@ -47,7 +47,7 @@ import json
 import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,6 +58,7 @@ from reprobuild.engine import Engine
 from reprobuild.errors import DiffInputError, EngineUnavailableError, ReprobuildError
 from reprobuild.imageinfo import read_image
 from reprobuild.manifest import MANIFEST_LABEL, Distribution, Manifest
+from reprobuild.runrecords import RecordAgreement, RunRecords, compare_run_records
 from reprobuild_entrypoint.runrecord import RUN_ID_PATTERN
 
 SCHEMA_VERSION = 1
@@ -121,6 +122,8 @@ class Stack:
     """True for a manifest (every installed distribution), False for a run record."""
     partial: frozenset[Key] = frozenset()
     """Keys this input knows only sometimes: never reported as absent from the other."""
+    records: RunRecords | None = None
+    """A run record's documents, for :func:`reprobuild.runrecords.compare_run_records`."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -168,6 +171,9 @@ class DiffResult:
     """In A, not in B."""
     changed: tuple[PackageChange, ...]
     package_scope: PackageScope
+    records: RecordAgreement | None = None
+    """Two run records: the answer ``reprobuild verify`` gives for them too (the same
+    function); None when a manifest is involved."""
 
     @property
     def count(self) -> int:
@@ -175,7 +181,7 @@ class DiffResult:
 
     @property
     def identical(self) -> bool:
-        return self.count == 0
+        return self.count == 0 and (self.records is None or self.records.agree)
 
     @property
     def same_image(self) -> bool | None:
@@ -200,6 +206,7 @@ class DiffResult:
                 "removed": [{"name": d.name, "version": d.version} for d in self.removed],
                 "changed": [c.to_dict() for c in self.changed],
             },
+            "run_records": None if self.records is None else self.records.to_dict(),
         }
 
     def to_json(self) -> str:
@@ -227,6 +234,11 @@ class DiffResult:
             out.append(
                 "note: packages compared only where both list them (a run record "
                 "lists the frameworks its program imported)"
+            )
+        if self.count == 0 and self.records is not None and not self.records.agree:
+            out.append(
+                f"run records differ first at {self.records.first} "
+                f"({len(self.records.differences)} in all, as verify compares them)"
             )
         out.append(
             "identical"
@@ -331,7 +343,11 @@ def _package_differences(
 def diff(a: str, b: str, *, engine: Engine | None = None) -> DiffResult:
     """``reprobuild diff A B``: read both inputs (files or images) and compare them."""
     engine = engine if engine is not None else Engine()  # connects only if an image is named
-    return compare(load(a, engine), load(b, engine))
+    stack_a, stack_b = load(a, engine), load(b, engine)
+    result = compare(stack_a, stack_b)
+    if stack_a.records is not None and stack_b.records is not None:
+        result = replace(result, records=compare_run_records(stack_a.records, stack_b.records))
+    return result
 
 
 # -------------------------------------------------------------------------------- reading
@@ -635,6 +651,7 @@ def from_run_record(
         packages=seen.packages,
         packages_complete=False,
         partial=frozenset(partial),
+        records=RunRecords(data, tuple(frameworks)),
     )
 
 

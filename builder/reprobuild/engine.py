@@ -95,6 +95,17 @@ class StreamingContainer:
         with contextlib.suppress(docker.errors.DockerException):
             self._container.kill()
 
+    def oom_killed(self) -> bool | None:
+        """The engine's word (State.OOMKilled) on whether the kernel killed it for memory;
+        None when the engine cannot say."""
+        try:
+            self._container.reload()
+        except docker.errors.DockerException:
+            return None
+        state = self._container.attrs.get("State") or {}
+        value = state.get("OOMKilled")
+        return value if isinstance(value, bool) else None
+
     def close(self) -> None:
         with contextlib.suppress(docker.errors.DockerException):
             self._container.remove(force=True)
@@ -418,6 +429,21 @@ class Engine:
             hint = "is a GPU runtime (NVIDIA Container Toolkit) installed?" if gpus else None
             raise EngineError(f"cannot start {what}: {_short(exc)}", hint=hint) from None
         return StreamingContainer(container)
+
+    def remove_containers(self, labels: dict[str, str]) -> int:
+        """Force-remove every container (running or not) that carries all ``labels``; how
+        many were removed. Errors are swallowed: this is clean-up."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        try:
+            found = self.client.containers.list(all=True, filters=filters)
+        except (docker.errors.DockerException, EngineUnavailableError):
+            return 0
+        removed = 0
+        for container in found:
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
+                removed += 1
+        return removed
 
     def close(self) -> None:
         if self._client is not None:

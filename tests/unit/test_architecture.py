@@ -182,8 +182,6 @@ OWNERS = {
     "io.reprobuild.manifest.sha256": BUILDER / "manifest.py",
     "/opt/reprobuild/manifest.json": RUNTIME / "__init__.py",
 }
-# verify.py is being split (issue 9); its copy of the label goes with that change.
-_IN_FLIGHT = {BUILDER / "verify.py"}
 
 
 def _string_constants(path: Path) -> set[str]:
@@ -198,7 +196,7 @@ def test_shared_value_has_one_owner(value: str) -> None:
     holders = [
         path
         for path in [*_modules(BUILDER), *_modules(RUNTIME)]
-        if path not in _IN_FLIGHT and value in _string_constants(path)
+        if value in _string_constants(path)
     ]
     assert holders == [OWNERS[value]], f"{value!r} is written in {holders}"
 

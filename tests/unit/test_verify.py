@@ -19,6 +19,7 @@ from reprobuild.cli import build_parser, main
 from reprobuild.compare import Divergence, JsonDifference, numeric_distance
 from reprobuild.engine import Engine
 from reprobuild.errors import ReprobuildError, VerifyError, VerifyUsageError
+from reprobuild.runrecords import RunRecords, compare_run_records
 from reprobuild.verify import (
     DataMount,
     Failure,
@@ -31,12 +32,11 @@ from reprobuild.verify import (
     collect_outputs,
     compare_outputs,
     default_report_path,
-    make_spec,
     parse_data,
     parse_env,
     parse_gpus,
     parse_output,
-    record_differences,
+    verify_spec_from_args,
 )
 
 # ----------------------------------------------------------------------------- arguments
@@ -98,8 +98,8 @@ def test_parse_gpus() -> None:
             parse_gpus(bad)
 
 
-def test_make_spec_checks_everything(tmp_path: Path) -> None:
-    spec = make_spec(
+def test_verify_spec_from_args_checks_everything(tmp_path: Path) -> None:
+    spec = verify_spec_from_args(
         "img",
         ["python", "train.py"],
         runs=3,
@@ -114,7 +114,7 @@ def test_make_spec_checks_everything(tmp_path: Path) -> None:
     assert spec.outputs == ("metrics.json", "ckpt/")  # duplicates dropped
     assert spec.env == (("A", "1"),)
     assert (spec.runs, spec.seed, spec.mode, spec.local) == (3, 5, "warn", False)
-    assert make_spec(None, ["true"], local=True).local
+    assert verify_spec_from_args(None, ["true"], local=True).local
 
     bad: list[tuple[dict[str, object], str]] = [
         ({"image": None}, "no IMAGE"),
@@ -134,7 +134,7 @@ def test_make_spec_checks_everything(tmp_path: Path) -> None:
         kwargs: dict[str, Any] = {"image": "img", "command": ["true"], **changes}
         image, command = kwargs.pop("image"), kwargs.pop("command")
         with pytest.raises(VerifyUsageError, match=message):
-            make_spec(image, command, **kwargs)
+            verify_spec_from_args(image, command, **kwargs)
 
 
 # ---------------------------------------------------------------------------- CLI shapes
@@ -314,16 +314,16 @@ def test_record_differences_name_the_stack() -> None:
     other = json.loads(json.dumps(record))
     other.update(run_id="r2", started="t2")
     other["host"]["hostname"] = "c2"
-    assert record_differences((record, []), (other, [])) == []
+    assert compare_run_records(RunRecords(record), RunRecords(other)).agree
     other["host"]["cpu"]["model"] = "Intel Xeon"
-    frameworks = [{"framework_settings": {"torch": {"version": "2.13.0"}}}]
-    newer = [{"framework_settings": {"torch": {"version": "2.14.0"}}}]
-    diffs = record_differences((record, frameworks), (other, newer))
-    assert [d.where for d in diffs] == ["host.cpu.model", "frameworks.torch.version"]
+    frameworks = ({"framework_settings": {"torch": {"version": "2.13.0"}}},)
+    newer = ({"framework_settings": {"torch": {"version": "2.14.0"}}},)
+    found = compare_run_records(RunRecords(record, frameworks), RunRecords(other, newer))
+    assert [d.where for d in found.differences] == ["host.cpu.model", "frameworks.torch.version"]
+    assert found.first == "host.cpu.model"
     # a killed run wrote no framework record: that is no difference in the stack
-    assert [d.where for d in record_differences((record, frameworks), (other, []))] == [
-        "host.cpu.model"
-    ]
+    found = compare_run_records(RunRecords(record, frameworks), RunRecords(other))
+    assert [d.where for d in found.differences] == ["host.cpu.model"]
 
 
 # -------------------------------------------------------------------------------- report
@@ -423,8 +423,9 @@ def test_report_describes_the_divergence() -> None:
 
 def test_default_report_path() -> None:
     moment = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    # under .reprobuild/ (git-ignored), never loose in the project root
     assert default_report_path("sha256:0123456789abcdef", moment) == Path(
-        "reprobuild-verify-0123456789ab-20260102T030405Z.json"
+        ".reprobuild/verify/reprobuild-verify-0123456789ab-20260102T030405Z.json"
     )
     assert default_report_path(None, moment).name == "reprobuild-verify-local-20260102T030405Z.json"
     assert not os.path.isabs(default_report_path(None, moment))
@@ -450,7 +451,7 @@ def test_container_gets_mounts_env_and_gpus(tmp_path: Path) -> None:
     so --gpus is checked here as the device request it becomes)."""
     data = tmp_path / "data"
     data.mkdir()
-    spec = make_spec(
+    spec = verify_spec_from_args(
         "img",
         ["python", "train.py"],
         data=[f"{data}:/datasets"],
@@ -485,6 +486,9 @@ def test_container_gets_mounts_env_and_gpus(tmp_path: Path) -> None:
     (request,) = kwargs["device_requests"]
     assert request["DeviceIDs"] == ["0", "1"] and request["Capabilities"] == [["gpu"]]
     assert kwargs["network_disabled"] is True
+    # the owner label finds what a SIGKILLed verify left: <pid>-<process start time>
+    pid, start = kwargs["labels"].pop("io.reprobuild.owner").split("-")
+    assert int(pid) == os.getpid() and start.isdigit()
     assert kwargs["labels"] == {"io.reprobuild.verify": "1"}
     assert stat.S_IMODE(out.stat().st_mode) == 0o777  # the image's user writes there
 
@@ -493,7 +497,9 @@ def test_local_environment_is_the_images(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's: kept, recorded as user-set
     monkeypatch.setenv("REPRO_RUN_ID", "stale")
     monkeypatch.setenv("PYTHONPATH", "/mine")
-    spec = make_spec(None, ["python", "x.py"], local=True, seed=9, gpus="2", env=["B=2"])
+    spec = verify_spec_from_args(
+        None, ["python", "x.py"], local=True, seed=9, gpus="2", env=["B=2"]
+    )
     launcher = _LocalLauncher(spec)
     launcher.prepare(tmp_path)
     env = launcher.environment(tmp_path / "out", tmp_path / "rec")
@@ -508,3 +514,17 @@ def test_local_environment_is_the_images(tmp_path: Path, monkeypatch: pytest.Mon
     assert (env["REPRO_SEED"], env["B"], env["CUDA_VISIBLE_DEVICES"]) == ("9", "2", "0,1")
     assert env["REPRO_OUTPUT_DIR"] == str(tmp_path / "out")
     assert env["REPRO_RUN_DIR"] == str(tmp_path / "rec")
+
+
+def test_sitecustomize_ships_as_package_data_in_the_wheel() -> None:
+    """--local's sitecustomize is a real .py file in the installed package, not a string."""
+    import importlib.resources
+
+    from reprobuild.verify.launchers import sitecustomize_source
+
+    shipped = importlib.resources.files("reprobuild.verify") / "shim" / "sitecustomize.py"
+    assert "site-packages" in str(shipped)
+    source = sitecustomize_source()
+    assert source == shipped.read_bytes()
+    assert b"import reprobuild_entrypoint._startup" in source
+    compile(source, "sitecustomize.py", "exec")

@@ -1,0 +1,272 @@
+"""Where ``reprobuild verify`` runs its runs: fresh containers on the engine
+(:class:`_DockerLauncher`), or plain processes on this host under the in-image runtime
+(:class:`_LocalLauncher`, ``--local``: standard library only, no Docker SDK imported)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from reprobuild.errors import VerifyError
+from reprobuild.verify.spec import OUT_DIR, RECORD_DIR, VerifySpec
+from reprobuild_entrypoint.envplan import image_env
+
+VERIFY_LABEL = "io.reprobuild.verify"
+"""On every verify container: the run's number."""
+OWNER_LABEL = "io.reprobuild.owner"
+"""On every verify container: ``<pid>-<process start time>`` of the verify that started it,
+so what a SIGKILLed verify left behind can be found (and told from a live verify's)."""
+
+
+def owner_id() -> str:
+    """``<pid>-<start time>``: this process, told apart from a later one that reuses the pid
+    (the start time in clock ticks since boot from /proc, else the wall clock)."""
+    pid = os.getpid()
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        start = stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        start = str(int(time.time()))
+    return f"{pid}-{start}"
+
+
+class _Run(Protocol):
+    """One started run."""
+
+    def stdout(self) -> Iterator[bytes]: ...
+
+    def stderr(self) -> Iterator[bytes]: ...
+
+    def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
+
+    def oom_killed(self) -> bool | None:
+        """Whether the run was killed for lack of memory; None when that cannot be known."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class _Launcher(Protocol):
+    where: str
+    out_label: str
+    """How a message names a run's output directory (``/out``, ``$REPRO_OUTPUT_DIR``)."""
+
+    def prepare(self, work: Path) -> None: ...
+
+    def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run: ...
+
+    def finish(self) -> None: ...
+
+
+def _run_env(spec: VerifySpec) -> dict[str, str]:
+    """What every run gets on top of its image's (or host's) environment."""
+    env = dict(spec.env)
+    if spec.seed is not None:
+        env["REPRO_SEED"] = str(spec.seed)
+    if spec.mode is not None:
+        env["REPRO_DETERMINISM"] = spec.mode
+    return env
+
+
+class _DockerLauncher:
+    """Runs in fresh containers, through their own connection to the engine (each run holds
+    two log streams and a wait open at once)."""
+
+    out_label = OUT_DIR
+
+    def __init__(self, spec: VerifySpec, image_id: str) -> None:
+        self._spec = spec
+        self._image_id = image_id
+        from reprobuild.engine import Engine
+
+        self.where = f"from {spec.image} ({image_id[:19]})"
+        self._engine = Engine(connections=3 * spec.runs + 4)
+        self._owner = owner_id()
+
+    def prepare(self, work: Path) -> None:
+        _ = self._engine.client  # connect now: a missing engine fails before any run starts
+
+    def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run:
+        from reprobuild.engine import Bind, Gpus
+
+        spec = self._spec
+        for folder in (out_dir, record_dir):
+            folder.chmod(0o777)  # the image's user (uid 10001) writes there
+        binds = [
+            Bind(out_dir, OUT_DIR),
+            Bind(record_dir, RECORD_DIR),
+            *(Bind(m.host, m.container, read_only=True) for m in spec.data),
+        ]
+        gpus = None if spec.gpus is None else Gpus(spec.gpus.count, spec.gpus.device_ids)
+        return self._engine.start_streaming(
+            self._image_id,
+            list(spec.command),
+            what=f"run {index + 1}'s container",
+            environment={
+                "REPRO_RUN_DIR": RECORD_DIR,
+                "REPRO_OUTPUT_DIR": OUT_DIR,
+                **_run_env(spec),
+            },
+            binds=binds,
+            network=spec.network,
+            gpus=gpus,
+            labels={VERIFY_LABEL: str(index + 1), OWNER_LABEL: self._owner},
+        )
+
+    def finish(self) -> None:
+        """Remove every container this verify started, the ones an interruption left between
+        create and start included (found by their owner label)."""
+        try:
+            self._engine.remove_containers({OWNER_LABEL: self._owner})
+        finally:
+            self._engine.close()
+
+
+def sitecustomize_source() -> bytes:
+    """The ``sitecustomize.py`` that ``--local`` puts on PYTHONPATH (package data)."""
+    return (
+        importlib.resources.files("reprobuild.verify") / "shim" / "sitecustomize.py"
+    ).read_bytes()
+
+
+class _ProcessRun:
+    """A local run in its own process group. When the program exits, what it left running in
+    its group is killed, as a container's end kills every process in it. The exit is read
+    without reaping the program (``WNOWAIT``), so the group id stays this run's until
+    :meth:`close`: a kill can never reach a group that reused the number."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: kill() reaches its children
+            )
+        except OSError as exc:
+            raise VerifyError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+        self._status: int | None = None
+        self._exited = threading.Event()
+        threading.Thread(target=self._watch_exit, daemon=True).start()
+
+    def _watch_exit(self) -> None:
+        try:
+            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOWAIT)
+            if info is not None:
+                exited = info.si_code == os.CLD_EXITED
+                # killed by signal N: 128 + N, as a shell says
+                self._status = info.si_status if exited else 128 + info.si_status
+        except ChildProcessError:
+            pass
+        finally:
+            self.kill()  # the rest of its group, as at a container's end
+            self._exited.set()
+
+    @staticmethod
+    def _read(stream: Any) -> Iterator[bytes]:
+        fd = stream.fileno()
+        while chunk := os.read(fd, 65536):
+            yield chunk
+
+    def stdout(self) -> Iterator[bytes]:
+        return self._read(self._proc.stdout)
+
+    def stderr(self) -> Iterator[bytes]:
+        return self._read(self._proc.stderr)
+
+    def wait(self) -> int:
+        self._exited.wait()
+        return -1 if self._status is None else self._status
+
+    def kill(self) -> None:
+        if self._proc.returncode is None:  # not reaped: the group is still this run's
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+
+    def oom_killed(self) -> bool | None:
+        return None  # a host process: the kernel's OOM killer leaves no mark to read here
+
+    def close(self) -> None:
+        self.kill()
+        self._exited.wait(timeout=10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=10)
+        for stream in (self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+class _LocalLauncher:
+    """Runs on this host: ``python -m reprobuild_entrypoint CMD`` with a copy of the runtime on
+    PYTHONPATH and a ``sitecustomize`` that starts its hook in every Python the command starts,
+    in the environment a CPU (or, with --gpus, GPU) image with seed 0 and mode strict bakes."""
+
+    where = "on this host (--local)"
+    out_label = "$REPRO_OUTPUT_DIR"
+
+    def __init__(self, spec: VerifySpec) -> None:
+        self._spec = spec
+        self._path: list[str] = []
+
+    def prepare(self, work: Path) -> None:
+        from reprobuild.runtimefiles import runtime_package
+
+        runtime = work / "runtime"
+        for rel, (data, _mode) in runtime_package().items():
+            target = runtime / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        shim = work / "shim"
+        shim.mkdir()
+        (shim / "sitecustomize.py").write_bytes(sitecustomize_source())
+        self._path = [str(shim), str(runtime)]
+
+    def environment(self, out_dir: Path, record_dir: Path) -> dict[str, str]:
+        spec = self._spec
+        env = dict(os.environ)
+        for name in (
+            "REPRO_RUN_ID",
+            "REPROBUILD_BASE_ENTRYPOINT",
+            "REPROBUILD_FORCE_INIT",
+            "REPROBUILD_MANIFEST_PATH",
+        ):
+            env.pop(name, None)
+        variant = "gpu" if spec.gpus is not None else "cpu"
+        env.update(
+            REPROBUILD_IMAGE_SEED="0",
+            REPROBUILD_IMAGE_DETERMINISM="strict",
+            REPROBUILD_VARIANT=variant,
+        )
+        for name, value in image_env(0, "strict", variant).items():
+            env.setdefault(name, value)  # a host value is the user's, like `docker run -e`
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [*self._path, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+        )
+        env["REPRO_RUN_DIR"] = str(record_dir)
+        env["REPRO_OUTPUT_DIR"] = str(out_dir)
+        visible = None if spec.gpus is None else spec.gpus.cuda_visible_devices()
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        env.update(_run_env(spec))
+        return env
+
+    def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run:
+        argv = [sys.executable, "-m", "reprobuild_entrypoint", "--", *self._spec.command]
+        return _ProcessRun(argv, self.environment(out_dir, record_dir))
+
+    def finish(self) -> None:
+        return None
