@@ -36,6 +36,8 @@ VARIANT_KEYS = ("name", "gpu", "lock", "base", "runner")
 DEFAULT_RUNNER_CPU: tuple[str, ...] = ("ubuntu-24.04",)
 DEFAULT_RUNNER_GPU: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
 VARIANT_NAME_MAX = 32
+# An image reference is at most this long (refs.parse_ref refuses longer ones too).
+BASE_MAX = 512
 
 # Docker repository path: lowercase components separated by '/', each [a-z0-9] with . _ __ - inside.
 _NAME_RE = re.compile(
@@ -218,6 +220,10 @@ def _base(path: Path, base: object) -> dict[str, str]:
         value = base.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ConfigError(path, f"base.{key} must be a catalog name or NAME@sha256:<64 hex>")
+        if value is not None and len(value) > BASE_MAX:
+            raise ConfigError(
+                path, f"base.{key} {shorten(value)} is longer than {BASE_MAX} characters"
+            )
     return base
 
 
@@ -309,9 +315,11 @@ def _variant(
     base = item.get("base", default_base)
     if base is None:
         raise ConfigError(path, f"{where}: no base: give the variant a base, or set base.{kind}")
-    if not isinstance(base, str) or not base.strip():
+    if not isinstance(base, str) or not base.strip() or len(base) > BASE_MAX:
         raise ConfigError(
-            path, f"{where}: base {shorten(base)} must be a catalog name or NAME@sha256:<64 hex>"
+            path,
+            f"{where}: base {shorten(base)} must be a catalog name or NAME@sha256:<64 hex> "
+            f"(at most {BASE_MAX} characters)",
         )
     runner = _runner(path, where, item.get("runner"), gpu)
     return Variant(name=name, gpu=gpu, lock=lock, base=base, runner=runner)
