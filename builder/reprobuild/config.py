@@ -315,11 +315,13 @@ def _variant(
     base = item.get("base", default_base)
     if base is None:
         raise ConfigError(path, f"{where}: no base: give the variant a base, or set base.{kind}")
-    if not isinstance(base, str) or not base.strip() or len(base) > BASE_MAX:
+    if not isinstance(base, str) or not base.strip():
         raise ConfigError(
-            path,
-            f"{where}: base {shorten(base)} must be a catalog name or NAME@sha256:<64 hex> "
-            f"(at most {BASE_MAX} characters)",
+            path, f"{where}: base {shorten(base)} must be a catalog name or NAME@sha256:<64 hex>"
+        )
+    if len(base) > BASE_MAX:
+        raise ConfigError(
+            path, f"{where}: base {shorten(base)} is longer than {BASE_MAX} characters"
         )
     runner = _runner(path, where, item.get("runner"), gpu)
     return Variant(name=name, gpu=gpu, lock=lock, base=base, runner=runner)

@@ -299,7 +299,11 @@ MATRIX_BASES = [
     ("unknown-catalog-name", "no-such-base", "no base named 'no-such-base'"),
     ("bad-digest", "python@sha256:xyz", "invalid digest"),
     ("shell-text", "$(touch /tmp/pwned)", "invalid repository name"),
-    ("long-ref", "registry.example.com/" + "a" * 3000 + "@" + DIGEST, "at most 512 characters"),
+    (
+        "long-ref",
+        "registry.example.com/" + "a" * 3000 + "@" + DIGEST,
+        "is longer than 512 characters",
+    ),
 ]
 
 
