@@ -19,18 +19,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reprobuild import __version__, jsonload
+from reprobuild.boundedread import read_small_file
 from reprobuild.catalog import BaseEntry, Catalog, is_catalog_name
 from reprobuild.config import ProjectConfig
-from reprobuild.errors import CatalogError, ImageRefError
+from reprobuild.errors import CatalogError, ImageRefError, shorten
 from reprobuild.fsutil import write_atomic
 from reprobuild.refs import ImageRef, parse_pinned
 
 LOCK_NAME = "reprobuild.bases.lock"
 SCHEMA_VERSION = 1
+# A base lock holds a few entries; a file past this is not one.
+BASE_LOCK_MAX_BYTES = 1 << 20
 Status = Literal["locked", "catalog-differs", "not-in-catalog", "unlocked"]
 UseStatus = Status | Literal["pinned-in-config"]
-# A lock names a few bases; anything near this size is not one.
-MAX_LOCK_BYTES = 1024 * 1024
 
 
 class _LockJSONError(CatalogError):
@@ -117,12 +118,10 @@ def load_base_lock(root: Path) -> BaseLock:
     """The project's base lock; an empty one when the file does not exist yet."""
     path = lock_path(root)
     try:
-        raw = jsonload.read_file(path, str(path), error=CatalogError, max_bytes=MAX_LOCK_BYTES)
+        raw = read_small_file(path, BASE_LOCK_MAX_BYTES, lambda p: CatalogError(f"{path}: {p}"))
     except FileNotFoundError:
         return BaseLock()
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    data = jsonload.loads(raw, str(path), error=_LockJSONError, max_bytes=MAX_LOCK_BYTES)
+    data = jsonload.loads(raw, str(path), error=_LockJSONError, max_bytes=BASE_LOCK_MAX_BYTES)
     return parse_base_lock(data, path)
 
 
@@ -138,24 +137,24 @@ def parse_base_lock(data: Any, path: Path) -> BaseLock:
     bases: dict[str, LockedBase] = {}
     for name, raw in raw_bases.items():
         if not isinstance(name, str) or not is_catalog_name(name) or not isinstance(raw, dict):
-            raise bad(f"base {name!r} must be a catalog name mapped to an object")
+            raise bad(f"base {shorten(name, 60)} must be a catalog name mapped to an object")
         try:
-            ref = parse_pinned(str(raw.get("ref")), what=f"locked base {name!r}")
+            ref = parse_pinned(str(raw.get("ref")), what=f"locked base {shorten(name, 60)}")
         except ImageRefError as exc:
             raise bad(exc.message) from None
         entrypoint = raw.get("entrypoint")
         if entrypoint is not None and (
             not isinstance(entrypoint, list) or not all(isinstance(e, str) for e in entrypoint)
         ):
-            raise bad(f"base {name!r} entrypoint must be null or a list of strings")
+            raise bad(f"base {shorten(name, 60)} entrypoint must be null or a list of strings")
         versions = raw.get("versions", {})
         if not isinstance(versions, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in versions.items()
         ):
-            raise bad(f"base {name!r} versions must map names to version strings")
+            raise bad(f"base {shorten(name, 60)} versions must map names to version strings")
         platform = raw.get("platform")
         if not isinstance(platform, str) or not platform:
-            raise bad(f"base {name!r} lacks its platform")
+            raise bad(f"base {shorten(name, 60)} lacks its platform")
         bases[name] = LockedBase(
             name=name,
             ref=ref,

@@ -20,11 +20,15 @@ from typing import Any, Literal
 import jsonschema
 import yaml
 
+from reprobuild.boundedread import read_small_file
 from reprobuild.errors import CatalogError, ImageRefError
 from reprobuild.fsutil import write_atomic
 from reprobuild.refs import ImageRef, parse_pinned
+from reprobuild.yamlload import load_yaml
 
 SCHEMA_VERSION = 2
+# The shipped catalog is a few KiB; a catalog file past this is not one.
+CATALOG_MAX_BYTES = 4 << 20
 Kind = Literal["cpu", "gpu"]
 _HEADER = """\
 # reprobuild base-image catalog: names a project can use for base.cpu / base.gpu.
@@ -128,10 +132,23 @@ def fact_keys() -> tuple[str, ...]:
 def load_catalog(path: Path | None = None) -> Catalog:
     where = str(path) if path else "the built-in catalog"
     try:
-        text = path.read_text("utf-8") if path else default_catalog_text()
-        data = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise CatalogError(f"{where}: cannot be read: {exc}") from exc
+        raw = (
+            read_small_file(path, CATALOG_MAX_BYTES, lambda p: CatalogError(f"{where}: {p}"))
+            if path
+            else default_catalog_text().encode("utf-8")
+        )
+        text = raw.decode("utf-8")
+    except FileNotFoundError:
+        raise CatalogError(f"{where}: not found") from None
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise CatalogError(f"{where}:{line}: is not UTF-8") from None
+    data = load_yaml(
+        text,
+        lambda line, problem: CatalogError(
+            f"{where}:{line}: {problem}" if line else f"{where}: {problem}"
+        ),
+    )
     return parse_catalog(data, where)
 
 
@@ -208,7 +225,7 @@ def dump_catalog(catalog: Catalog) -> str:
 def write_catalog(path: Path, catalog: Catalog) -> None:
     """Validate the new text by loading it back, then replace ``path`` atomically."""
     text = dump_catalog(catalog)
-    parse_catalog(yaml.safe_load(text), str(path))
+    parse_catalog(load_yaml(text, lambda _line, problem: CatalogError(problem)), str(path))
     write_atomic(path, text)
 
 

@@ -6,11 +6,11 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-import yaml
-
-from reprobuild.errors import ConfigError, ReprobuildError
+from reprobuild.boundedread import read_small_file
+from reprobuild.errors import ConfigError, ReprobuildError, shorten
+from reprobuild.yamlload import load_yaml
 
 # The runtime owns the determinism modes and the seed range (it enforces them in every run);
 # re-exported here, where reprobuild.yaml is checked against them.
@@ -18,6 +18,8 @@ from reprobuild_entrypoint.settings import MODES as MODES
 from reprobuild_entrypoint.settings import SEED_MAX as SEED_MAX
 
 CONFIG_NAME = "reprobuild.yaml"
+# A project config is a few hundred bytes; anything near this is not one.
+CONFIG_MAX_BYTES = 1 << 20
 Mode = Literal["strict", "warn", "off"]
 KEYS = (
     "name",
@@ -38,6 +40,8 @@ VARIANT_KEYS = ("name", "gpu", "lock", "base", "runner")
 DEFAULT_RUNNER_CPU: tuple[str, ...] = ("ubuntu-24.04",)
 DEFAULT_RUNNER_GPU: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
 VARIANT_NAME_MAX = 32
+# An image reference is at most this long (refs.parse_ref refuses longer ones too).
+BASE_MAX = 512
 
 # Docker repository path: lowercase components separated by '/', each [a-z0-9] with . _ __ - inside.
 _NAME_RE = re.compile(
@@ -111,7 +115,7 @@ class ProjectConfig:
         known = ", ".join(v.name for v in self.variants) or "(none)"
         raise ConfigError(
             self.config_path,
-            f"no variant {name!r}; known variants: {known}",
+            f"no variant {shorten(name)}; known variants: {known}",
             hint="list them with `reprobuild matrix`; add one under `matrix:`",
         )
 
@@ -144,75 +148,35 @@ def load_config(directory: Path) -> ProjectConfig:
     if not root.is_dir():
         raise ConfigError(directory, "no such project directory")
     try:
-        raw = path.read_bytes()
+        raw = read_small_file(path, CONFIG_MAX_BYTES, lambda problem: ConfigError(path, problem))
     except FileNotFoundError:
         raise ConfigError(
             path, "not found", hint="create it; see the README's project format"
         ) from None
-    except OSError as exc:
-        raise ConfigError(path, f"cannot read: {exc.strerror}") from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}", "is not UTF-8") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(where, f"invalid YAML: {problem}") from None
+    data = load_yaml(
+        text, lambda line, problem: ConfigError(f"{path}:{line}" if line else path, problem)
+    )
     if not isinstance(data, dict):
         raise ConfigError(path, "must be a mapping of keys (name, lock, base, ...)")
     return _validate(root, path, data)
 
 
 def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
-    unknown = [str(k) for k in data if k not in KEYS]
+    unknown = [k for k in data if k not in KEYS]
     if unknown:
-        raise ConfigError(path, f"unknown key {unknown[0]!r}; allowed keys: {', '.join(KEYS)}")
-    name = data.get("name")
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or len(name) > 128:
         raise ConfigError(
-            path,
-            f"name {name!r} is not a valid image name: lowercase letters, digits, "
-            "and . _ - / between them",
+            path, f"unknown key {shorten(unknown[0])}; allowed keys: {', '.join(KEYS)}"
         )
+    name = _name(path, data.get("name"))
     lock = _lock_path(root, path, "lock", data.get("lock"), required=True)
     assert lock is not None
     gpu_lock = _lock_path(root, path, "gpu_lock", data.get("gpu_lock"), required=False)
-
-    base = data.get("base")
-    if not isinstance(base, dict) or not base:
-        raise ConfigError(
-            path, "base must be a mapping with 'cpu' and/or 'gpu' set to a pinned image"
-        )
-    bad = [str(k) for k in base if k not in BASE_KEYS]
-    if bad:
-        raise ConfigError(path, f"unknown key base.{bad[0]}; allowed: base.cpu, base.gpu")
-    for key in BASE_KEYS:
-        value = base.get(key)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ConfigError(path, f"base.{key} must be a catalog name or NAME@sha256:<64 hex>")
-
-    seed = data.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
-        raise ConfigError(path, f"seed {seed!r} must be an integer from 0 to {SEED_MAX}")
-    mode = data.get("determinism", "strict")
-    if mode not in MODES:
-        raise ConfigError(path, f"determinism {mode!r} must be one of: {', '.join(MODES)}")
-
-    include = _includes(root, path, data.get("include", []))
-    command = _command(path, data.get("command"))
-    apt = data.get("apt", [])
-    if not isinstance(apt, list) or not all(isinstance(a, str) for a in apt):
-        raise ConfigError(path, "apt must be a list of 'package=version' strings")
-    for item in apt:
-        if not _APT_RE.fullmatch(item):
-            raise ConfigError(
-                path, f"apt entry {item!r} must be 'package=version' (pinned; no spaces or shell)"
-            )
+    base = _base(path, data.get("base"))
     matrix = _matrix(
         root,
         path,
@@ -226,13 +190,68 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
         gpu_lock=gpu_lock,
         base_cpu=base.get("cpu"),
         base_gpu=base.get("gpu"),
-        seed=seed,
-        determinism=mode,
-        include=include,
-        command=command,
-        apt=tuple(apt),
+        seed=_seed(path, data.get("seed", 0)),
+        determinism=_mode(path, data.get("determinism", "strict")),
+        include=_includes(root, path, data.get("include", [])),
+        command=_command(path, data.get("command")),
+        apt=_apt(path, data.get("apt", [])),
         matrix=matrix,
     )
+
+
+def _name(path: Path, name: object) -> str:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or len(name) > 128:
+        raise ConfigError(
+            path,
+            f"name {shorten(name)} is not a valid image name: lowercase letters, digits, "
+            "and . _ - / between them",
+        )
+    return name
+
+
+def _base(path: Path, base: object) -> dict[str, str]:
+    if not isinstance(base, dict) or not base:
+        raise ConfigError(
+            path, "base must be a mapping with 'cpu' and/or 'gpu' set to a pinned image"
+        )
+    bad = [str(k) for k in base if k not in BASE_KEYS]
+    if bad:
+        raise ConfigError(
+            path, f"unknown key base.{shorten(bad[0])[1:-1]}; allowed: base.cpu, base.gpu"
+        )
+    for key in BASE_KEYS:
+        value = base.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(path, f"base.{key} must be a catalog name or NAME@sha256:<64 hex>")
+        if value is not None and len(value) > BASE_MAX:
+            raise ConfigError(
+                path, f"base.{key} {shorten(value)} is longer than {BASE_MAX} characters"
+            )
+    return base
+
+
+def _seed(path: Path, seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(path, f"seed {shorten(seed)} must be an integer from 0 to {SEED_MAX}")
+    return seed
+
+
+def _mode(path: Path, mode: object) -> Mode:
+    if isinstance(mode, str) and mode in MODES:
+        return cast(Mode, mode)
+    raise ConfigError(path, f"determinism {shorten(mode)} must be one of: {', '.join(MODES)}")
+
+
+def _apt(path: Path, apt: object) -> tuple[str, ...]:
+    if not isinstance(apt, list) or not all(isinstance(a, str) for a in apt):
+        raise ConfigError(path, "apt must be a list of 'package=version' strings")
+    for item in apt:
+        if not _APT_RE.fullmatch(item):
+            raise ConfigError(
+                path,
+                f"apt entry {shorten(item)} must be 'package=version' (pinned; no spaces or shell)",
+            )
+    return tuple(apt)
 
 
 def _matrix(
@@ -253,7 +272,7 @@ def _matrix(
     for index, item in enumerate(value):
         variant = _variant(root, path, index, item, defaults)
         if any(v.name == variant.name for v in variants):
-            raise ConfigError(path, f"matrix variant {variant.name!r} is listed twice")
+            raise ConfigError(path, f"matrix variant {shorten(variant.name)} is listed twice")
         variants.append(variant)
     return tuple(variants)
 
@@ -267,23 +286,25 @@ def _variant(
 ) -> Variant:
     where = f"matrix[{index}]"
     if not isinstance(item, dict):
-        raise ConfigError(path, f"{where} must be a mapping with a name (got {item!r})")
+        raise ConfigError(path, f"{where} must be a mapping with a name (got {shorten(item)})")
     name = item.get("name")
     if not isinstance(name, str) or not _VARIANT_RE.fullmatch(name) or len(name) > VARIANT_NAME_MAX:
         raise ConfigError(
             path,
-            f"{where}: name {name!r} is not a valid variant name: lowercase letters and digits, "
-            f"then also . _ - (at most {VARIANT_NAME_MAX} characters; it becomes part of a tag)",
+            f"{where}: name {shorten(name)} is not a valid variant name: lowercase letters and "
+            f"digits, then also . _ - (at most {VARIANT_NAME_MAX} characters; it becomes part "
+            "of a tag)",
         )
     where = f"matrix variant {name!r}"
     unknown = [str(k) for k in item if k not in VARIANT_KEYS]
     if unknown:
         raise ConfigError(
-            path, f"{where}: unknown key {unknown[0]!r}; allowed keys: {', '.join(VARIANT_KEYS)}"
+            path,
+            f"{where}: unknown key {shorten(unknown[0])}; allowed keys: {', '.join(VARIANT_KEYS)}",
         )
     gpu = item.get("gpu", False)
     if not isinstance(gpu, bool):
-        raise ConfigError(path, f"{where}: gpu {gpu!r} must be true or false")
+        raise ConfigError(path, f"{where}: gpu {shorten(gpu)} must be true or false")
     default_lock, default_base = defaults[gpu]
     kind = "gpu" if gpu else "cpu"
     lock = _lock_path(root, path, f"{where}: lock", item.get("lock"), required=False)
@@ -298,7 +319,11 @@ def _variant(
         raise ConfigError(path, f"{where}: no base: give the variant a base, or set base.{kind}")
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(
-            path, f"{where}: base {base!r} must be a catalog name or NAME@sha256:<64 hex>"
+            path, f"{where}: base {shorten(base)} must be a catalog name or NAME@sha256:<64 hex>"
+        )
+    if len(base) > BASE_MAX:
+        raise ConfigError(
+            path, f"{where}: base {shorten(base)} is longer than {BASE_MAX} characters"
         )
     runner = _runner(path, where, item.get("runner"), gpu)
     return Variant(name=name, gpu=gpu, lock=lock, base=base, runner=runner)
@@ -316,11 +341,11 @@ def _runner(path: Path, where: str, value: object, gpu: bool) -> tuple[str, ...]
         if not _RUNNER_RE.fullmatch(label):
             raise ConfigError(
                 path,
-                f"{where}: runner label {label!r} must be letters, digits and . _ - "
+                f"{where}: runner label {shorten(label)} must be letters, digits and . _ - "
                 "(e.g. ubuntu-24.04, or [self-hosted, linux, x64, gpu])",
             )
     if len(set(labels)) != len(labels):
-        raise ConfigError(path, f"{where}: runner lists a label twice: {labels!r}")
+        raise ConfigError(path, f"{where}: runner lists a label twice: {shorten(labels)}")
     return tuple(labels)
 
 
@@ -329,12 +354,12 @@ def _inside(root: Path, path: Path, key: str, value: str) -> Path:
     if rel.is_absolute() or ".." in rel.parts or not _SAFE_PATH_RE.fullmatch(value):
         raise ConfigError(
             path,
-            f"{key} {value!r} must be a relative path inside the project "
+            f"{key} {shorten(value)} must be a relative path inside the project "
             "(letters, digits, . _ - / only; no '..')",
         )
     target = (root / rel).resolve()
     if not target.is_relative_to(root):
-        raise ConfigError(path, f"{key} {value!r} leaves the project directory")
+        raise ConfigError(path, f"{key} {shorten(value)} leaves the project directory")
     return target
 
 
@@ -344,10 +369,12 @@ def _lock_path(root: Path, path: Path, key: str, value: object, *, required: boo
             raise ConfigError(path, f"{key} is required: the path of the hashed lockfile")
         return None
     if not isinstance(value, str) or not value:
-        raise ConfigError(path, f"{key} must be a path to a lockfile, got {value!r}")
+        raise ConfigError(path, f"{key} must be a path to a lockfile, got {shorten(value)}")
     target = _inside(root, path, key, value)
+    if not target.exists():
+        raise ConfigError(path, f"{key} {shorten(value)} does not exist")
     if not target.is_file():
-        raise ConfigError(path, f"{key} {value!r} does not exist")
+        raise ConfigError(path, f"{key} {shorten(value)} is not a regular file")
     return target
 
 
@@ -358,12 +385,12 @@ def _includes(root: Path, path: Path, value: object) -> tuple[str, ...]:
     for item in value:
         target = _inside(root, path, "include", item)
         if not target.exists():
-            raise ConfigError(path, f"include {item!r} does not exist")
+            raise ConfigError(path, f"include {shorten(item)} does not exist")
         if target == root:
             raise ConfigError(path, "include '.' would copy the whole project; list files or dirs")
         norm = str(PurePosixPath(item))
         if norm in out:
-            raise ConfigError(path, f"include {item!r} is listed twice")
+            raise ConfigError(path, f"include {shorten(item)} is listed twice")
         out.append(norm)
     return tuple(out)
 
@@ -376,7 +403,7 @@ def _command(path: Path, value: object) -> tuple[str, ...]:
             words = shlex.split(value)
         except ValueError as exc:
             raise ConfigError(
-                path, f"command {value!r} cannot be split into words: {exc}"
+                path, f"command {shorten(value)} cannot be split into words: {exc}"
             ) from None
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
         words = list(value)
@@ -386,5 +413,5 @@ def _command(path: Path, value: object) -> tuple[str, ...]:
         raise ConfigError(path, "command is empty")
     for word in words:
         if any(ord(c) < 32 or ord(c) == 127 for c in word):
-            raise ConfigError(path, f"command word {word!r} contains a control character")
+            raise ConfigError(path, f"command word {shorten(word)} contains a control character")
     return tuple(words)

@@ -136,3 +136,9 @@ class DiffInputError(ReprobuildError):
     trouble, so that 1 always means "the stacks differ"."""
 
     exit_code = 2
+
+
+def shorten(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a one-line message, cut to ``limit`` characters with '...'."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -8,7 +8,8 @@ bounds all three and turns every failure into one line naming what was read:
 - depth: containers nested deeper than ``MAX_DEPTH`` are refused;
 - numbers: a number literal longer than ``MAX_NUMBER_CHARS`` is refused, as are NaN and
   Infinity (not JSON);
-- text: bytes that are not UTF-8 are refused.
+- text: bytes that are not UTF-8 are refused;
+- keys: an object giving one key twice is refused (json.loads would keep the last).
 
 Callers pass the error class to raise (a :class:`~reprobuild.errors.ReprobuildError`
 subclass taking one message), so each command keeps its exit code.
@@ -22,7 +23,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from reprobuild.errors import ReprobuildError
+from reprobuild.errors import ReprobuildError, shorten
 
 __all__ = [
     "MAX_DEPTH",
@@ -57,6 +58,16 @@ def _parse_float(text: str) -> float:
 
 def _parse_constant(text: str) -> Any:
     raise JSONLimitError(f"{text} is not a JSON value")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of two equal keys; a document saying two things is refused instead.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise JSONLimitError(f"key {shorten(key, 60)} is given twice in one object")
+        out[key] = value
+    return out
 
 
 def _depth(document: Any) -> int:
@@ -105,6 +116,7 @@ def loads(
             parse_int=_parse_int,
             parse_float=_parse_float,
             parse_constant=_parse_constant,
+            object_pairs_hook=_no_duplicate_keys,
         )
     except RecursionError:
         raise error(f"{what} nests deeper than {MAX_DEPTH} levels; refusing it") from None

@@ -1,7 +1,8 @@
 """Lockfiles: hashed requirements files and PEP 751 ``pylock.toml`` in, pinned records out.
 
-Every :class:`Requirement` that leaves this module is pinned to one exact version (or is a
-hashed wheel URL), carries at least one sha256/sha384/sha512 hash, and is made only of
+Every :class:`Requirement` that leaves this module is pinned to one exact version, carries at
+least one sha256 hash (sha384/sha512 may be given beside it: hermetic builds match cached
+wheels by sha256), and is made only of
 characters that cannot break out of a requirements file, a Dockerfile or a shell word.
 Anything else is refused with a one-line :class:`~reprobuild.errors.LockfileError` that names
 ``file:line``, quotes the offending text, and says what is allowed instead.
@@ -20,12 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import unquote, urlsplit
+from typing import Literal
+from urllib.parse import urlsplit
 
 from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement
@@ -37,7 +37,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from reprobuild.boundedread import read_small_file
 from reprobuild.errors import LockfileError
+from reprobuild.refs import is_loopback
 
 __all__ = [
     "IndexOptions",
@@ -52,6 +54,8 @@ __all__ = [
 ]
 
 LockFormat = Literal["requirements", "pylock"]
+# The largest real locks are a few hundred KiB; a file past this is not a lock.
+LOCK_MAX_BYTES = 16 << 20
 
 # Accepted hash algorithms (pip's own list, minus the weak ones) and their hex lengths.
 HASH_HEX_LENGTHS: Mapping[str, int] = {"sha256": 64, "sha384": 96, "sha512": 128}
@@ -184,17 +188,18 @@ def is_pylock_name(path: Path) -> bool:
 def load_lock(path: Path) -> Lock:
     """Read and validate the lockfile at ``path`` (format chosen by its file name)."""
     path = Path(path)
-    if path.is_dir():
-        raise LockfileError(
-            path, None, "is a directory, not a lockfile", hint="point at the lockfile itself"
-        )
+
+    def fail(problem: str) -> LockfileError:
+        if problem.startswith("is a directory"):
+            return LockfileError(
+                path, None, "is a directory, not a lockfile", hint="point at the lockfile itself"
+            )
+        return LockfileError(path, None, problem)
+
     try:
-        data = path.read_bytes()
+        data = read_small_file(path, LOCK_MAX_BYTES, fail)
     except FileNotFoundError as exc:
         raise LockfileError(path, None, "lockfile not found", hint=_REGENERATE_HINT) from exc
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise LockfileError(path, None, f"cannot read the lockfile: {reason}") from exc
     return parse_lock_bytes(data, path)
 
 
@@ -205,6 +210,8 @@ def parse_lock_bytes(data: bytes, path: Path, fmt: LockFormat | None = None) -> 
         fmt = "pylock" if is_pylock_name(path) else "requirements"
     text = _decode(data, path)
     if fmt == "pylock":
+        from reprobuild.pylock import parse_pylock
+
         requirements, options = parse_pylock(text, path)
     else:
         requirements, options = parse_requirements(text, path)
@@ -321,6 +328,21 @@ def _url_problem(url: str, *, schemes: Iterable[str], what: str) -> str | None:
                 f"{what} {_q(url)} embeds credentials, which would be baked into the image: "
                 "use a netrc or keyring instead"
             )
+    return None
+
+
+def _index_url_problem(url: str, *, what: str) -> str | None:
+    """Like :func:`_url_problem` for an index: https, file, or http to a loopback host only
+    (a plain-http index elsewhere lets anyone on the path choose what is resolved)."""
+    problem = _url_problem(url, schemes=("https", "http", "file"), what=what)
+    if problem is not None:
+        return problem
+    parts = urlsplit(url)
+    if parts.scheme.lower() == "http" and not is_loopback((parts.hostname or "").lower()):
+        return (
+            f"{what} {_q(url)}: plain http:// is only allowed to a loopback host "
+            "(localhost, 127.0.0.1, ::1): use https://"
+        )
     return None
 
 
@@ -543,8 +565,7 @@ def _check_option_value(option: str, value: str, number: int, path: Path) -> Non
                 "'._~/+,=@%-' (no whitespace, quotes or shell characters)",
             )
         return
-    schemes = ("https", "http", "file")
-    problem = _url_problem(value, schemes=schemes, what=option)
+    problem = _index_url_problem(value, what=option)
     if problem is not None:
         if option == "--find-links" and "://" not in value and ":" not in value:
             problem = (
@@ -562,26 +583,23 @@ def _split_requirement_line(line: str) -> tuple[str, list[str]]:
     return line[: match.start()].strip(), line[match.start() :].split()
 
 
-def _parse_requirement_line(line: str, number: int, path: Path) -> Requirement:
-    req_text, option_tokens = _split_requirement_line(line)
-    hashes = _parse_hash_options(option_tokens, req_text, number, path)
-
-    def refuse(problem: str, hint: str | None = _REGENERATE_HINT) -> LockfileError:
-        return LockfileError(path, number, problem, hint=hint)
-
-    # Where does the marker start? A URL may itself hold ';', so there it needs ' ;'.
+def _split_marker(req_text: str) -> tuple[str, str | None]:
+    """``(head, marker text or None)``. A URL may itself hold ';', so there it needs ' ;'."""
     is_url = "@" in req_text.split(";", 1)[0] or "://" in req_text
     if is_url:
         marker_split = re.search(r"\s;", req_text)
-        head, marker_text = (
-            (req_text[: marker_split.start()], req_text[marker_split.end() :])
-            if marker_split
-            else (req_text, None)
-        )
-    else:
-        head, sep, rest = req_text.partition(";")
-        marker_text = rest if sep else None
-    head = head.strip()
+        if marker_split is None:
+            return req_text.strip(), None
+        return req_text[: marker_split.start()].strip(), req_text[marker_split.end() :]
+    head, sep, rest = req_text.partition(";")
+    return head.strip(), (rest if sep else None)
+
+
+def _split_head(head: str, req_text: str, number: int, path: Path) -> tuple[str, str, str]:
+    """``(name as written, text after the extras, extras text)``; refuses what is not data."""
+
+    def refuse(problem: str) -> LockfileError:
+        return LockfileError(path, number, problem, hint=_REGENERATE_HINT)
 
     if any(q in head for q in "'\""):
         raise refuse(
@@ -589,7 +607,6 @@ def _parse_requirement_line(line: str, number: int, path: Path) -> Requirement:
         )
     if any(c in head for c in "$\\"):
         raise refuse(f"{_q(req_text)}: '$' and '\\' are not allowed in a requirement")
-
     name_match = re.match(r"[^\s\[\]=<>!~@;(),]+", head)
     if name_match is None:
         raise refuse(f"{_q(req_text)} does not start with a package name")
@@ -608,44 +625,77 @@ def _parse_requirement_line(line: str, number: int, path: Path) -> Requirement:
         if close < 0:
             raise refuse(f"{_q(req_text)}: unclosed '[' in the extras")
         extras_text, rest = rest[: close + 1], rest[close + 1 :].strip()
+    return raw_name, rest, extras_text
 
-    marker: str | None = None
-    if marker_text is not None:
-        if not marker_text.strip():
-            raise refuse(f"{_q(req_text)}: ';' must be followed by an environment marker")
-        try:
-            marker = _marker(marker_text.strip())
-        except ValueError as exc:
-            raise refuse(f"marker {_q(marker_text.strip())} {exc}") from exc
 
-    url: str | None = None
-    if rest.startswith("@"):
-        url = rest[1:].strip()
-        version = _check_direct_url(url, raw_name, req_text, number, path)
-    else:
-        version = _check_pin(rest, req_text, number, path)
-
+def _requirement_marker(
+    marker_text: str | None, req_text: str, number: int, path: Path
+) -> str | None:
+    if marker_text is None:
+        return None
+    if not marker_text.strip():
+        raise LockfileError(
+            path, number, f"{_q(req_text)}: ';' must be followed by an environment marker"
+        )
     try:
-        parsed = _PackagingRequirement(head + (f" ; {marker}" if marker else ""))
-    except InvalidRequirement as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "invalid requirement"
-        raise refuse(f"{_q(req_text)} is not a valid PEP 508 requirement ({first})") from exc
-    if extras_text and not parsed.extras:
-        raise refuse(f"{_q(req_text)}: empty extras '[]'")
+        return _marker(marker_text.strip())
+    except ValueError as exc:
+        raise LockfileError(
+            path, number, f"marker {_q(marker_text.strip())} {exc}", hint=_REGENERATE_HINT
+        ) from exc
 
+
+def _check_hashes_present(hashes: list[str], req_text: str, number: int, path: Path) -> None:
     if not hashes:
-        raise refuse(
+        raise LockfileError(
+            path,
+            number,
             f"{_q(req_text)} has no --hash: every requirement needs at least one "
             f"'--hash=sha256:<hex>' (pip's hash-checking mode is all-or-nothing)",
             hint="compile with --generate-hashes (uv export writes hashes by default)",
         )
+    if not any(h.startswith("sha256:") for h in hashes):
+        algos = ", ".join(sorted({h.partition(":")[0] for h in hashes}))
+        raise LockfileError(
+            path,
+            number,
+            f"{_q(req_text)} is hashed only with {algos}: hermetic builds match the cached "
+            "wheels by sha256, so each requirement needs a '--hash=sha256:<64 hex>' "
+            "(sha384/sha512 may be given beside it)",
+            hint=_REGENERATE_HINT,
+        )
+
+
+def _parse_requirement_line(line: str, number: int, path: Path) -> Requirement:
+    req_text, option_tokens = _split_requirement_line(line)
+    hashes = _parse_hash_options(option_tokens, req_text, number, path)
+    head, marker_text = _split_marker(req_text)
+    _name, rest, extras_text = _split_head(head, req_text, number, path)
+    marker = _requirement_marker(marker_text, req_text, number, path)
+    if rest.startswith("@"):
+        raise _refuse_direct_reference(rest[1:].strip(), req_text, number, path)
+    version = _check_pin(rest, req_text, number, path)
+    try:
+        parsed = _PackagingRequirement(head + (f" ; {marker}" if marker else ""))
+    except InvalidRequirement as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid requirement"
+        raise LockfileError(
+            path,
+            number,
+            f"{_q(req_text)} is not a valid PEP 508 requirement ({_q(first)[1:-1]})",
+            hint=_REGENERATE_HINT,
+        ) from exc
+    if extras_text and not parsed.extras:
+        raise LockfileError(
+            path, number, f"{_q(req_text)}: empty extras '[]'", hint=_REGENERATE_HINT
+        )
+    _check_hashes_present(hashes, req_text, number, path)
     return Requirement(
         name=canonicalize_name(parsed.name),
         version=version,
         hashes=tuple(sorted(set(hashes))),
         extras=tuple(sorted({canonicalize_name(e) for e in parsed.extras})),
         marker=marker,
-        url=url,
         line=number,
     )
 
@@ -690,12 +740,12 @@ def _refuse_bare_reference(req_text: str, first: str, number: int, path: Path) -
     if lowered.startswith(_VCS_PREFIXES):
         problem = (
             f"{_q(req_text)}: VCS requirements cannot be hashed; only "
-            "'name==version --hash=...' or 'name @ https://...whl --hash=...'"
+            "'name==version --hash=sha256:...'"
         )
     else:
         problem = (
             f"{_q(req_text)}: a bare URL or path is not a pinned requirement; only "
-            "'name==version --hash=...' or 'name @ https://...whl --hash=...'"
+            "'name==version --hash=sha256:...'"
         )
     return LockfileError(path, number, problem, hint="publish a wheel and pin it by version")
 
@@ -745,36 +795,27 @@ def _check_pin(spec: str, req_text: str, number: int, path: Path) -> str:
     return version
 
 
-def _check_direct_url(url: str, raw_name: str, req_text: str, number: int, path: Path) -> str:
-    """Validate ``name @ url``; return the version written in the wheel's file name."""
-    lowered = url.lower()
-    if lowered.startswith(_VCS_PREFIXES):
-        raise LockfileError(
-            path,
-            number,
-            f"{_q(req_text)}: VCS requirements cannot be hashed; only "
-            "'name==version --hash=...' or 'name @ https://...whl --hash=...'",
-            hint="publish a wheel and pin it by version",
+def _refuse_direct_reference(url: str, req_text: str, number: int, path: Path) -> LockfileError:
+    """``name @ URL``: the wheel cache and the image install by name and version from an
+    index, so a URL requirement either fails a hermetic build or fetches at build time."""
+    if url.lower().startswith(_VCS_PREFIXES):
+        problem = (
+            f"{_q(req_text)}: VCS requirements cannot be hashed or installed hermetically; "
+            "only 'name==version --hash=sha256:...'"
         )
-    if lowered.startswith("http://"):
-        raise LockfileError(
-            path,
-            number,
-            f"{_q(req_text)}: plain http:// is not allowed for a direct reference; only https:// "
-            "(or file:///) wheel URLs with a --hash",
+    else:
+        problem = (
+            f"{_q(req_text)}: direct references ('name @ URL', https:// or file:) are not "
+            "accepted, a hermetic build installs wheels by name and version; only "
+            "'name==version --hash=sha256:...'"
         )
-    problem = _url_problem(url, schemes=("https", "file"), what="direct reference")
-    if problem is not None:
-        raise LockfileError(path, number, problem)
-    filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-    if not filename.endswith(".whl"):
-        raise LockfileError(
-            path,
-            number,
-            f"{_q(req_text)}: a direct reference must point at a wheel (.whl), not "
-            f"{_q(filename)}: sdists are built at install time and are not reproducible",
-        )
-    return _wheel_version(filename, raw_name, req_text, number, path)
+    return LockfileError(
+        path,
+        number,
+        problem,
+        hint="pin the wheel by version and name its index with --index-url, "
+        "--extra-index-url or --find-links",
+    )
 
 
 def _wheel_version(filename: str, name: str, what: str, number: int, path: Path) -> str:
@@ -794,225 +835,8 @@ def _wheel_version(filename: str, name: str, what: str, number: int, path: Path)
     return filename.split("-")[1]
 
 
-# --------------------------------------------------------------------------- PEP 751
-
-
-def _pylock_package_lines(text: str) -> list[int]:
-    """Line numbers of the ``[[packages]]`` headers, in order."""
-    lines = _physical_lines(text)
-    return [
-        number
-        for number, line in enumerate(lines, start=1)
-        if re.match(r"\s*\[\[\s*packages\s*\]\]\s*(#.*)?$", line)
-    ]
-
-
-def _line_of(text: str, needle: str, start: int) -> int | None:
-    """First line at or after ``start`` that contains ``needle``."""
-    for number, line in enumerate(_physical_lines(text), start=1):
-        if number >= start and needle in line:
-            return number
-    return None
-
-
 def parse_pylock(text: str, path: Path) -> tuple[tuple[Requirement, ...], IndexOptions]:
-    """Parse PEP 751 ``pylock.toml`` text (wheels only); return requirements and options."""
-    path = Path(path)
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
-        where = re.search(r"\(at line (\d+)", message)
-        line = int(where.group(1)) if where else None
-        raise LockfileError(
-            path, line, f"is not valid TOML: {message}", hint="regenerate it with `uv export`"
-        ) from exc
+    """Parse PEP 751 ``pylock.toml`` text (wheels only); see :mod:`reprobuild.pylock`."""
+    from reprobuild.pylock import parse_pylock as _parse_pylock
 
-    version = doc.get("lock-version")
-    version_line = _line_of(text, "lock-version", 1)
-    if version is None:
-        raise LockfileError(
-            path, None, "has no 'lock-version': a PEP 751 lock needs lock-version = \"1.0\""
-        )
-    if version != "1.0":
-        raise LockfileError(
-            path,
-            version_line,
-            f'lock-version {_q(str(version))} is not supported: only "1.0" (PEP 751)',
-            hint="regenerate it with a tool that writes PEP 751 lock-version 1.0",
-        )
-    packages = doc.get("packages", [])
-    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
-        raise LockfileError(
-            path,
-            _line_of(text, "packages", 1),
-            "'packages' must be an array of tables ([[packages]])",
-        )
-    if not packages:
-        raise LockfileError(
-            path,
-            None,
-            "holds no packages: an empty lock would install nothing",
-            hint="regenerate it with `uv export --format pylock.toml`",
-        )
-    headers = _pylock_package_lines(text)
-    requirements: list[Requirement] = []
-    indexes: list[str] = []
-    for position, package in enumerate(packages):
-        line = headers[position] if len(headers) == len(packages) else None
-        if line is None:
-            name_value = package.get("name")
-            line = _line_of(text, f'"{name_value}"', 1) if isinstance(name_value, str) else None
-        req, index = _pylock_package(package, line or 0, text, path)
-        requirements.append(req)
-        if index is not None and index not in indexes:
-            indexes.append(index)
-    _check_duplicates(requirements, path)
-    options = IndexOptions(
-        index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
-    )
-    return _sorted(requirements), options
-
-
-def _pylock_package(
-    package: dict[str, Any], line: int, text: str, path: Path
-) -> tuple[Requirement, str | None]:
-    where: int | None = line or None
-
-    def at(needle: str) -> int | None:
-        return _line_of(text, needle, line or 1) or where
-
-    name = package.get("name")
-    if not isinstance(name, str) or not name:
-        raise LockfileError(path, where, "a [[packages]] entry has no 'name'")
-    if not _NAME_RE.fullmatch(name):
-        raise LockfileError(
-            path,
-            at(name),
-            f"package name {_q(name)} is not a valid package name (PEP 508: letters, digits, "
-            "'.', '_' and '-', starting and ending with a letter or digit)",
-        )
-    label = f"package {name}"
-    for source in ("vcs", "directory", "archive"):
-        if source in package:
-            raise LockfileError(
-                path,
-                where,
-                f"{label} comes from a {source}: only wheels (with hashes) are accepted",
-                hint="lock the package from an index so that its wheels are recorded",
-            )
-    version = package.get("version")
-    if not isinstance(version, str):
-        raise LockfileError(
-            path, where, f"{label} has no 'version': only packages pinned to a version"
-        )
-    try:
-        Version(version)
-    except InvalidVersion as exc:
-        raise LockfileError(
-            path, at(version), f"{label}: version {_q(version)} is not a valid version (PEP 440)"
-        ) from exc
-    if not re.fullmatch(r"[A-Za-z0-9.+!_-]+", version):
-        raise LockfileError(path, at(version), f"{label}: version {_q(version)} is not plain")
-
-    marker: str | None = None
-    marker_text = package.get("marker")
-    if marker_text is not None:
-        if not isinstance(marker_text, str):
-            raise LockfileError(path, where, f"{label}: 'marker' must be a string")
-        try:
-            marker = _marker(marker_text)
-        except ValueError as exc:
-            raise LockfileError(
-                path, at("marker"), f"{label}: marker {_q(marker_text)} {exc}"
-            ) from exc
-        if re.search(r"\b(extras|dependency_groups)\b", marker):
-            raise LockfileError(
-                path,
-                at("marker"),
-                f"{label}: marker {_q(marker)} selects extras or dependency groups, which a "
-                "requirements file cannot express: only environment markers",
-                hint="export the lock with the extras and groups you want already selected",
-            )
-
-    index = package.get("index")
-    if index is not None:
-        if not isinstance(index, str):
-            raise LockfileError(path, where, f"{label}: 'index' must be a URL string")
-        problem = _url_problem(index, schemes=("https", "http", "file"), what=f"{label}: index")
-        if problem is not None:
-            raise LockfileError(path, at(index), problem)
-
-    wheels = package.get("wheels")
-    if not wheels:
-        kind = "an sdist only" if "sdist" in package else "no wheels"
-        raise LockfileError(
-            path,
-            where,
-            f"{label} {version} has {kind}: only wheels are accepted (sdists are built at "
-            "install time and are not reproducible)",
-            hint="lock for a platform that has wheels, or build and publish a wheel",
-        )
-    if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
-        raise LockfileError(path, where, f"{label}: 'wheels' must be an array of tables")
-    hashes: list[str] = []
-    for wheel in wheels:
-        hashes.extend(_pylock_wheel_hashes(wheel, name, version, label, at, where, path))
-    req = Requirement(
-        name=canonicalize_name(name),
-        version=version,
-        hashes=tuple(sorted(set(hashes))),
-        marker=marker,
-        line=line,
-    )
-    return req, index
-
-
-def _pylock_wheel_hashes(
-    wheel: dict[str, Any],
-    name: str,
-    version: str,
-    label: str,
-    at: Callable[[str], int | None],
-    where: int | None,
-    path: Path,
-) -> list[str]:
-    url = wheel.get("url")
-    wheel_path = wheel.get("path")
-    if url is None and wheel_path is None:
-        raise LockfileError(path, where, f"{label}: a wheel has neither 'url' nor 'path'")
-    location = url if isinstance(url, str) else wheel_path
-    if not isinstance(location, str):
-        raise LockfileError(path, where, f"{label}: a wheel's 'url'/'path' must be a string")
-    if isinstance(url, str):
-        problem = _url_problem(url, schemes=("https", "http", "file"), what=f"{label}: wheel")
-        if problem is not None:
-            raise LockfileError(path, at(url), problem)
-    filename = wheel.get("name")
-    if not isinstance(filename, str):
-        filename = unquote(urlsplit(location).path.rsplit("/", 1)[-1])
-    line_of_wheel = at(location)
-    wheel_version = _wheel_version(filename, name, label, line_of_wheel or 0, path)
-    if Version(wheel_version) != Version(version):
-        raise LockfileError(
-            path,
-            line_of_wheel,
-            f"{label} {version}: wheel {_q(filename)} is version {wheel_version}",
-        )
-    table = wheel.get("hashes")
-    if not isinstance(table, dict) or not table:
-        raise LockfileError(
-            path,
-            line_of_wheel,
-            f"{label}: wheel {_q(filename)} has no hashes: each wheel needs "
-            f'hashes = {{ sha256 = "<hex>" }} ({_ALLOWED_HASHES})',
-        )
-    out: list[str] = []
-    for algo, digest in table.items():
-        value = f"{algo}:{digest}" if isinstance(digest, str) else f"{algo}:?"
-        normal = _check_hash(value)
-        if normal is None:
-            needle = digest if isinstance(digest, str) and digest else location
-            raise LockfileError(path, at(needle), f"{label}: {_hash_problem(value)}")
-        out.append(normal)
-    return out
+    return _parse_pylock(text, path)

@@ -223,7 +223,7 @@ def test_lock_missing_file(tmp_path: Path) -> None:
 
 def test_lock_is_a_directory(tmp_path: Path) -> None:
     err = refused(tmp_path, "locks/x", lock="locks")
-    assert "lock 'locks' does not exist" in err.message
+    assert "lock 'locks' is not a regular file" in err.message
 
 
 @pytest.mark.parametrize("value", ["", 3, ["requirements.lock"]])
@@ -317,10 +317,36 @@ def test_invalid_determinism(tmp_path: Path, mode: object) -> None:
     assert "must be one of: strict, warn, off" in err.message
 
 
-def test_unquoted_off_is_a_boolean_and_refused(tmp_path: Path) -> None:
+def test_unquoted_off_is_the_mode_off(tmp_path: Path) -> None:
+    # YAML 1.1 reads `off` as false; the README documents `determinism: off` as the mode.
     root = project(tmp_path, MINIMAL + "determinism: off\n")
-    with pytest.raises(ConfigError, match="determinism False must be one of"):
+    assert load_config(root).determinism == "off"
+
+
+def test_yes_is_a_string_not_a_boolean(tmp_path: Path) -> None:
+    err = refused(tmp_path, determinism="yes")
+    assert "determinism 'yes' must be one of" in err.message
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("seed: 010\n", "number '010' is not a plain decimal integer"),
+        ("seed: 1:30\n", "number '1:30' is not a plain decimal integer"),
+        ("seed: 0x10\n", "number '0x10' is not a plain decimal integer"),
+        ("name: again\n", "key 'name' is given twice"),
+        ("apt: &a []\n", "anchor &a is not allowed"),
+    ],
+)
+def test_yaml_surprises_are_refused_with_the_line(
+    tmp_path: Path, extra: str, expected: str
+) -> None:
+    root = project(tmp_path, MINIMAL + extra)
+    with pytest.raises(ConfigError) as info:
         load_config(root)
+    assert expected in info.value.message
+    line = len(MINIMAL.splitlines()) + 1
+    assert f"reprobuild.yaml:{line}: " in info.value.message
 
 
 # --------------------------------------------------------------------------- include

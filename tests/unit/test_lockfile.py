@@ -253,9 +253,9 @@ def test_hand_edited_requirements() -> None:
     assert requests.marker == 'python_version >= "3.9" and sys_platform == "linux"'
     assert len(requests.hashes) == 2  # the repeated sha256 is kept once
     assert {h.split(":")[0] for h in requests.hashes} == {"sha256", "sha384"}
-    assert torch.version == "2.13.0+cpu"  # from the wheel's file name
-    assert torch.url is not None and torch.url.startswith("https://download.pytorch.org/")
-    assert torch.line_text() == f"torch @ {torch.url} --hash={TORCH_CPU}"
+    assert torch.version == "2.13.0+cpu"
+    assert torch.url is None  # direct references ('name @ URL') are refused
+    assert torch.line_text() == f"torch==2.13.0+cpu --hash={TORCH_CPU}"
     assert requests.line_text().startswith(
         'requests[security,socks]==2.32.5 ; python_version >= "3.9" and sys_platform == '
         '"linux" --hash=sha256:'
@@ -349,11 +349,11 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     path = tmp_path / "requirements.txt"
     path.write_text("six==1.17.0\n")
 
-    def deny(self: Path) -> bytes:
-        raise PermissionError(13, "Permission denied", str(self))
+    def deny(name: object, *args: object, **kwargs: object) -> int:
+        raise PermissionError(13, "Permission denied", str(name))
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
-    with pytest.raises(LockfileError, match="cannot read the lockfile: Permission denied"):
+    monkeypatch.setattr("reprobuild.boundedread.os.open", deny)
+    with pytest.raises(LockfileError, match="cannot read: Permission denied"):
         load_lock(path)
 
 
@@ -435,3 +435,21 @@ def test_mutated_locks_load_or_raise_lockfile_error(name: str) -> None:
         requirements, options = parse_requirements(text, Path("rendered.txt"))
         assert _without_lines(requirements) == _without_lines(lock.requirements)
         assert options == lock.options
+
+
+def test_plain_http_index_is_accepted_on_loopback_only(tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(
+        "--index-url http://127.0.0.1:5000/simple\n--extra-index-url http://localhost/simple\n"
+        f"six==1.17.0 --hash=sha256:{'a' * 64}\n"
+    )
+    options = load_lock(lock).options
+    assert options.index_url == "http://127.0.0.1:5000/simple"
+    assert options.extra_index_urls == ("http://localhost/simple",)
+
+
+def test_sha512_beside_sha256_is_accepted(tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(f"six==1.17.0 --hash=sha512:{'b' * 128} --hash=sha256:{'a' * 64}\n")
+    (req,) = load_lock(lock).requirements
+    assert [h.split(":")[0] for h in req.hashes] == ["sha256", "sha512"]
