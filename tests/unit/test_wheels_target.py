@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild import wheels
+from reprobuild.errors import LockfileError
 from reprobuild.lockfile import Lock, load_lock
 from reprobuild.wheels import Target, WheelError, _hash_index, _unmatched, cache_root
 
@@ -320,10 +321,10 @@ def test_unmatched_skips_marker_requirements(lock: Lock) -> None:
     assert "gamma==3.0" not in _unmatched(lock, {})
 
 
-def test_unmatched_non_sha256_hash_never_matches(tmp_path: Path) -> None:
+def test_non_sha256_only_pin_is_refused_before_the_cache_is_consulted(tmp_path: Path) -> None:
+    # The cache is keyed by sha256: a sha384-only pin could never be satisfied from it, so the
+    # lock is refused when read (file:line), not left to fail inside the build.
     path = tmp_path / "requirements.txt"
-    digest = "ab" * 48
-    path.write_text(f"delta==1.0 --hash=sha384:{digest}\n")
-    lock = load_lock(path)
-    # The index holds sha256 digests only; a sha384 pin can never be satisfied from it.
-    assert _unmatched(lock, {"delta.whl": digest[:64]}) == ["delta==1.0"]
+    path.write_text(f"delta==1.0 --hash=sha384:{'ab' * 48}\n")
+    with pytest.raises(LockfileError, match=r"requirements\.txt:1: 'delta==1\.0' is hashed only"):
+        load_lock(path)
