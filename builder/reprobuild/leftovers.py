@@ -22,7 +22,7 @@ from typing import Protocol
 OWNER_LABEL = "io.reprobuild.owner"
 SCRATCH_REPO = "reprobuild-scratch/"
 # Temp dirs a run makes: reprobuild-<kind>-<pid>-<start>-<random>
-TEMP_KINDS = ("ctx", "iid", "lock")
+TEMP_KINDS = ("ctx", "iid", "lock", "verify")
 _TOKEN = r"(?P<pid>\d+)-(?P<start>\d+)"
 _TEMP_RE = re.compile(rf"^reprobuild-(?:{'|'.join(TEMP_KINDS)})-{_TOKEN}-")
 _SCRATCH_RE = re.compile(rf"^{re.escape(SCRATCH_REPO)}[^:]+:{_TOKEN}-[0-9a-f]+$")

@@ -508,3 +508,43 @@ def test_unwritable_report_starts_no_container(
     )
     assert_clean_failure(proc, "cannot write the report", exit_code=1)
     snap.assert_unchanged(docker_client)
+
+
+@pytest.mark.engine
+@pytest.mark.registry
+def test_sigkilled_verify_leftovers_are_reaped_by_the_next_verify(
+    image: str, docker_client: Any, workspace: tuple[Path, Path]
+) -> None:
+    """SIGKILL skips every clean-up: the runs' containers and the work dir stay. The next
+    verify finds them by their owner token (a dead process), removes them and says so."""
+    cwd, reports = workspace
+    private_tmp = cwd.parent / "tmp"
+    private_tmp.mkdir()
+    sleeper = ["--", "python3", "-c", "import time; print('up', flush=True); time.sleep(300)"]
+    proc = _start_verify(cwd, image, "--report", str(reports / "a.json"), *sleeper, tmp=private_tmp)
+    try:
+        _wait_for(lambda: _owned_by(docker_client, proc.pid).count("running") == 2)
+        proc.kill()
+        proc.communicate(timeout=60)
+        assert len(_owned_by(docker_client, proc.pid)) == 2, "SIGKILL cannot remove them"
+        workdirs = [p for p in private_tmp.iterdir() if p.name.startswith("reprobuild-verify-")]
+        assert len(workdirs) == 1, workdirs
+        again = _start_verify(
+            cwd, image, "--report", str(reports / "b.json"), "--", "true", tmp=private_tmp
+        )
+        done = _as_completed(again)
+        assert done.returncode == 0, done.stderr[-3000:]
+        notes = [ln for ln in done.stderr.splitlines() if ln.startswith("note: removed")]
+        assert len(notes) == 1, done.stderr
+        assert f"{proc.pid}" in notes[0], notes[0]
+        assert _owned_by(docker_client, proc.pid) == []
+        assert not workdirs[0].exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for cid in docker_client.containers.list(
+            all=True, sparse=True, filters={"label": OWNER_LABEL}
+        ):
+            if (cid.attrs.get("Labels") or {}).get(OWNER_LABEL, "").startswith(f"{proc.pid}-"):
+                cid.remove(force=True)

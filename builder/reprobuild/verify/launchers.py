@@ -11,32 +11,21 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from reprobuild import leftovers
 from reprobuild.errors import VerifyError
 from reprobuild.verify.spec import OUT_DIR, RECORD_DIR, VerifySpec
 from reprobuild_entrypoint.envplan import image_env
 
 VERIFY_LABEL = "io.reprobuild.verify"
 """On every verify container: the run's number."""
-OWNER_LABEL = "io.reprobuild.owner"
-"""On every verify container: ``<pid>-<process start time>`` of the verify that started it,
-so what a SIGKILLed verify left behind can be found (and told from a live verify's)."""
-
-
-def owner_id() -> str:
-    """``<pid>-<start time>``: this process, told apart from a later one that reuses the pid
-    (the start time in clock ticks since boot from /proc, else the wall clock)."""
-    pid = os.getpid()
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        start = stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        start = str(int(time.time()))
-    return f"{pid}-{start}"
+# On every verify container, as on every container reprobuild starts: the owner token
+# (``<pid>-<start time>``) of the verify that started it, so what a SIGKILLed verify left
+# behind is found and removed by the next command (leftovers.reap), and a live one's is not.
+OWNER_LABEL = leftovers.OWNER_LABEL
 
 
 class _Run(Protocol):
@@ -92,10 +81,11 @@ class _DockerLauncher:
 
         self.where = f"from {spec.image} ({image_id[:19]})"
         self._engine = Engine(connections=3 * spec.runs + 4)
-        self._owner = owner_id()
+        self._owner = leftovers.owner()
 
     def prepare(self, work: Path) -> None:
         _ = self._engine.client  # connect now: a missing engine fails before any run starts
+        leftovers.reap(self._engine, lambda line: print(line, file=sys.stderr, flush=True))
 
     def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run:
         from reprobuild.engine import Bind, Gpus

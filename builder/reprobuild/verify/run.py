@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from reprobuild import leftovers
 from reprobuild.compare import Divergence, StreamComparator
 from reprobuild.errors import OutputError, RunFailedError, VerifyError, VerifyUsageError
 from reprobuild.manifest import MANIFEST_LABEL
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from reprobuild.engine import Engine
 
 Log = Callable[[str], None]
-WORKDIR_PREFIX = "reprobuild-verify-"
+WORKDIR_PREFIX = "reprobuild-verify-"  # then the owner token: leftovers.temp_prefix
 _SIGNALS: dict[int, str] = {
     signal.SIGTERM: "SIGTERM",
     signal.SIGINT: "SIGINT",
@@ -110,7 +111,7 @@ def _check_image(engine: Engine, image: str, log: Log) -> str:
 
 def _workdir(keep: Path | None) -> Path:
     if keep is None:
-        return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+        return Path(tempfile.mkdtemp(prefix=leftovers.temp_prefix("verify")))
     keep = keep.absolute()
     if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
         raise VerifyUsageError(f"--keep {keep}: exists and is not an empty directory")
