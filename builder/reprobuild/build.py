@@ -40,12 +40,6 @@ class ImageResult:
         return {"image": self.image, "id": self.id, "manifest": self.manifest.to_dict()}
 
 
-def default_tag(spec: RenderSpec, variant_name: str | None = None) -> str:
-    """``NAME:<variant>-<12 hex of the lock's sha256>``; the variant is cpu|gpu without
-    --variant, as `reprobuild matrix` lists it."""
-    return plan.default_tag(spec.name, variant_name or spec.variant, spec.lock.sha256)
-
-
 def normalize_tag(tag: str) -> str:
     ref = parse_ref(tag)
     if ref.digest:
@@ -203,7 +197,7 @@ def _build_image(
         variant_name=variant,
         log=log,
     )
-    final = normalize_tag(tag) if tag else default_tag(spec, variant)
+    final = normalize_tag(tag) if tag else plan.spec_tag(spec, variant)
     leftovers.reap(engine, note)
     engine.ensure_base(spec.base, log)
     spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec))

@@ -16,13 +16,13 @@ from reprobuild.config import ProjectConfig, load_config, select_variant
 from reprobuild.errors import ConfigError, ReprobuildError
 from reprobuild.lockfile import load_lock
 from reprobuild.refs import parse_pinned
-from reprobuild.render import FileEntry, RenderSpec, Variant
+from reprobuild.render import FileEntry, Kind, RenderSpec
 from reprobuild.runtimefiles import runtime_package
 
 _SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".reprobuild"}
 
 
-def variant_of(gpu: bool) -> Variant:
+def variant_of(gpu: bool) -> Kind:
     return "gpu" if gpu else "cpu"
 
 
@@ -42,6 +42,11 @@ def default_tag(name: str, variant: str, lock_sha256: str) -> str:
     the matrix variant's name with ``--variant``. Distinct per variant even when two
     variants share a lock."""
     return f"{name}:{variant}-{lock_sha256[:12]}"
+
+
+def spec_tag(spec: RenderSpec, variant_name: str | None = None) -> str:
+    """The default tag of the image a spec builds (what ``reprobuild image`` tags it with)."""
+    return default_tag(spec.name, variant_name or spec.variant, spec.lock.sha256)
 
 
 def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = None) -> str:

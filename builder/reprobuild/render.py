@@ -20,7 +20,7 @@ from reprobuild.refs import ImageRef
 from reprobuild_entrypoint import MANIFEST_PATH
 from reprobuild_entrypoint.envplan import image_env
 
-Variant = Literal["cpu", "gpu"]
+Kind = Literal["cpu", "gpu"]
 USER = "repro"
 UID = 10001
 ENTRYPOINT = ("/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint")
@@ -40,7 +40,7 @@ class RenderSpec:
     """Everything that decides the rendered context."""
 
     name: str
-    variant: Variant
+    variant: Kind
     base: ImageRef
     lock: Lock
     seed: int

@@ -3,7 +3,7 @@
 ``/opt/venv/bin/python -I -m reprobuild_entrypoint <command...>`` (the command is the image's
 CMD or what ``docker run IMAGE ...`` passes; a leading ``--`` is dropped):
 
-1. resolve the settings (``REPRO_SEED``, ``REPRO_DETERMINISM``, ``REPRO_THREADS``, ...): a bad
+1. from_environ the settings (``REPRO_SEED``, ``REPRO_DETERMINISM``, ``REPRO_THREADS``, ...): a bad
    value prints one line naming it and the allowed ones, and exits with status 2;
 2. in a GPU image (``REPROBUILD_VARIANT=gpu`` whose manifest has a ``gpu`` section or says
    ``"variant": "gpu"``), check the host (:mod:`~reprobuild_entrypoint.drivercheck`): find the
@@ -40,7 +40,7 @@ from typing import Any
 from reprobuild_entrypoint import envplan, hostinfo, jsonfile, runrecord
 from reprobuild_entrypoint.envplan import EnvPlan
 from reprobuild_entrypoint.launch import exec_command, parse_base_entrypoint
-from reprobuild_entrypoint.settings import Settings, SettingsError, resolve
+from reprobuild_entrypoint.settings import Settings, SettingsError, from_environ
 
 USAGE_ERROR = 2
 HOST_REFUSED = 3
@@ -161,7 +161,7 @@ def main(argv: Sequence[str]) -> int:
     environ = os.environ
     started = runrecord.utc_now()
     try:
-        settings = resolve(environ)
+        settings = from_environ(environ)
         base = parse_base_entrypoint(environ.get("REPROBUILD_BASE_ENTRYPOINT"))
         run_dir_text = environ.get("REPRO_RUN_DIR", "").strip()
         run_id_text = environ.get("REPRO_RUN_ID", "").strip()

@@ -73,7 +73,7 @@ def _boot() -> None:
     from reprobuild_entrypoint import envplan, settings
 
     try:
-        resolved = settings.resolve(os.environ)
+        resolved = settings.from_environ(os.environ)
     except settings.SettingsError as exc:
         _fatal(str(exc), 2)
         return

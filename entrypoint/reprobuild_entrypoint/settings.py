@@ -171,7 +171,7 @@ def _launcher_int(environ: "Mapping[str, str]", name: str) -> int | None:
     return None if text is None else _whole_number(text)
 
 
-def resolve(environ: "Mapping[str, str]") -> Settings:
+def from_environ(environ: "Mapping[str, str]") -> Settings:
     """Settings for this process from ``environ``; raises :class:`SettingsError`."""
     image_seed_text = _value(environ, "REPROBUILD_IMAGE_SEED")
     image_seed = (

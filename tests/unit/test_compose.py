@@ -233,10 +233,10 @@ def test_unbuilt_image_names_the_tag_and_the_build_command() -> None:
 
 
 def test_default_tag_is_the_one_reprobuild_image_gives() -> None:
-    from reprobuild.build import default_tag
+    from reprobuild.plan import spec_tag
 
     _, spec = make_spec(TINY)
-    assert tiny_tag() == default_tag(spec)
+    assert tiny_tag() == spec_tag(spec)
     assert tiny_tag().startswith("reprobuild-test/tiny:cpu-")
 
 
@@ -387,15 +387,15 @@ def test_compose_file_matches_golden(path: Path) -> None:
 def test_variant_selects_the_matrix_image_and_its_kind() -> None:
     """--variant NAME looks up the tag `reprobuild image --variant NAME` gives; a GPU variant
     gets the GPU reservation without --gpu."""
-    from reprobuild.build import default_tag
     from reprobuild.lockfile import load_lock
+    from reprobuild.plan import spec_tag
 
     matrix = TINY.parent / "matrix"
     six = (
         f"reprobuild-test/matrix:cpu-six-{load_lock(matrix / 'requirements-six.lock').sha256[:12]}"
     )
     _, spec = make_spec(matrix, variant_name="cpu-six")
-    assert default_tag(spec, "cpu-six") == six
+    assert spec_tag(spec, "cpu-six") == six
     engine = FakeEngine({six: attrs()})
     compose_project(matrix, variant="cpu-six", engine=engine)
     assert engine.asked == [six]

@@ -16,7 +16,7 @@ from reprobuild_entrypoint import excepthook, initproc, jsonfile, runrecord
 from reprobuild_entrypoint.__main__ import summary
 from reprobuild_entrypoint.envplan import plan
 from reprobuild_entrypoint.launch import parse_base_entrypoint
-from reprobuild_entrypoint.settings import SettingsError, resolve
+from reprobuild_entrypoint.settings import SettingsError, from_environ
 
 MOMENT = dt.datetime(2025, 3, 4, 5, 6, 7, 890000, tzinfo=dt.timezone.utc)  # noqa: UP017
 
@@ -59,7 +59,7 @@ def test_manifest_info(tmp_path: Path) -> None:
 
 def test_run_record_is_pure_and_complete() -> None:
     env = {"REPRO_SEED": "9", "MKL_NUM_THREADS": "1", "CUDNN_VERSION": "9.1.0", "RANK": "2"}
-    settings = resolve(env)
+    settings = from_environ(env)
     record = runrecord.run_record(
         run_id="r",
         started=MOMENT,
@@ -170,14 +170,14 @@ def test_bad_base_entrypoint(text: str) -> None:
 
 def test_summary_lines() -> None:
     env = {"REPRO_SEED": "3", "RANK": "1", "OMP_NUM_THREADS": "2"}
-    s = resolve(env)
+    s = from_environ(env)
     line = summary(s, plan(env, s), Path("/runs/run-x.json"), init=True)
     assert line == (
         "reprobuild: seed 3 (rank 1: seed 4), mode strict, threads 4, 9 variables set, "
         "1 user-set kept (OMP_NUM_THREADS), running as init, record /runs/run-x.json"
     )
     off_env = {"REPRO_DETERMINISM": "off", "REPROBUILD_IMAGE_DETERMINISM": "strict"}
-    off = resolve(off_env)
+    off = from_environ(off_env)
     assert summary(off, plan(off_env, off), None) == (
         "reprobuild: mode off: determinism not configured, 10 variables removed"
     )

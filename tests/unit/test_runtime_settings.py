@@ -11,8 +11,8 @@ from reprobuild_entrypoint.settings import (
     SEED_MAX,
     Settings,
     SettingsError,
+    from_environ,
     rank_seed,
-    resolve,
 )
 
 IMAGE = {
@@ -31,20 +31,22 @@ def baked(**extra: str) -> dict[str, str]:
 
 
 def test_defaults_outside_an_image() -> None:
-    s = resolve({})
+    s = from_environ({})
     assert (s.seed, s.seed_source, s.mode, s.mode_source) == (0, "default", "strict", "default")
     assert (s.threads, s.variant, s.rank, s.rank_seed) == (DEFAULT_THREADS, "cpu", None, 0)
 
 
 def test_image_values_then_run_overrides() -> None:
-    s = resolve(IMAGE)
+    s = from_environ(IMAGE)
     assert (s.seed, s.seed_source, s.mode, s.variant) == (
         11,
         "REPROBUILD_IMAGE_SEED",
         "strict",
         "gpu",
     )
-    s = resolve({**IMAGE, "REPRO_SEED": "42", "REPRO_DETERMINISM": "warn", "REPRO_THREADS": "8"})
+    s = from_environ(
+        {**IMAGE, "REPRO_SEED": "42", "REPRO_DETERMINISM": "warn", "REPRO_THREADS": "8"}
+    )
     assert (s.seed, s.seed_source, s.mode, s.mode_source) == (
         42,
         "REPRO_SEED",
@@ -60,13 +62,13 @@ def test_image_values_then_run_overrides() -> None:
 
 
 def test_empty_values_count_as_unset() -> None:
-    s = resolve({**IMAGE, "REPRO_SEED": "", "REPRO_DETERMINISM": "  ", "REPRO_THREADS": ""})
+    s = from_environ({**IMAGE, "REPRO_SEED": "", "REPRO_DETERMINISM": "  ", "REPRO_THREADS": ""})
     assert (s.seed, s.mode, s.threads) == (11, "strict", DEFAULT_THREADS)
 
 
 @pytest.mark.parametrize("text", ["0", "7", str(SEED_MAX), " 12 "])
 def test_valid_seeds(text: str) -> None:
-    assert resolve({"REPRO_SEED": text}).seed == int(text)
+    assert from_environ({"REPRO_SEED": text}).seed == int(text)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +76,7 @@ def test_valid_seeds(text: str) -> None:
 )
 def test_bad_seed_is_one_clear_line(text: str) -> None:
     with pytest.raises(SettingsError) as info:
-        resolve({"REPRO_SEED": text})
+        from_environ({"REPRO_SEED": text})
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"REPRO_SEED={text.strip()!r} is not a valid seed")
@@ -84,17 +86,17 @@ def test_bad_seed_is_one_clear_line(text: str) -> None:
 @pytest.mark.parametrize("text", ["lenient", "on", "1"])
 def test_bad_mode_lists_the_allowed_ones(text: str) -> None:
     with pytest.raises(SettingsError, match=r"REPRO_DETERMINISM=.* use one of strict, warn, off"):
-        resolve({"REPRO_DETERMINISM": text})
+        from_environ({"REPRO_DETERMINISM": text})
 
 
 def test_mode_is_case_insensitive() -> None:
-    assert resolve({"REPRO_DETERMINISM": "WARN"}).mode == "warn"
+    assert from_environ({"REPRO_DETERMINISM": "WARN"}).mode == "warn"
 
 
 @pytest.mark.parametrize("text", ["0", "-2", "1025", "four"])
 def test_bad_thread_count(text: str) -> None:
     with pytest.raises(SettingsError, match="REPRO_THREADS"):
-        resolve({"REPRO_THREADS": text})
+        from_environ({"REPRO_THREADS": text})
 
 
 @pytest.mark.parametrize(
@@ -107,29 +109,29 @@ def test_bad_thread_count(text: str) -> None:
 )
 def test_bad_baked_values_are_refused_too(name: str, text: str) -> None:
     with pytest.raises(SettingsError, match=name):
-        resolve({name: text})
+        from_environ({name: text})
 
 
 def test_rank_seeds() -> None:
     env = {"REPRO_SEED": "100", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}
-    s = resolve(env)
+    s = from_environ(env)
     assert (s.rank, s.local_rank, s.world_size, s.rank_seed) == (3, 1, 8, 103)
-    assert resolve({**env, "RANK": "0"}).rank_seed == 100  # rank 0 uses the seed itself
+    assert from_environ({**env, "RANK": "0"}).rank_seed == 100  # rank 0 uses the seed itself
     assert rank_seed(SEED_MAX, 2) == 1  # wraps into the 32-bit range
-    seeds = {resolve({**env, "RANK": str(r)}).rank_seed for r in range(8)}
+    seeds = {from_environ({**env, "RANK": str(r)}).rank_seed for r in range(8)}
     assert len(seeds) == 8
 
 
 def test_launcher_variables_that_are_not_numbers_are_ignored() -> None:
-    s = resolve({"REPRO_SEED": "5", "RANK": "admin", "WORLD_SIZE": "-1"})
+    s = from_environ({"REPRO_SEED": "5", "RANK": "admin", "WORLD_SIZE": "-1"})
     assert (s.rank, s.world_size, s.rank_seed) == (None, None, 5)
 
 
 def test_settings_value_semantics() -> None:
-    assert resolve(IMAGE) == resolve(dict(IMAGE))
-    assert resolve(IMAGE) != resolve({})
-    assert "seed=11" in repr(resolve(IMAGE))
-    assert resolve(IMAGE).as_dict()["rank_seed"] == 11
+    assert from_environ(IMAGE) == from_environ(dict(IMAGE))
+    assert from_environ(IMAGE) != from_environ({})
+    assert "seed=11" in repr(from_environ(IMAGE))
+    assert from_environ(IMAGE).as_dict()["rank_seed"] == 11
 
 
 # ------------------------------------------------------------------------------ image_env
@@ -195,13 +197,13 @@ def test_image_env_values_are_plain_strings() -> None:
 
 def test_plan_on_a_fresh_image_sets_everything() -> None:
     env = baked()
-    p = plan(env, resolve(env))
+    p = plan(env, from_environ(env))
     assert p == EnvPlan(image_env(11, "strict", "gpu"), {}, ())
 
 
 def test_user_set_value_wins_and_is_recorded() -> None:
     env = baked(OMP_NUM_THREADS="2", NCCL_ALGO="Tree")
-    p = plan(env, resolve(env))
+    p = plan(env, from_environ(env))
     assert p.user_set == {"NCCL_ALGO": "Tree", "OMP_NUM_THREADS": "2"}
     assert "OMP_NUM_THREADS" not in p.set and p.set["MKL_NUM_THREADS"] == "4"
     apply(p, env)
@@ -210,12 +212,12 @@ def test_user_set_value_wins_and_is_recorded() -> None:
 
 def test_value_equal_to_the_baked_default_is_ours() -> None:
     env = baked(OMP_NUM_THREADS="4")  # the user typed the baked value: indistinguishable
-    assert "OMP_NUM_THREADS" not in plan(env, resolve(env)).user_set
+    assert "OMP_NUM_THREADS" not in plan(env, from_environ(env)).user_set
 
 
 def test_pythonhashseed_follows_repro_seed() -> None:
     env = baked(REPRO_SEED="99")
-    p = plan(env, resolve(env))
+    p = plan(env, from_environ(env))
     assert p.set["PYTHONHASHSEED"] == "99" and not p.user_set
     apply(p, env)
     assert env["PYTHONHASHSEED"] == "99"
@@ -223,25 +225,25 @@ def test_pythonhashseed_follows_repro_seed() -> None:
 
 def test_pythonhashseed_set_by_the_user_is_kept() -> None:
     env = baked(REPRO_SEED="99", PYTHONHASHSEED="5")
-    p = plan(env, resolve(env))
+    p = plan(env, from_environ(env))
     assert p.user_set == {"PYTHONHASHSEED": "5"} and "PYTHONHASHSEED" not in p.set
 
 
 def test_pythonhashseed_is_the_run_seed_on_every_rank() -> None:
     env = baked(REPRO_SEED="99", RANK="3")
-    assert plan(env, resolve(env)).set["PYTHONHASHSEED"] == "99"
+    assert plan(env, from_environ(env)).set["PYTHONHASHSEED"] == "99"
 
 
 def test_repro_threads_overrides_the_baked_count() -> None:
     env = baked(REPRO_THREADS="12")
-    p = plan(env, resolve(env))
+    p = plan(env, from_environ(env))
     for name in envplan.THREAD_VARIABLES:
         assert p.set[name] == "12"
 
 
 def test_off_removes_the_baked_defaults_but_keeps_the_users() -> None:
     env = baked(REPRO_DETERMINISM="off", OMP_NUM_THREADS="2")
-    p = plan(env, resolve(env))
+    p = plan(env, from_environ(env))
     assert p.set == {} and p.user_set == {"OMP_NUM_THREADS": "2"}
     assert "PYTHONHASHSEED" in p.remove and "OMP_NUM_THREADS" not in p.remove
     apply(p, env)
@@ -252,7 +254,7 @@ def test_off_removes_the_baked_defaults_but_keeps_the_users() -> None:
 
 def test_warn_on_a_strict_image_drops_the_strict_only_switches() -> None:
     env = baked(REPRO_DETERMINISM="warn")
-    p = plan(env, resolve(env))
+    p = plan(env, from_environ(env))
     assert set(p.remove) == {"NVIDIA_TF32_OVERRIDE", "TF_DETERMINISTIC_OPS"}
     apply(p, env)
     assert "TF_DETERMINISTIC_OPS" not in env and env["TF_CUDNN_DETERMINISTIC"] == "1"
@@ -260,7 +262,7 @@ def test_warn_on_a_strict_image_drops_the_strict_only_switches() -> None:
 
 def test_strict_on_an_off_image_sets_everything() -> None:
     env = {**IMAGE, "REPROBUILD_IMAGE_DETERMINISM": "off", "REPRO_DETERMINISM": "strict"}
-    p = plan(env, resolve(env))
+    p = plan(env, from_environ(env))
     assert p.set == image_env(11, "strict", "gpu") and p.remove == ()
 
 
@@ -276,9 +278,9 @@ def test_strict_on_an_off_image_sets_everything() -> None:
 )
 def test_plan_is_idempotent(extra: dict[str, str]) -> None:
     env = baked(**extra)
-    first = plan(env, resolve(env))
+    first = plan(env, from_environ(env))
     apply(first, env)
-    again = plan(env, resolve(env))
+    again = plan(env, from_environ(env))
     assert again == first
     before = dict(env)
     apply(again, env)
@@ -286,11 +288,11 @@ def test_plan_is_idempotent(extra: dict[str, str]) -> None:
 
 
 def test_plan_outside_an_image() -> None:
-    p = plan({}, resolve({}))
+    p = plan({}, from_environ({}))
     assert p.set == image_env(0, "strict", "cpu") and p.remove == () and p.user_set == {}
 
 
 def test_envplan_value_semantics() -> None:
     assert EnvPlan({"A": "1"}, {}, ()) == EnvPlan({"A": "1"}, {}, ())
     assert "A" in repr(EnvPlan({"A": "1"}, {}, ()))
-    assert Settings() == resolve({})
+    assert Settings() == from_environ({})

@@ -33,7 +33,7 @@ from reprobuild.verify import (
     compare_outputs,
     default_report_path,
     parse_data,
-    parse_env,
+    parse_env_option,
     parse_gpus,
     parse_output,
     verify_spec_from_args,
@@ -75,14 +75,14 @@ def test_parse_data(tmp_path: Path) -> None:
 
 
 def test_parse_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert parse_env("A=1=2") == ("A", "1=2")
-    assert parse_env("EMPTY=") == ("EMPTY", "")
+    assert parse_env_option("A=1=2") == ("A", "1=2")
+    assert parse_env_option("EMPTY=") == ("EMPTY", "")
     monkeypatch.setenv("FROM_HOST", "yes")
-    assert parse_env("FROM_HOST") == ("FROM_HOST", "yes")
+    assert parse_env_option("FROM_HOST") == ("FROM_HOST", "yes")
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     for bad in ("1A=x", "A B=x", "NOT_SET_ANYWHERE", "REPRO_RUN_DIR=/x", "REPRO_OUTPUT_DIR=/x"):
         with pytest.raises(VerifyUsageError):
-            parse_env(bad)
+            parse_env_option(bad)
 
 
 def test_parse_gpus() -> None:

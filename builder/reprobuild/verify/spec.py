@@ -154,7 +154,7 @@ def parse_data(text: str) -> DataMount:
     return DataMount(host, str(target))
 
 
-def parse_env(text: str) -> tuple[str, str]:
+def parse_env_option(text: str) -> tuple[str, str]:
     """``-e KEY=VALUE``, or ``-e KEY`` for the host's value (as ``docker run -e`` takes it)."""
     name, sep, value = text.partition("=")
     if not _ENV_NAME.fullmatch(name):
@@ -217,7 +217,7 @@ def verify_spec_from_args(
         )
     if local and network:
         raise VerifyUsageError("--network applies to containers; --local runs on the host")
-    parsed_env = tuple(parse_env(item) for item in env)
+    parsed_env = tuple(parse_env_option(item) for item in env)
     _check_env_overlap(parsed_env, seed, mode)
     mounts = tuple(parse_data(item) for item in data)
     targets = [m.container for m in mounts]
