@@ -137,13 +137,17 @@ def read_file(
     *,
     error: type[ReprobuildError] = ReprobuildError,
     max_bytes: int = MAX_DOCUMENT_BYTES,
+    nofollow: bool = False,
 ) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
 
     A FIFO, device or other non-regular file is refused before it is read (``/dev/zero``
     never ends); a file that grows past the cap while read is refused too. OSErrors
-    (missing file, directory, no permission) propagate for the caller to word."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    (missing file, directory, no permission) propagate for the caller to word. ``nofollow``:
+    a symbolic link at ``path`` is refused too (OSError ELOOP), for files an untrusted
+    program wrote."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags | (os.O_NOFOLLOW if nofollow else 0))
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):

@@ -14,25 +14,24 @@ link. Standard library only (``verify --local`` runs where the Docker SDK is not
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reprobuild import jsonload
 from reprobuild.compare import JsonDifference, diff_json
+from reprobuild.errors import ReprobuildError
 
 VOLATILE = ("run_id", "started", "framework_records")
 """Run-record fields that differ between any two runs and say nothing about the stack."""
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-MAX_DEPTH = 64
+MAX_DEPTH = jsonload.MAX_DEPTH
 MAX_RECORD_FILES = 256
 """Framework records read per run at most (one per process that imported a framework)."""
 
 
-class RecordReadError(ValueError):
+class RecordReadError(ReprobuildError):
     """A record file that cannot be read as a bounded JSON object; the message says why."""
 
 
@@ -92,63 +91,29 @@ def compare_run_records(a: RunRecords, b: RunRecords) -> RecordAgreement:
 # ---------------------------------------------------------------------------------- reading
 
 
-def _depth(value: Any) -> int:
-    """How deeply ``value`` nests (iteratively: no recursion on hostile documents)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            if depth > MAX_DEPTH:
-                return depth
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 def parse_bounded_json(raw: bytes, *, max_bytes: int = MAX_RECORD_BYTES) -> Any:
-    """``raw`` parsed as JSON, refused when larger than ``max_bytes`` or nested deeper than
-    :data:`MAX_DEPTH` (:class:`RecordReadError`)."""
-    if len(raw) > max_bytes:
-        raise RecordReadError(f"larger than {max_bytes} bytes")
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordReadError(f"not valid JSON: {exc}") from None
-    except RecursionError:
-        raise RecordReadError(f"nested deeper than {MAX_DEPTH} levels") from None
-    if _depth(data) > MAX_DEPTH:
-        raise RecordReadError(f"nested deeper than {MAX_DEPTH} levels")
-    return data
+    """``raw`` parsed by the one bounded JSON loader (size, depth, number length, duplicate
+    keys); :class:`RecordReadError` when it is refused."""
+    return jsonload.loads(raw, "the document", error=RecordReadError, max_bytes=max_bytes)
 
 
 def read_bounded(path: Path, *, max_bytes: int = MAX_RECORD_BYTES) -> bytes:
     """A regular file's bytes, at most ``max_bytes``, never through a symbolic link."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return jsonload.read_file(
+            path, path.name, error=RecordReadError, max_bytes=max_bytes, nofollow=True
+        )
     except OSError as exc:
-        raise RecordReadError(exc.strerror or str(exc)) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RecordReadError("not a regular file")
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 20):
-            size += len(chunk)
-            if size > max_bytes:
-                raise RecordReadError(f"larger than {max_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        raise RecordReadError(f"cannot read {path.name}: {exc.strerror or exc}") from None
 
 
 def load_record(path: Path) -> dict[str, Any]:
     """One record file as a JSON object; what went wrong, as ``{"error": ...}``, when it
     cannot be read (a run's records are evidence, not input verify must trust)."""
     try:
-        data = parse_bounded_json(read_bounded(path))
+        data = jsonload.loads(read_bounded(path), path.name, error=RecordReadError)
     except RecordReadError as exc:
-        return {"error": f"cannot read {path.name}: {exc}"}
+        return {"error": str(exc)}
     return data if isinstance(data, dict) else {"error": f"{path.name} is not a JSON object"}
 
 

@@ -244,7 +244,7 @@ def test_huge_and_deep_run_records_are_read_bounded(tmp_path: Path) -> None:
     records = read_run_dir(tmp_path)
     assert records.record is not None and "larger than" in records.record["error"]
     deep, link = records.frameworks
-    assert f"nested deeper than {MAX_DEPTH}" in deep["error"]
+    assert f"deeper than {MAX_DEPTH} levels" in deep["error"]
     assert "cannot read run-2-frameworks-link.json" in link["error"]
     assert compare_run_records(records, records).agree
 
@@ -262,7 +262,7 @@ def test_program_writing_a_deep_run_record_does_not_crash_verify(
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     data = json.loads(report.read_text())
-    assert "nested deeper than" in data["runs"][0]["run_record"]["error"]
+    assert "deeper than 64 levels" in data["runs"][0]["run_record"]["error"]
 
 
 # ------------------------------------------------------------------------ how a run ended
