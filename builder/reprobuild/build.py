@@ -55,10 +55,11 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
 
     cached = cache_root() / "bases" / f"v3-{(spec.base.digest or '').replace(':', '-')}.json"
     try:
-        data: dict[str, Any] = json.loads(cached.read_text())
-        return data
-    except (OSError, ValueError):
-        pass
+        data = jsonload.read_json_file(cached, str(cached), max_bytes=1 << 20)
+        if isinstance(data, dict):
+            return data
+    except (OSError, ReprobuildError):
+        pass  # only a cache (a FIFO or garbage there is never waited on): probe again
 
     source = Path(probe_module.__file__).read_text()
     result = engine.run(spec.base.by_digest(), [], entrypoint=["python3", "-c", source])
@@ -68,10 +69,13 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
             f"{result.stderr.decode(errors='replace').strip()[-200:]}",
             hint="use a python:*-slim base or a Debian base with python3 and python3-venv",
         )
-    data = jsonload.loads(result.stdout, f"the probe output of base {spec.base}", error=EngineError)
+    what = f"the probe output of base {spec.base}"
+    probed = jsonload.loads(result.stdout, what, error=EngineError)
+    if not isinstance(probed, dict):
+        raise EngineError(f"{what} is not a JSON object")
     with contextlib.suppress(OSError):  # only a cache: an unwritable one costs a probe per build
-        write_atomic(cached, json.dumps(data, sort_keys=True))
-    return data
+        write_atomic(cached, json.dumps(probed, sort_keys=True))
+    return probed
 
 
 def base_entrypoint(engine: Engine, spec: RenderSpec) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from reprobuild import leftovers
+from reprobuild import jsonload, leftovers
 from reprobuild.errors import ReprobuildError
 from reprobuild.fsutil import write_atomic
 from reprobuild.lockfile import Lock
@@ -96,9 +96,9 @@ def _hash_index(folder: Path) -> dict[str, str]:
     """sha256 of every file in ``folder``, memoised in ``.index.json`` by (name, size, mtime)."""
     index_path = folder / ".index.json"
     try:
-        old = json.loads(index_path.read_text())
-    except (OSError, ValueError):
-        old = {}
+        old = jsonload.read_json_file(index_path, str(index_path))
+    except (OSError, ReprobuildError):
+        old = {}  # only a cache (never waited on, never trusted for more than mtimes)
     if not isinstance(old, dict):
         old = {}  # a damaged index is only a cache: rebuild it
     new: dict[str, list[object]] = {}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprobuild import __version__
+from reprobuild import __version__, jsonload
 from reprobuild.compare import Divergence, JsonDifference
 from reprobuild.errors import OutputError, ReprobuildError
 from reprobuild.fsutil import write_atomic
@@ -246,10 +246,7 @@ class VerifyReport:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> VerifyReport:
-        try:
-            return cls.from_dict(json.loads(raw))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ReprobuildError(f"verify report is not valid JSON: {exc}") from None
+        return cls.from_dict(jsonload.loads(raw, "verify report"))
 
     def describe(self) -> list[str]:
         """The result for people: one headline, then the details of a divergence."""
