@@ -46,18 +46,29 @@ def _start_build(root: Path, base_ref: str, tag: str, cache: Path) -> subprocess
     )  # fmt: skip
 
 
-def _wait_until_building(proc: subprocess.Popen[str]) -> Path:
-    """Block until the run has written its context with the wheels in it (the engine build
-    starts right after), then give the engine a moment to be inside the build."""
+def _wait_until_building(proc: subprocess.Popen[str], docker_client: Any) -> Path:
+    """Block until the engine is inside this run's build: its context holds the wheels and a
+    build step's container is running (a RUN step lasts seconds; a fixed sleep instead raced
+    with a fast engine, which finished the whole build before the signal was sent)."""
+    before = {c.id for c in docker_client.containers.list(all=True, sparse=True)}
     deadline = time.monotonic() + 120
+    ctx: Path | None = None
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        for tmp in _owned_temps(proc.pid):
-            if tmp.name.startswith("reprobuild-ctx-") and any(
-                (tmp / "context" / "wheels").glob("*.whl")
-            ):
-                time.sleep(1.5)
-                return tmp
+        if ctx is None:
+            ctx = next(
+                (
+                    tmp
+                    for tmp in _owned_temps(proc.pid)
+                    if tmp.name.startswith("reprobuild-ctx-")
+                    and any((tmp / "context" / "wheels").glob("*.whl"))
+                ),
+                None,
+            )
+        if ctx is not None:
+            running = docker_client.containers.list(sparse=True, filters={"status": "running"})
+            if any(c.id not in before for c in running):
+                return ctx
         time.sleep(0.05)
     raise AssertionError("the build never started")
 
@@ -111,7 +122,8 @@ def test_signal_during_build_leaves_nothing(  # type: ignore[no-untyped-def]
     snap = Snapshot.take([tiny], docker_client)
     proc = _start_build(tiny, base_ref, tag, cache)
     try:
-        _wait_until_building(proc)
+        _wait_until_building(proc, docker_client)
+        assert proc.poll() is None, "the build ended before the signal could be sent"
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -140,7 +152,7 @@ def test_sigkill_leftovers_are_reaped_by_the_next_run(  # type: ignore[no-untype
     container = None
     scratch = ""
     try:
-        ctx = _wait_until_building(proc)
+        ctx = _wait_until_building(proc, docker_client)
         token = f"{proc.pid}-{_start_time(proc.pid)}"
         proc.kill()
         proc.communicate(timeout=60)
