@@ -37,12 +37,21 @@ def _owned_temps(pid: int) -> list[Path]:
     return [p for p in tmp.iterdir() if p.name.startswith("reprobuild-") and f"-{pid}-" in p.name]
 
 
+def _default_signals() -> None:
+    """In the child: SIGINT and SIGHUP back to their defaults. A suite started in the
+    background or under nohup passes them down ignored, and reprobuild (like any program)
+    keeps an inherited SIG_IGN, so the signals under test would never arrive."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start_build(root: Path, base_ref: str, tag: str, cache: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "SOURCE_DATE_EPOCH": "0", "XDG_CACHE_HOME": str(cache)}
     return subprocess.Popen(
         [sys.executable, "-m", "reprobuild", "image", str(root), "--base", base_ref,
          "--tag", tag, "-q", "--no-cache"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=_default_signals,
     )  # fmt: skip
 
 
