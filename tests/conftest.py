@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from helpers import DATA, STATE_DIR, MakeProject, MakeTag
+from helpers import DATA, STATE_DIR, MakeProject, MakeTag, build_json
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -67,6 +67,16 @@ def base_ref(docker_client: DockerClient) -> str:
             "run `scripts/setup`"
         )
     return ref
+
+
+@pytest.fixture(scope="session")
+def determinism_image(base_ref: str, docker_client: DockerClient) -> Iterator[str]:
+    """tests/data/projects/determinism built once per session (torch, tensorflow-cpu with
+    Keras 3, scikit-learn, tqdm: about 3 GB) under a unique tag, removed at the end."""
+    tag = f"reprobuild-test/determinism:{uuid.uuid4().hex[:12]}"
+    build_json(str(DATA / "projects" / "determinism"), "--base", base_ref, "--tag", tag)
+    yield tag
+    docker_client.images.remove(tag, force=True)
 
 
 @pytest.fixture

@@ -210,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
         usage=_VERIFY_USAGE,
         description="Run CMD in N fresh containers from IMAGE (or N times on this host with "
         "--local), with the same seed, side by side; compare stdout line by line as it "
-        "streams and the --output files by sha256. Exit 0: identical; 1: diverged (the first "
+        "streams (as a terminal shows it: progress bars by their final state, wall-clock "
+        "fields such as `3s 2ms/step` or `12.3it/s` left out and counted) and the --output "
+        "files by sha256. Exit 0: identical; 1: diverged (the first "
         "divergence is shown; the runs are stopped at once) or a run failed.",
     )
     verify.add_argument("image", nargs="?", metavar="IMAGE", help="image reference or ID")
@@ -306,6 +308,21 @@ def _verify_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--network", action="store_true", help="give the containers a network (default: none)"
+    )
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="leave what this regex matches (or its group `value`) out of the stdout "
+        "comparison, counted in the report; repeatable",
+    )
+    parser.add_argument(
+        "--no-default-ignore",
+        dest="default_ignore",
+        action="store_false",
+        help="compare stdout as written: no folding of progress-bar redraws, no built-in "
+        "wall-clock fields (durations, rates, ETAs, timestamps) left out",
     )
     parser.add_argument(
         "--report",
@@ -555,6 +572,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         mode=args.mode,
         gpus=args.gpus,
         network=args.network,
+        ignore=args.ignore,
+        default_ignore=args.default_ignore,
     )
     log = (lambda _: None) if args.quiet or args.json else _err
     try:

@@ -16,6 +16,7 @@ Run numbers are 1-based everywhere; run 1 is the reference every other run is co
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -23,6 +24,8 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+from reprobuild.terminal import printable
 
 _NUMBER = re.compile(
     r"""
@@ -240,6 +243,14 @@ class Divergence:
     numeric: NumericDiff | None = None
     json_differences: tuple[JsonDifference, ...] = ()
     """Every difference in a JSON output file (the first :data:`JSON_DIFF_LIMIT`)."""
+    epoch: str | None = None
+    """Where run 1 was at a stdout divergence: the last ``epoch N`` it printed."""
+    value: str | None = None
+    """The name printed before the first differing number (``loss``)."""
+    a_compared: str | None = None
+    """Run 1's line as compared (wall-clock fields masked) when that differs from ``a``;
+    ``column`` counts in this form then."""
+    b_compared: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -255,6 +266,10 @@ class Divergence:
             "b": self.b,
             "numeric": None if self.numeric is None else self.numeric.to_dict(),
             "json_differences": [d.to_dict() for d in self.json_differences],
+            "epoch": self.epoch,
+            "value": self.value,
+            "a_compared": self.a_compared,
+            "b_compared": self.b_compared,
         }
 
     @classmethod
@@ -276,11 +291,11 @@ class Divergence:
             json_differences=tuple(
                 JsonDifference.from_dict(d) for d in data.get("json_differences") or ()
             ),
+            epoch=data.get("epoch"),
+            value=data.get("value"),
+            a_compared=data.get("a_compared"),
+            b_compared=data.get("b_compared"),
         )
-
-
-def _text(line: bytes) -> str:
-    return line.decode("utf-8", errors="replace")
 
 
 def line_divergence(
@@ -318,45 +333,73 @@ def first_line_difference(a: list[str], b: list[str]) -> tuple[int, str | None, 
     return 0, None, None
 
 
-class LineSplitter:
-    """Bytes in as they arrive, complete lines (without their newline) out."""
+@dataclass(frozen=True)
+class StdoutLine:
+    """One line of a run's stdout: as shown (what a reader sees, see
+    :mod:`reprobuild.terminal`) and as compared (``key``: the shown text with wall-clock
+    fields masked, see :mod:`reprobuild.volatile`)."""
 
-    def __init__(self) -> None:
-        self._rest = b""
+    shown: str
+    key: str
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        if b"\n" not in chunk:
-            self._rest += chunk
-            return []
-        *lines, rest = (self._rest + chunk).split(b"\n")
-        self._rest = rest
-        return lines
+    @classmethod
+    def plain(cls, text: str) -> StdoutLine:
+        return cls(text, text)
 
-    def close(self) -> list[bytes]:
-        """The last line when the stream did not end with a newline."""
-        rest, self._rest = self._rest, b""
-        return [rest] if rest else []
+
+_EPOCH = re.compile(r"(?i)(?<![\w])epoch\s*[:#=]?\s*(\d+)(?!\d)")
+_NOT_NAMES = frozenset(
+    "a an and are after at before by for from in is of on or the to took was were with".split()
+)
+"""Words that stand before a number without naming it (``step 2 at 1700000000.25``)."""
+_VALUE_NAME = re.compile(r"([A-Za-z_][\w.]*)\s*[:=]?\s*$")
+
+
+def epoch_of(text: str) -> str | None:
+    """The last ``epoch N`` a line names (``Epoch 2/5``, ``epoch=3``), as ``epoch N``."""
+    found = _EPOCH.findall(text)
+    return f"epoch {found[-1]}" if found else None
+
+
+def value_name(a: str, b: str) -> str | None:
+    """The name printed before the first differing number of two lines (``loss`` for
+    ``- loss: 0.4123``), when the text before it is the same in both."""
+    previous = ""
+    for ta, tb in zip(tokenize(a), tokenize(b), strict=False):
+        if is_number(ta) != is_number(tb):
+            return None
+        if not is_number(ta):
+            previous = ta
+        elif ta != tb:
+            match = _VALUE_NAME.search(previous)
+            if match is None or match.group(1).lower() in _NOT_NAMES:
+                return None
+            return match.group(1)
+    return None
 
 
 class StreamComparator:
     """Compare the stdout lines of N runs with run 1's as they arrive, in any interleaving.
 
     :meth:`feed` takes one line of one run (0-based run index, lines in order), :meth:`end`
-    says a run's stdout is complete. Each returns the first :class:`Divergence` as soon as it
-    is certain: line *k* of both runs is known and differs, or one run ended and the other has
-    a line past its end. Memory: run 1's lines are kept only until every run has passed them,
-    another run's only until run 1 reaches them.
+    says a run's stdout is complete. Lines are equal when their ``key`` is. Each call returns
+    the first :class:`Divergence` as soon as it is certain: line *k* of both runs is known and
+    differs, or one run ended and the other has a line past its end. Memory: run 1's lines are
+    kept only until every run has passed them, another run's only until run 1 reaches them.
+    The divergence names the epoch run 1 was in (the last ``epoch N`` it printed up to that
+    line) and the name of the differing value.
     """
 
     def __init__(self, runs: int) -> None:
         if runs < 2:
             raise ValueError("comparing needs at least two runs")
         self._runs = runs
-        self._ref: deque[bytes] = deque()
+        self._ref: deque[tuple[StdoutLine, str | None]] = deque()
         self._ref_start = 0
-        self._ahead: list[deque[bytes]] = [deque() for _ in range(runs)]
+        self._ahead: list[deque[StdoutLine]] = [deque() for _ in range(runs)]
         self._count = [0] * runs
         self._ended = [False] * runs
+        self._epoch: str | None = None
         self.divergence: Divergence | None = None
 
     @property
@@ -376,23 +419,28 @@ class StreamComparator:
         """Every run ended and no line differed."""
         return self.divergence is None and all(self._ended)
 
-    def feed(self, run: int, line: bytes) -> Divergence | None:
+    def feed(self, run: int, line: StdoutLine | bytes | str) -> Divergence | None:
         if self.divergence is not None:
             return self.divergence
         if self._ended[run]:
             raise ValueError(f"run {run + 1} already ended")
+        if not isinstance(line, StdoutLine):
+            line = StdoutLine.plain(
+                line.decode("utf-8", "surrogateescape") if isinstance(line, bytes) else line
+            )
         index = self._count[run]
         self._count[run] += 1
         if run == 0:
-            self._ref.append(line)
+            self._epoch = epoch_of(line.shown) or self._epoch
+            self._ref.append((line, self._epoch))
             for other in range(1, self._runs):
                 if self._ahead[other]:
                     theirs = self._ahead[other].popleft()
-                    if theirs != line:
+                    if theirs.key != line.key:
                         return self._found(other, index, line, theirs)
         elif index < self._count[0]:
-            ours = self._ref[index - self._ref_start]
-            if line != ours:
+            ours, _ = self._ref[index - self._ref_start]
+            if line.key != ours.key:
                 return self._found(run, index, ours, line)
         else:
             self._ahead[run].append(line)
@@ -416,22 +464,59 @@ class StreamComparator:
         for other in range(1, self._runs):
             count = self._count[other]
             if self._ended[other] and ref_count > count:
-                return self._found(other, count, self._ref[count - self._ref_start], None)
+                ours, _ = self._ref[count - self._ref_start]
+                return self._found(other, count, ours, None)
             if self._ended[0] and count > ref_count:
                 return self._found(other, ref_count, None, self._ahead[other][0])
         return None
 
+    def _context(self, index: int) -> str | None:
+        offset = index - self._ref_start
+        if 0 <= offset < len(self._ref):
+            return self._ref[offset][1]
+        return self._epoch
+
     def _found(
-        self, other: int, index: int, ours: bytes | None, theirs: bytes | None
+        self, other: int, index: int, ours: StdoutLine | None, theirs: StdoutLine | None
     ) -> Divergence:
-        self.divergence = line_divergence(
-            "stdout",
-            (1, other + 1),
-            index + 1,
-            None if ours is None else _text(ours),
-            None if theirs is None else _text(theirs),
+        self.divergence = stdout_divergence(
+            (1, other + 1), index + 1, ours, theirs, self._context(index)
         )
         return self.divergence
+
+
+def stdout_divergence(
+    runs: tuple[int, int],
+    line: int,
+    ours: StdoutLine | None,
+    theirs: StdoutLine | None,
+    epoch: str | None = None,
+) -> Divergence:
+    """The divergence at stdout ``line``: both lines as shown, the numbers compared in their
+    compared form (wall-clock fields masked), where run 1 was (``epoch``)."""
+    a = None if ours is None else printable(ours.shown)
+    b = None if theirs is None else printable(theirs.shown)
+    base = line_divergence("stdout", runs, line, a, b)
+    if ours is None or theirs is None:
+        return dataclasses.replace(base, epoch=epoch)
+    masked = ours.key != ours.shown or theirs.key != theirs.shown
+    key_a, key_b = printable(ours.key), printable(theirs.key)
+    numeric = line_numeric_diff(key_a, key_b)
+    name = value_name(key_a, key_b) if numeric is not None else None
+    detail = base.detail
+    where = ", ".join(x for x in (epoch, name) if x)
+    if where:
+        detail += f" ({where})"
+    return dataclasses.replace(
+        base,
+        detail=detail,
+        column=first_column(key_a, key_b),
+        numeric=numeric,
+        epoch=epoch,
+        value=name,
+        a_compared=key_a if masked else None,
+        b_compared=key_b if masked else None,
+    )
 
 
 # ------------------------------------------------------------------------------------- JSON

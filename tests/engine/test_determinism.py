@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-from helpers import DATA, build_json
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -29,11 +25,8 @@ QUIET = {"REPRO_QUIET": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 @pytest.fixture(scope="module")
-def image(base_ref: str, docker_client: DockerClient) -> Iterator[str]:
-    tag = f"reprobuild-test/determinism:{uuid.uuid4().hex[:12]}"
-    build_json(str(DATA / "projects" / "determinism"), "--base", base_ref, "--tag", tag)
-    yield tag
-    docker_client.images.remove(tag, force=True)
+def image(determinism_image: str) -> str:
+    return determinism_image
 
 
 def run(

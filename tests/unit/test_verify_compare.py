@@ -13,7 +13,6 @@ import pytest
 from reprobuild.compare import (
     Divergence,
     JsonDifference,
-    LineSplitter,
     NumericDiff,
     StreamComparator,
     diff_json,
@@ -24,6 +23,7 @@ from reprobuild.compare import (
     numeric_distance,
     tokenize,
 )
+from reprobuild.terminal import TerminalLines
 
 # ------------------------------------------------------------------------------- numbers
 
@@ -118,18 +118,19 @@ def test_first_column_and_first_line_difference() -> None:
     assert first_line_difference(["a"], ["a", "extra"]) == (2, None, "extra")
 
 
-def test_line_splitter_rebuilds_lines_from_any_chunks() -> None:
-    data = b"one\ntwo\n\nthree without newline"
+@pytest.mark.parametrize("fold", [True, False])
+def test_terminal_lines_rebuild_lines_from_any_chunks(fold: bool) -> None:
+    data = "one\ntwo\n\nthré€ without newline".encode()
     for cut in range(len(data) + 1):
         for second in range(cut, len(data) + 1):
-            splitter = LineSplitter()
+            lines = TerminalLines(fold=fold)
             out = [
-                *splitter.feed(data[:cut]),
-                *splitter.feed(data[cut:second]),
-                *splitter.feed(data[second:]),
-                *splitter.close(),
+                *lines.feed(data[:cut]),
+                *lines.feed(data[cut:second]),
+                *lines.feed(data[second:]),
+                *lines.close(),
             ]
-            assert out == [b"one", b"two", b"", b"three without newline"]
+            assert [line.text for line in out] == ["one", "two", "", "thré€ without newline"]
 
 
 def _feed_all(

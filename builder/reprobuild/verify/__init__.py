@@ -4,7 +4,10 @@ or name the first place where they diverge.
 Every run starts fresh from the same image (or, with ``--local``, the same host interpreter
 under the same runtime) with the same seed and settings. The runs go at the same time; their
 stdout streams in and is compared line by line as it arrives
-(:class:`~reprobuild.compare.StreamComparator`), so the first differing line stops every run at
+(:class:`~reprobuild.compare.StreamComparator`): each line as a terminal shows it (progress-bar
+redraws folded, :mod:`reprobuild.terminal`) with its wall-clock fields left out and counted
+(:mod:`reprobuild.volatile`; ``--ignore`` adds patterns, ``--no-default-ignore`` compares the
+bytes as written), so the first differing line stops every run at
 once (containers are killed) instead of waiting for hours of training to end. When all runs
 exit with status 0 and print the same lines, the declared output files are compared by
 sha256; a JSON file that differs gets a structured diff (the key path), a text file the first

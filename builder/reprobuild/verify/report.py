@@ -17,6 +17,7 @@ from reprobuild.compare import Divergence, JsonDifference
 from reprobuild.errors import OutputError, ReprobuildError
 from reprobuild.fsutil import write_atomic
 from reprobuild.verify.spec import DataMount
+from reprobuild.volatile import Ignored
 
 SCHEMA_VERSION = 1
 REPORT_KIND = "reprobuild.verify"
@@ -92,6 +93,8 @@ class RunReport:
     record_differences: tuple[JsonDifference, ...] = ()
     """How this run's records differ from run 1's, leaving out what differs in every run
     (run id, start time, container hostname): host, CPU, GPU, driver, stack, settings."""
+    ignored: Ignored = field(default_factory=Ignored)
+    """What of this run's stdout was not compared: redraws folded, wall-clock fields."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +109,7 @@ class RunReport:
             "run_record": self.run_record,
             "framework_records": list(self.framework_records),
             "record_differences": [d.to_dict() for d in self.record_differences],
+            "ignored": self.ignored.to_dict(),
         }
 
     @classmethod
@@ -124,6 +128,34 @@ class RunReport:
             record_differences=tuple(
                 JsonDifference.from_dict(d) for d in data.get("record_differences") or ()
             ),
+            ignored=Ignored.from_dict(data.get("ignored") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class StdoutCompare:
+    """How stdout was compared (``--ignore``, ``--no-default-ignore``)."""
+
+    fold_redraws: bool = True
+    """Lines compared as a terminal shows them: progress-bar redraws folded."""
+    builtin_rules: bool = True
+    """The built-in wall-clock rules (:data:`reprobuild.volatile.DEFAULT_RULES`) applied."""
+    patterns: tuple[str, ...] = ()
+    """The user's ``--ignore`` patterns."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fold_redraws": self.fold_redraws,
+            "builtin_rules": self.builtin_rules,
+            "patterns": list(self.patterns),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StdoutCompare:
+        return cls(
+            fold_redraws=bool(data.get("fold_redraws", False)),
+            builtin_rules=bool(data.get("builtin_rules", False)),
+            patterns=tuple(str(p) for p in data.get("patterns") or ()),
         )
 
 
@@ -154,6 +186,7 @@ class VerifyReport:
     lines_compared: int
     """Stdout lines equal in every run (before the divergence, if any)."""
     runs: tuple[RunReport, ...]
+    stdout_compare: StdoutCompare = field(default_factory=StdoutCompare)
     divergence: Divergence | None = None
     """The first divergence: stdout (as it happened) or, when stdout matched, an output file."""
     output_differences: tuple[Divergence, ...] = ()
@@ -194,6 +227,7 @@ class VerifyReport:
             "elapsed_s": self.elapsed_s,
             "stopped_early": self.stopped_early,
             "lines_compared": self.lines_compared,
+            "stdout_compare": self.stdout_compare.to_dict(),
             "runs": [r.to_dict() for r in self.runs],
             "divergence": None if self.divergence is None else self.divergence.to_dict(),
             "output_differences": [d.to_dict() for d in self.output_differences],
@@ -234,6 +268,9 @@ class VerifyReport:
                 stopped_early=bool(data["stopped_early"]),
                 lines_compared=int(data["lines_compared"]),
                 runs=tuple(RunReport.from_dict(r) for r in data["runs"]),
+                stdout_compare=StdoutCompare.from_dict(
+                    data.get("stdout_compare") or {"fold_redraws": False}
+                ),
                 divergence=None if divergence is None else Divergence.from_dict(divergence),
                 output_differences=tuple(
                     Divergence.from_dict(d) for d in data.get("output_differences") or ()
@@ -257,8 +294,12 @@ class VerifyReport:
             if div.a is not None or div.b is not None:
                 lines.append(f"  run {first}: {_shown(div.a)}")
                 lines.append(f"  run {other}: {_shown(div.b)}")
+            if div.a_compared is not None or div.b_compared is not None:
+                lines.append(f"  compared as, run {first}: {_shown(div.a_compared)}")
+                lines.append(f"  compared as, run {other}: {_shown(div.b_compared)}")
             if div.numeric is not None:
-                lines.append(f"  numbers: {div.numeric.describe()}")
+                name = f"{div.value} " if div.value else ""
+                lines.append(f"  numbers: {name}{div.numeric.describe()}")
             if div.offset is not None and div.line is None and div.key is None:
                 lines.append(f"  first differing byte at offset {div.offset}")
             more = len(self.output_differences) - 1
@@ -273,6 +314,12 @@ class VerifyReport:
                 lines.append(f"  run records of run {first} and run {other} match (same stack)")
         if self.stopped_early:
             lines.append(f"  stopped early: runs killed after {self.elapsed_s:.1f} s")
+        ignored = self.runs[0].ignored.describe() if self.runs else None
+        if ignored:
+            lines.append(f"  not compared (run 1): {ignored}")
+            lines.append(
+                "  (--no-default-ignore compares stdout as written; --ignore REGEX leaves out more)"
+            )
         return lines
 
 

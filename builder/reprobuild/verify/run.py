@@ -22,12 +22,14 @@ from reprobuild.compare import Divergence, StreamComparator
 from reprobuild.errors import OutputError, RunFailedError, VerifyError, VerifyUsageError
 from reprobuild.manifest import MANIFEST_LABEL
 from reprobuild.runrecords import RunRecords, compare_run_records, read_run_dir
+from reprobuild.terminal import TerminalLines
 from reprobuild.verify.launchers import _DockerLauncher, _Launcher, _LocalLauncher
 from reprobuild.verify.outputs import UnsafeOutputError, collect_outputs, compare_outputs
 from reprobuild.verify.report import (
     Failure,
     FileDigest,
     RunReport,
+    StdoutCompare,
     VerifyReport,
     VerifyResult,
     _unused,
@@ -37,6 +39,7 @@ from reprobuild.verify.report import (
 )
 from reprobuild.verify.spec import VerifySpec
 from reprobuild.verify.watcher import _RunState, _Watch, _watch
+from reprobuild.volatile import Masker
 
 if TYPE_CHECKING:
     # Imported where containers are run: --local must work without the Docker SDK (GPU hosts
@@ -185,6 +188,7 @@ def _run_all(
     started_at: _dt.datetime,
     log: Log,
 ) -> VerifyReport:
+    rules = spec.stdout_rules()
     work = _workdir(keep)
     states: list[_RunState] = []
     t0 = time.monotonic()
@@ -196,7 +200,17 @@ def _run_all(
             out_dir.mkdir(parents=True)
             record_dir.mkdir(parents=True)
             handle = launcher.start(index, out_dir, record_dir)
-            states.append(_RunState(index, handle, out_dir, record_dir, time.monotonic()))
+            states.append(
+                _RunState(
+                    index,
+                    handle,
+                    out_dir,
+                    record_dir,
+                    time.monotonic(),
+                    terminal=TerminalLines(fold=spec.default_ignore),
+                    masker=Masker(rules),
+                )
+            )
         log(f"verify: {spec.runs} runs of `{shlex.join(spec.command)}` {launcher.where}")
         comparator = StreamComparator(spec.runs)
         watch = _watch(states, comparator, log)
@@ -305,6 +319,7 @@ class _Finished:
                 elapsed_s=round(((s.ended or time.monotonic()) - s.started), 3),
                 stdout_lines=self.comparator.counts[s.index],
                 stdout_sha256=s.digest.hexdigest(),
+                ignored=s.masker.ignored,
                 stderr_tail=tuple(s.stderr),
                 outputs=digests[s.index],
                 run_record=None
@@ -353,6 +368,11 @@ class _Finished:
             elapsed_s=round(elapsed, 3),
             stopped_early=self.watch.stopped_early,
             lines_compared=self.comparator.lines_compared,
+            stdout_compare=StdoutCompare(
+                fold_redraws=spec.default_ignore,
+                builtin_rules=spec.default_ignore,
+                patterns=spec.ignore,
+            ),
             runs=self._run_reports(digests),
             divergence=divergence,
             output_differences=tuple(differences),
@@ -383,5 +403,8 @@ def _declares(name: str, found: dict[str, FileDigest]) -> bool:
 def _divergence_summary(div: Divergence) -> str:
     first, other = div.runs
     if div.where == "stdout":
-        return f"stdout line {div.line} differs between run {first} and run {other}"
+        where = ", ".join(x for x in (div.epoch, div.value) if x)
+        return f"stdout line {div.line} differs between run {first} and run {other}" + (
+            f" ({where})" if where else ""
+        )
     return f"output {div.detail}"

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from reprobuild.errors import VerifyError, VerifyUsageError
+from reprobuild.volatile import PatternError, Rule, rules_for
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
 
 OUT_DIR = "/out"
@@ -88,6 +89,14 @@ class VerifySpec:
     mode: str | None = None
     gpus: GpuRequest | None = None
     network: bool = False
+    ignore: tuple[str, ...] = ()
+    """``--ignore REGEX``: more stdout fields left out of the comparison."""
+    default_ignore: bool = True
+    """Fold progress-bar redraws and leave the built-in wall-clock fields out of the
+    comparison (:mod:`reprobuild.volatile`); False: stdout is compared as written."""
+
+    def stdout_rules(self) -> tuple[Rule, ...]:
+        return rules_for(self.ignore, defaults=self.default_ignore)
 
     @property
     def local(self) -> bool:
@@ -205,6 +214,8 @@ def verify_spec_from_args(
     mode: str | None = None,
     gpus: str | None = None,
     network: bool = False,
+    ignore: Sequence[str] = (),
+    default_ignore: bool = True,
 ) -> VerifySpec:
     """Check the arguments of ``reprobuild verify`` and turn them into a :class:`VerifySpec`
     (not to be confused with :func:`reprobuild.plan.make_spec`, which plans a build)."""
@@ -220,6 +231,12 @@ def verify_spec_from_args(
     parsed_env = tuple(parse_env_option(item) for item in env)
     _check_env_overlap(parsed_env, seed, mode)
     mounts = tuple(parse_data(item) for item in data)
+    try:
+        rules_for(ignore, defaults=default_ignore)
+    except PatternError as exc:
+        raise VerifyUsageError(
+            str(exc), hint="a Python regular expression, e.g. --ignore 'lr=\\S+'"
+        ) from None
     targets = [m.container for m in mounts]
     for target in targets:
         if targets.count(target) > 1:
@@ -235,6 +252,8 @@ def verify_spec_from_args(
         mode=mode,
         gpus=None if gpus is None else parse_gpus(gpus),
         network=network,
+        ignore=tuple(ignore),
+        default_ignore=default_ignore,
     )
 
 

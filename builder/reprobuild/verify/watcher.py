@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprobuild.compare import Divergence, LineSplitter, StreamComparator
+from reprobuild.compare import Divergence, StdoutLine, StreamComparator
+from reprobuild.terminal import ShownLine, TerminalLines, printable
 from reprobuild.verify.launchers import _Run
+from reprobuild.volatile import Masker
 
 STDERR_TAIL = 20
 """Lines of each run's stderr kept for the report and for the error of a failed run."""
@@ -38,6 +40,10 @@ class _RunState:
     killed: bool = False
     error: str | None = None
     digest: Any = field(default_factory=hashlib.sha256)
+    terminal: TerminalLines = field(default_factory=TerminalLines)
+    """Bytes to the lines a reader sees (progress-bar redraws folded, unless turned off)."""
+    masker: Masker = field(default_factory=lambda: Masker(()))
+    """Each shown line to its compared form (wall-clock fields masked), counting them."""
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL))
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -46,14 +52,21 @@ Event = tuple[str, int, Any]
 
 
 def _pump_stdout(state: _RunState, events: queue.Queue[Event]) -> None:
-    splitter = LineSplitter()
+    number = 0
+
+    def put(shown: list[ShownLine]) -> None:
+        nonlocal number
+        for line in shown:
+            number += 1
+            state.masker.note_redraws(line.redraws)
+            key = state.masker.key(number, line.text)
+            events.put(("line", state.index, StdoutLine(line.text, key)))
+
     try:
         for chunk in state.handle.stdout():
             state.digest.update(chunk)
-            for line in splitter.feed(chunk):
-                events.put(("line", state.index, line))
-        for line in splitter.close():
-            events.put(("line", state.index, line))
+            put(state.terminal.feed(chunk))
+        put(state.terminal.close())
         events.put(("eof", state.index, None))
     except Exception as exc:
         events.put(("error", state.index, f"lost its stdout: {type(exc).__name__}: {exc}"))
@@ -67,13 +80,11 @@ def _pump_stdout(state: _RunState, events: queue.Queue[Event]) -> None:
 
 
 def _pump_stderr(state: _RunState) -> None:
-    splitter = LineSplitter()
+    lines = TerminalLines(fold=False, max_chars=2000)
     with contextlib.suppress(Exception):
         for chunk in state.handle.stderr():
-            for line in splitter.feed(chunk):
-                state.stderr.append(line.decode("utf-8", errors="replace")[:2000])
-    for line in splitter.close():
-        state.stderr.append(line.decode("utf-8", errors="replace")[:2000])
+            state.stderr.extend(printable(line.text) for line in lines.feed(chunk))
+    state.stderr.extend(printable(line.text) for line in lines.close())
 
 
 @dataclass
@@ -117,9 +128,9 @@ class _Watcher:
             return None
         return max(0.0, self.stop_deadline - time.monotonic())
 
-    def on_line(self, index: int, value: bytes) -> None:
+    def on_line(self, index: int, value: StdoutLine) -> None:
         if index == 0:
-            self.log(f"[1] {value.decode('utf-8', errors='replace')}")
+            self.log(f"[1] {printable(value.shown)}")
         if self.stopping:
             return
         found = self.comparator.feed(index, value)
