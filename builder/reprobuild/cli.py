@@ -674,7 +674,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_empty(args)
         return COMMANDS[args.command](args)
     except BuildError as exc:
-        if exc.log_tail and getattr(args, "quiet", False):
+        # The build log was not streamed (-q, or --json keeping stderr for errors): its tail
+        # says why the build failed.
+        if exc.log_tail and (getattr(args, "quiet", False) or getattr(args, "json", False)):
             _err(exc.log_tail)
         _err(f"error: {exc.message}")
         if exc.hint:
