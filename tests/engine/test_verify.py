@@ -100,11 +100,11 @@ def test_json_flag_prints_the_report(image: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("script", "line", "prefix"),
-    [("clock.py", 3, "step 2 at "), ("urandom.py", 2, "token ")],
+    ("script", "line", "prefix", "where"),
+    [("clock.py", 3, "step 2 at ", ""), ("urandom.py", 2, "token ", " (token)")],
 )
 def test_divergent_line_is_reported_with_both_values(
-    image: str, tmp_path: Path, script: str, line: int, prefix: str
+    image: str, tmp_path: Path, script: str, line: int, prefix: str, where: str
 ) -> None:
     code, out, err, report = verify(tmp_path, image, "--", "python", script)
     assert code == 1, err
@@ -121,7 +121,8 @@ def test_divergent_line_is_reported_with_both_values(
         assert numeric["ulps"] is None  # integers: exact
         assert numeric["abs_diff"] == abs(int(numeric["a"]) - int(numeric["b"]))
     lines = out.splitlines()
-    assert lines[0] == f"diverged: stdout line {line} differs between run 1 and run 2"
+    # the value's name when one stands before it ("at" does not name anything)
+    assert lines[0] == f"diverged: stdout line {line} differs between run 1 and run 2{where}"
     assert lines[1] == f"  run 1: {div['a']!r}"
     assert lines[2] == f"  run 2: {div['b']!r}"
     assert lines[3].startswith(f"  numbers: {numeric['a']} vs {numeric['b']}, abs ")
@@ -293,4 +294,6 @@ def test_regression_example_reproduces_and_fails_without_the_runtime(  # type: i
     assert div["where"] == "stdout" and div["line"] == 1
     assert div["a"].startswith("epoch  1 loss ") and div["numeric"]["abs_diff"] > 0
     assert report["stopped_early"] is True
-    assert out.splitlines()[0] == "diverged: stdout line 1 differs between run 1 and run 2"
+    assert out.splitlines()[0] == (
+        "diverged: stdout line 1 differs between run 1 and run 2 (epoch 1, loss)"
+    )
