@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 """The runtime's version: reprobuild's (a unit test keeps them equal). RNG states saved by
 another version are refused (:mod:`~reprobuild_entrypoint.rngstate`)."""
 
-__all__ = ["capture_rng_state", "restore_rng_state", "RngStateError", "__version__"]
+__all__ = ["RngStateError", "__version__", "capture_rng_state", "restore_rng_state"]
 
 
 def __getattr__(name: str) -> object:

@@ -38,6 +38,8 @@ object. If applying still fails half-way, what was applied is put back.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 import pickle
@@ -135,9 +137,7 @@ def _capture_numpy(np: Any) -> dict[str, Any]:
     frameworks = sys.modules.get("reprobuild_entrypoint.frameworks")
     if frameworks is not None and getattr(np.random.default_rng, "__reprobuild__", False):
         out["default_rng_calls"] = frameworks.DEFAULT_RNG["calls"]
-        out["generators"] = [
-            g.bit_generator.state for g in frameworks.DEFAULT_RNG["generators"]
-        ]
+        out["generators"] = [g.bit_generator.state for g in frameworks.DEFAULT_RNG["generators"]]
     return out
 
 
@@ -158,9 +158,19 @@ def _capture_torch(torch: Any, loaders: list[Any]) -> dict[str, Any]:
     return {"cpu": _tensor_bytes(torch.get_rng_state()), "cuda": cuda, "loaders": generators}
 
 
+def _tf_internals() -> tuple[Any, Any]:
+    """TensorFlow's eager context (its op-seed stream) and the module of ``tf.random``'s
+    global generator: not public API, checked on TF 2.21."""
+    import importlib
+
+    return (
+        importlib.import_module("tensorflow.python.eager.context"),
+        importlib.import_module("tensorflow.python.ops.stateful_random_ops"),
+    )
+
+
 def _capture_tensorflow() -> dict[str, Any]:
-    from tensorflow.python.eager import context  # type: ignore[import-not-found]
-    from tensorflow.python.ops import stateful_random_ops  # type: ignore[import-not-found]
+    context, stateful_random_ops = _tf_internals()
 
     ctx = context.context()
     rng = getattr(ctx, "_rng", None)
@@ -199,9 +209,8 @@ def _capture_keras(models: list[Any]) -> dict[str, Any]:
 
 
 def _keras_value(variable: Any) -> list[int]:
-    import numpy as np
-
-    return [int(x) for x in np.asarray(variable.numpy()).ravel()]
+    """A seed generator's state (2 integers) as plain ints: Keras 3 always has NumPy loaded."""
+    return [int(x) for x in sys.modules["numpy"].asarray(variable.numpy()).ravel()]
 
 
 # ------------------------------------------------------------------------------- restore
@@ -227,10 +236,8 @@ def restore_rng_state(
             step()
     except Exception as exc:
         for step in backup:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the first error is reported
                 step()
-            except Exception:  # pragma: no cover - best effort, the first error is reported
-                pass
         raise RngStateError(
             f"restoring the RNG state failed ({type(exc).__name__}: {exc}); "
             "the state before the call was put back"
@@ -259,7 +266,7 @@ def _validated(state: Any) -> dict[str, Any]:
             "was truncated or altered"
         )
     try:
-        payload = pickle.loads(blob)  # noqa: S301 - checked against the sha256 beside it
+        payload = pickle.loads(blob)  # checked against the sha256 beside it first
     except Exception as exc:
         raise RngStateError(f"RNG state payload cannot be read: {exc}") from exc
     if not isinstance(payload, dict):
@@ -363,14 +370,13 @@ def _plan_torch(saved: dict[str, Any], loaders: list[Any], backup: bool) -> list
                 "which this call was not given"
             )
         state = tensor(raw)
-        steps.append(lambda g=generator, s=state: g.set_state(s))
+        steps.append(functools.partial(generator.set_state, state))
     return steps
 
 
 def _plan_tensorflow(saved: dict[str, Any]) -> list[Any]:
     _module("tensorflow")
-    from tensorflow.python.eager import context
-    from tensorflow.python.ops import stateful_random_ops
+    context, stateful_random_ops = _tf_internals()
 
     ctx = context.context()
     steps = []
@@ -383,7 +389,7 @@ def _plan_tensorflow(saved: dict[str, Any]) -> list[Any]:
 
         steps.append(op_seeds)
     if saved["global_generator"] is not None:
-        algorithm, values = saved["global_generator"]
+        _algorithm, values = saved["global_generator"]
 
         def generator() -> None:
             live = stateful_random_ops.get_global_generator()
@@ -414,6 +420,6 @@ def _plan_keras(saved: dict[str, Any], models: list[Any], backup: bool) -> list[
         )
     for path, value in wanted.items():
         if path in live:
-            steps.append(lambda v=live[path], x=value: v.assign(x))
+            steps.append(functools.partial(live[path].assign, value))
     del global_state
     return steps
