@@ -301,6 +301,12 @@ def _verify_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=_int, metavar="N", help="REPRO_SEED for every run")
     parser.add_argument(
+        "--trial",
+        type=_int,
+        metavar="K",
+        help="REPRO_TRIAL for every run: trial K of the seed, whose run seed is derived from both",
+    )
+    parser.add_argument(
         "--mode", choices=MODES, help="REPRO_DETERMINISM for every run (off: the control)"
     )
     parser.add_argument(
@@ -569,6 +575,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         data=args.data,
         env=args.env,
         seed=args.seed,
+        trial=args.trial,
         mode=args.mode,
         gpus=args.gpus,
         network=args.network,

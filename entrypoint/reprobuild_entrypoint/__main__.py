@@ -134,6 +134,8 @@ def summary(
         parts = [f"mode off: determinism not configured, {len(env_plan.remove)} variables removed"]
     else:
         seed = f"seed {settings.seed}"
+        if settings.trial is not None:
+            seed += f" (trial {settings.trial} of seed {settings.experiment_seed})"
         if settings.rank is not None:
             seed += f" (rank {settings.rank}: seed {settings.rank_seed})"
         parts = [seed, f"mode {settings.mode}", f"threads {settings.threads}"]

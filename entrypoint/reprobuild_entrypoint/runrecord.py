@@ -175,6 +175,8 @@ def run_record(
             "mode_source": settings.mode_source,
             "seed": settings.seed,
             "seed_source": settings.seed_source,
+            "experiment_seed": settings.experiment_seed,
+            "trial": settings.trial,
             "image_seed": settings.image_seed,
             "image_mode": settings.image_mode,
             "variant": settings.variant,

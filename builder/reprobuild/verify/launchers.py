@@ -63,6 +63,8 @@ def _run_env(spec: VerifySpec) -> dict[str, str]:
     env = dict(spec.env)
     if spec.seed is not None:
         env["REPRO_SEED"] = str(spec.seed)
+    if spec.trial is not None:
+        env["REPRO_TRIAL"] = str(spec.trial)
     if spec.mode is not None:
         env["REPRO_DETERMINISM"] = spec.mode
     return env
