@@ -84,6 +84,17 @@ def capture_rng_state(
         )
     if epochs_done is not None and (not isinstance(epochs_done, int) or epochs_done < 0):
         raise RngStateError(f"epochs_done={epochs_done!r} is not a count of epochs")
+    blob = pickle.dumps(_payload(epochs_done, list(models), list(loaders)), protocol=4)
+    return {
+        "kind": KIND,
+        "format": FORMAT_VERSION,
+        "runtime_version": __version__,
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "payload": blob,
+    }
+
+
+def _payload(epochs_done: int | None, models: list[Any], loaders: list[Any]) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "position": {"epochs_done": epochs_done, "batches_done": 0},
         "world": _world(),
@@ -93,19 +104,12 @@ def capture_rng_state(
     if "numpy" in sys.modules:
         payload["numpy"] = _capture_numpy(sys.modules["numpy"])
     if "torch" in sys.modules:
-        payload["torch"] = _capture_torch(sys.modules["torch"], list(loaders))
+        payload["torch"] = _capture_torch(sys.modules["torch"], loaders)
     if "tensorflow" in sys.modules:
         payload["tensorflow"] = _capture_tensorflow()
     if "keras" in sys.modules:
-        payload["keras"] = _capture_keras(list(models))
-    blob = pickle.dumps(payload, protocol=4)
-    return {
-        "kind": KIND,
-        "format": FORMAT_VERSION,
-        "runtime_version": __version__,
-        "sha256": hashlib.sha256(blob).hexdigest(),
-        "payload": blob,
-    }
+        payload["keras"] = _capture_keras(models)
+    return payload
 
 
 def _world() -> dict[str, int]:
@@ -225,12 +229,7 @@ def restore_rng_state(
     models, loaders = list(models), list(loaders)
     payload = _validated(state)
     plan = _plan(payload, models, loaders)
-    backup = _plan(
-        pickle.loads(capture_rng_state(models=models, loaders=loaders)["payload"]),
-        models,
-        loaders,
-        backup=True,
-    )
+    backup = _plan(_payload(None, models, loaders), models, loaders, backup=True)
     try:
         for step in plan:
             step()
