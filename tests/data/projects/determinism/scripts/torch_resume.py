@@ -25,7 +25,9 @@ from torch.utils.data import DataLoader, Dataset
 from reprobuild_entrypoint import capture_rng_state, restore_rng_state
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--resume", action="store_true")
+parser.add_argument(
+    "--resume", action="store_true", default=os.environ.get("REPRO_RESUME") == "1"
+)  # verify --resume-at
 parser.add_argument("--no-rng", action="store_true")
 parser.add_argument("--epochs", type=int, default=4)
 parser.add_argument("--slow", type=float, default=0.0)
