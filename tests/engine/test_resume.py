@@ -89,3 +89,25 @@ def test_stopped_and_resumed_run_ends_as_the_straight_run(
 
     control = finish(start(docker_client, determinism_image, script, out, "--resume", "--no-rng"))
     assert final_loss(control) != straight, "resuming without the RNG state must differ"
+
+
+def test_verify_resume_at_in_containers(determinism_image: str, tmp_path: Path) -> None:
+    """``reprobuild verify IMAGE --resume-at 2``: identical with the RNG state restored,
+    diverged without it (the control)."""
+    from helpers import run_cli
+
+    def verify(*extra: str) -> tuple[int, dict[str, object]]:
+        report = tmp_path / f"report{len(extra)}.json"
+        proc = run_cli(
+            "verify", determinism_image, "-q", "--resume-at", str(STOP_AFTER),
+            "--report", str(report), "-e", "REPRO_QUIET=1",
+            "--", "python", "scripts/torch_resume.py", "--slow", "3", *extra,
+            cwd=tmp_path,
+            timeout=900,
+        )  # fmt: skip
+        return proc.returncode, json.loads(report.read_text())
+
+    code, report = verify()
+    assert (code, report["result"]) == (0, "identical"), report
+    code, report = verify("--no-rng")
+    assert (code, report["result"]) == (1, "diverged"), report
