@@ -19,7 +19,10 @@ from reprobuild.builders import BUILDERS
 from reprobuild_entrypoint.settings import MODES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from reprobuild.render import RenderSpec
+    from reprobuild.verify.spec import VerifySpec
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -301,6 +304,19 @@ def _verify_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=_int, metavar="N", help="REPRO_SEED for every run")
     parser.add_argument(
+        "--resume-at",
+        type=_int,
+        metavar="K",
+        help="check resuming: a straight run, one stopped by SIGTERM after epoch K and resumed "
+        "from its output directory with REPRO_RESUME=1; their final outputs must match",
+    )
+    parser.add_argument(
+        "--trial",
+        type=_int,
+        metavar="K",
+        help="REPRO_TRIAL for every run: trial K of the seed, whose run seed is derived from both",
+    )
+    parser.add_argument(
         "--mode", choices=MODES, help="REPRO_DETERMINISM for every run (off: the control)"
     )
     parser.add_argument(
@@ -556,6 +572,32 @@ def cmd_bases(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_resume(spec: VerifySpec, args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """``verify --resume-at K``: straight, stopped after epoch K, resumed (verify/resume.py)."""
+    import datetime as _dt
+    import json
+    import shutil
+    import tempfile
+
+    from reprobuild.verify.resume import verify_resume
+
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = args.report or Path(".reprobuild/verify") / f"reprobuild-verify-resume-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="reprobuild-resume-"))
+    try:
+        report = verify_resume(spec, args.resume_at, report_path=path, work=work, log=log)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(report["summary"])
+    _err(f"report: {path}")
+    return 0 if report["result"] == "identical" else EXIT_ERROR
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from reprobuild.errors import RunFailedError
     from reprobuild.verify import verify, verify_spec_from_args
@@ -569,6 +611,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         data=args.data,
         env=args.env,
         seed=args.seed,
+        trial=args.trial,
         mode=args.mode,
         gpus=args.gpus,
         network=args.network,
@@ -576,6 +619,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         default_ignore=args.default_ignore,
     )
     log = (lambda _: None) if args.quiet or args.json else _err
+    if args.resume_at is not None:
+        return _verify_resume(spec, args, log)
     try:
         result = verify(spec, report_path=args.report, keep=args.keep, log=log)
     except RunFailedError as exc:

@@ -213,6 +213,7 @@ def _env(spec: ComposeSpec) -> tuple[tuple[str, str], ...]:
     return (
         ("REPRO_SEED", f"${{REPRO_SEED:-{seed}}}"),
         ("REPRO_DETERMINISM", f"${{REPRO_DETERMINISM:-{mode}}}"),
+        ("REPRO_TRIAL", "${REPRO_TRIAL:-}"),  # trial k of the seed; empty: no trial
         ("REPRO_RUN_DIR", RECORD_DIR),
         ("REPRO_OUTPUT_DIR", OUT_DIR),
     )
@@ -292,7 +293,8 @@ def _header(spec: ComposeSpec) -> tuple[str, ...]:
         "  runs/<service>/  run records ($REPRO_RUN_DIR)",
         "  out/<service>/   outputs ($REPRO_OUTPUT_DIR)",
         "The one-shot `prepare` service makes runs/ and out/ writable for the image's user",
-        "(uid 10001). REPRO_SEED and REPRO_DETERMINISM from the shell override the defaults.",
+        "(uid 10001). REPRO_SEED, REPRO_DETERMINISM and REPRO_TRIAL from the shell override "
+        "the defaults.",
     )
 
 

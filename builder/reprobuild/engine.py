@@ -95,6 +95,11 @@ class StreamingContainer:
         with contextlib.suppress(docker.errors.DockerException):
             self._container.kill()
 
+    def terminate(self) -> None:
+        """SIGTERM, as ``docker stop`` sends first (``verify --resume-at``)."""
+        with contextlib.suppress(docker.errors.DockerException):
+            self._container.kill(signal="SIGTERM")
+
     def oom_killed(self) -> bool | None:
         """The engine's word (State.OOMKilled) on whether the kernel killed it for memory;
         None when the engine cannot say."""

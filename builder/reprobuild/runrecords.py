@@ -129,6 +129,8 @@ def read_run_dir(record_dir: Path) -> RunRecords:
         if "-frameworks-" in name:
             if len(frameworks) < MAX_RECORD_FILES:
                 frameworks.append(load_record(record_dir / name))
+        elif name.endswith("-exit.json"):  # how the run ended (init only); sorts first
+            continue
         elif run_record is None:
             run_record = load_record(record_dir / name)
     return RunRecords(run_record, tuple(frameworks))

@@ -134,6 +134,8 @@ def summary(
         parts = [f"mode off: determinism not configured, {len(env_plan.remove)} variables removed"]
     else:
         seed = f"seed {settings.seed}"
+        if settings.trial is not None:
+            seed += f" (trial {settings.trial} of seed {settings.experiment_seed})"
         if settings.rank is not None:
             seed += f" (rank {settings.rank}: seed {settings.rank_seed})"
         parts = [seed, f"mode {settings.mode}", f"threads {settings.threads}"]
@@ -218,10 +220,24 @@ def main(argv: Sequence[str]) -> int:
         sys.stderr.write(summary(settings, env_plan, record_path, init, gpu.summary()) + "\n")
     sys.stderr.flush()
     if init:
-        from reprobuild_entrypoint.initproc import supervise
+        from reprobuild_entrypoint import initproc
 
-        return supervise(command)
+        status = initproc.supervise(command)
+        if record_path is not None:
+            _write_exit_record(record_path.parent, run_id, status, initproc.RECEIVED)
+        return status
     return exec_command(command)
+
+
+def _write_exit_record(run_dir: Path, run_id: str, status: int, signals: Sequence[int]) -> None:
+    """``run-<id>-exit.json``; a failure to write it never changes the run's status."""
+    try:
+        jsonfile.write_atomic(
+            runrecord.exit_record_path(run_dir, run_id),
+            runrecord.exit_record(run_id, status, signals),
+        )
+    except OSError as exc:
+        sys.stderr.write(f"reprobuild: cannot write the exit record: {exc.strerror or exc}\n")
 
 
 def entrypoint() -> None:

@@ -29,6 +29,13 @@ RECORD: dict[str, dict[str, Any]] = {}
 ERRORS: list[str] = []
 """One line per framework that could not be configured (warn mode goes on after them)."""
 
+DEFAULT_RNG: dict[str, Any] = {"calls": 0, "generators": []}
+"""State of the unseeded ``np.random.default_rng()`` replacement, for
+:mod:`~reprobuild_entrypoint.rngstate`: the call counter, and the first
+:data:`KEPT_GENERATORS` Generators it made (NumPy Generators take no weak references, so
+they are held; later ones are reproducible from the counter but their states are not kept)."""
+KEPT_GENERATORS = 64
+
 
 class DeterminismError(RuntimeError):
     """Strict mode could not put a framework into deterministic mode."""
@@ -88,16 +95,20 @@ def _derive_unseeded_default_rng(np: ModuleType) -> str:
         return "unchanged"
     import hashlib
 
-    calls = [0]
+    state = DEFAULT_RNG
 
     def default_rng(seed: Any = None) -> Any:
         if seed is None:
             _, keys, pos, *_ = np.random.get_state(legacy=True)
             digest = hashlib.blake2b(digest_size=16)
             digest.update(keys.tobytes())
-            digest.update(f"{pos}:{calls[0]}".encode())
-            calls[0] += 1
+            digest.update(f"{pos}:{state['calls']}".encode())
+            state["calls"] += 1
             seed = np.random.SeedSequence(int.from_bytes(digest.digest(), "little"))
+            generator = original(seed)
+            if len(state["generators"]) < KEPT_GENERATORS:
+                state["generators"].append(generator)
+            return generator
         return original(seed)
 
     default_rng.__doc__ = original.__doc__

@@ -38,6 +38,8 @@ FORWARDED = (
     signal.SIGUSR2,
 )
 _PR_SET_CHILD_SUBREAPER = 36
+RECEIVED: list[int] = []
+"""The signals forwarded to the command, in order (for the run's exit record)."""
 
 
 def exit_status(wait_status: int) -> int:
@@ -88,6 +90,7 @@ def _take_terminal() -> None:
 
 def _forwarder(child: int) -> Callable[[int, FrameType | None], None]:
     def forward(signum: int, _frame: FrameType | None) -> None:
+        RECEIVED.append(signum)
         try:
             os.killpg(child, signum)
         except OSError:  # the group is gone, or not made yet: the child itself

@@ -4,6 +4,8 @@ process configured (written by ``_startup`` at exit), as schema-versioned JSON d
 Files in ``$REPRO_RUN_DIR``, one run id per entrypoint start:
 
 - ``run-<run id>.json``: this module's :func:`run_record`;
+- ``run-<run id>-exit.json``: :func:`exit_record`, how the command ended (written only when
+  the entrypoint runs as init, PID 1: otherwise it ``exec``s the command and is gone);
 - ``run-<run id>-frameworks-<host>-<pid>.json``: :func:`framework_record`, one per Python
   process that configured a framework (frameworks are only known inside the program).
 
@@ -173,6 +175,8 @@ def run_record(
             "mode_source": settings.mode_source,
             "seed": settings.seed,
             "seed_source": settings.seed_source,
+            "experiment_seed": settings.experiment_seed,
+            "trial": settings.trial,
             "image_seed": settings.image_seed,
             "image_mode": settings.image_mode,
             "variant": settings.variant,
@@ -201,6 +205,31 @@ def run_record(
         "image": manifest,
         "gpu_check": gpu_check,
         "framework_records": f"run-{run_id}-frameworks-*.json",
+    }
+
+
+def exit_record_path(run_dir: str | os.PathLike[str], run_id: str) -> Path:
+    return Path(run_dir) / f"run-{run_id}-exit.json"
+
+
+def exit_record(run_id: str, status: int, signals: Sequence[int]) -> dict[str, Any]:
+    """How the run ended, written by the entrypoint as init when the command exits: its exit
+    status, the signals it was sent (``docker stop``: SIGTERM), and ``ended_by``: ``"signal"``
+    when a signal came (the program may have handled it and exited 0: a preempted run that
+    saved its checkpoint), else ``"exit"``."""
+    import signal as _signal
+
+    names = [_signal.Signals(n).name for n in signals]
+    killed_by = _signal.Signals(status - 128).name if 128 < status < 160 else None
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "reprobuild.run_exit",
+        "run_id": run_id,
+        "ended": timestamp(utc_now()),
+        "exit_status": status,
+        "ended_by": "signal" if names or killed_by else "exit",
+        "signals_received": names,
+        "killed_by": killed_by,
     }
 
 

@@ -5,6 +5,8 @@ Precedence, per setting:
 - seed: ``REPRO_SEED`` (run time) > ``REPROBUILD_IMAGE_SEED`` (baked by the build) > 0
 - mode: ``REPRO_DETERMINISM`` > ``REPROBUILD_IMAGE_DETERMINISM`` > ``strict``
 - threads: ``REPRO_THREADS`` > :data:`DEFAULT_THREADS`
+- trial: ``REPRO_TRIAL=k`` makes the seed above the experiment seed and derives the run seed
+  from both (:mod:`~reprobuild_entrypoint.trials`)
 
 An empty value counts as unset (``docker run -e REPRO_SEED=`` passes one). Any other value
 that does not parse is a :class:`SettingsError`, never a silent fallback: a run that asked for
@@ -47,6 +49,7 @@ class Settings:
     """The resolved settings of one run (or one rank of it)."""
 
     __slots__ = (
+        "experiment_seed",
         "image_mode",
         "image_seed",
         "local_rank",
@@ -57,6 +60,7 @@ class Settings:
         "seed_source",
         "threads",
         "threads_source",
+        "trial",
         "variant",
         "world_size",
     )
@@ -76,6 +80,8 @@ class Settings:
         rank: int | None = None,
         local_rank: int | None = None,
         world_size: int | None = None,
+        experiment_seed: int | None = None,
+        trial: int | None = None,
     ) -> None:
         self.seed = seed
         self.seed_source = seed_source
@@ -89,6 +95,8 @@ class Settings:
         self.rank = rank
         self.local_rank = local_rank
         self.world_size = world_size
+        self.experiment_seed = experiment_seed
+        self.trial = trial
 
     @property
     def rank_seed(self) -> int:
@@ -198,6 +206,20 @@ def from_environ(environ: "Mapping[str, str]") -> Settings:
     else:
         seed, seed_source = 0, "default"
 
+    experiment_seed = trial = None
+    trial_text = _value(environ, "REPRO_TRIAL")
+    if trial_text is not None:
+        trial = _whole_number(trial_text)
+        if trial is None or trial > SEED_MAX:
+            raise SettingsError(
+                f"REPRO_TRIAL={trial_text!r} is not a trial number: use a whole number from 0 "
+                f"to {SEED_MAX}"
+            )
+        from reprobuild_entrypoint.trials import trial_seed
+
+        experiment_seed, seed = seed, trial_seed(seed, trial)
+        seed_source = f"REPRO_TRIAL of {seed_source}"
+
     mode_text = _value(environ, "REPRO_DETERMINISM")
     if mode_text is not None:
         mode, mode_source = parse_mode("REPRO_DETERMINISM", mode_text), "REPRO_DETERMINISM"
@@ -225,4 +247,6 @@ def from_environ(environ: "Mapping[str, str]") -> Settings:
         rank=_launcher_int(environ, "RANK"),
         local_rank=_launcher_int(environ, "LOCAL_RANK"),
         world_size=_launcher_int(environ, "WORLD_SIZE"),
+        experiment_seed=experiment_seed,
+        trial=trial,
     )

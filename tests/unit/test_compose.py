@@ -93,6 +93,7 @@ def test_cpu_document_has_train_and_two_verify_runs() -> None:
     assert train["environment"] == {
         "REPRO_SEED": "${REPRO_SEED:-7}",
         "REPRO_DETERMINISM": "${REPRO_DETERMINISM:-warn}",
+        "REPRO_TRIAL": "${REPRO_TRIAL:-}",
         "REPRO_RUN_DIR": "/reprobuild-run",
         "REPRO_OUTPUT_DIR": "/out",
     }

@@ -39,6 +39,10 @@ class _Run(Protocol):
 
     def kill(self) -> None: ...
 
+    def terminate(self) -> None:
+        """SIGTERM, as ``docker stop`` sends first (``verify --resume-at``)."""
+        ...
+
     def oom_killed(self) -> bool | None:
         """Whether the run was killed for lack of memory; None when that cannot be known."""
         ...
@@ -63,6 +67,8 @@ def _run_env(spec: VerifySpec) -> dict[str, str]:
     env = dict(spec.env)
     if spec.seed is not None:
         env["REPRO_SEED"] = str(spec.seed)
+    if spec.trial is not None:
+        env["REPRO_TRIAL"] = str(spec.trial)
     if spec.mode is not None:
         env["REPRO_DETERMINISM"] = spec.mode
     return env
@@ -182,9 +188,16 @@ class _ProcessRun:
         return -1 if self._status is None else self._status
 
     def kill(self) -> None:
+        self._signal_group(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        """SIGTERM to the run's group, as the entrypoint as init forwards ``docker stop``."""
+        self._signal_group(signal.SIGTERM)
+
+    def _signal_group(self, signum: int) -> None:
         if self._proc.returncode is None:  # not reaped: the group is still this run's
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
+                os.killpg(self._proc.pid, signum)
 
     def oom_killed(self) -> bool | None:
         return None  # a host process: the kernel's OOM killer leaves no mark to read here

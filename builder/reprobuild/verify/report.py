@@ -193,6 +193,8 @@ class VerifyReport:
     """Every differing output file, for every run against run 1."""
     failure: Failure | None = None
     builder_version: str = __version__
+    trial: int | None = None
+    """``--trial`` (the run seed is derived from it and the seed: see the run records)."""
     schema_version: int = SCHEMA_VERSION
     kind: str = REPORT_KIND
 
@@ -217,6 +219,7 @@ class VerifyReport:
             "local": self.local,
             "runs_requested": self.runs_requested,
             "seed": self.seed,
+            "trial": self.trial,
             "mode": self.mode,
             "outputs": list(self.outputs),
             "data": [m.to_dict() for m in self.data],
@@ -257,6 +260,7 @@ class VerifyReport:
                 image_id=data.get("image_id"),
                 runs_requested=int(data["runs_requested"]),
                 seed=data.get("seed"),
+                trial=data.get("trial"),
                 mode=data.get("mode"),
                 outputs=tuple(data.get("outputs") or ()),
                 data=tuple(DataMount.from_dict(m) for m in data.get("data") or ()),

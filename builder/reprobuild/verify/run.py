@@ -358,6 +358,7 @@ class _Finished:
             image_id=self.image_id,
             runs_requested=spec.runs,
             seed=spec.seed,
+            trial=spec.trial,
             mode=spec.mode,
             outputs=spec.outputs,
             data=spec.data,

@@ -88,6 +88,9 @@ class VerifySpec:
     seed: int | None = None
     mode: str | None = None
     gpus: GpuRequest | None = None
+    trial: int | None = None
+    """``--trial K``: ``REPRO_TRIAL`` (trial K of the experiment seed, ``--seed`` or the
+    image's; see ``reprobuild_entrypoint.trials``)."""
     network: bool = False
     ignore: tuple[str, ...] = ()
     """``--ignore REGEX``: more stdout fields left out of the comparison."""
@@ -216,11 +219,14 @@ def verify_spec_from_args(
     network: bool = False,
     ignore: Sequence[str] = (),
     default_ignore: bool = True,
+    trial: int | None = None,
 ) -> VerifySpec:
     """Check the arguments of ``reprobuild verify`` and turn them into a :class:`VerifySpec`
     (not to be confused with :func:`reprobuild.plan.make_spec`, which plans a build)."""
     _check_target(image, command, local)
     _check_settings(runs, seed, mode)
+    if trial is not None and not 0 <= trial <= SEED_MAX:
+        raise VerifyUsageError(f"--trial {trial}: use a whole number from 0 to {SEED_MAX}")
     if local and data:
         raise VerifyUsageError(
             "--data mounts host paths into containers; --local runs on the host",
@@ -229,7 +235,7 @@ def verify_spec_from_args(
     if local and network:
         raise VerifyUsageError("--network applies to containers; --local runs on the host")
     parsed_env = tuple(parse_env_option(item) for item in env)
-    _check_env_overlap(parsed_env, seed, mode)
+    _check_env_overlap(parsed_env, seed, mode, trial)
     mounts = tuple(parse_data(item) for item in data)
     try:
         rules_for(ignore, defaults=default_ignore)
@@ -254,6 +260,7 @@ def verify_spec_from_args(
         network=network,
         ignore=tuple(ignore),
         default_ignore=default_ignore,
+        trial=trial,
     )
 
 
@@ -288,12 +295,16 @@ def _check_settings(runs: int, seed: int | None, mode: str | None) -> None:
 
 
 def _check_env_overlap(
-    parsed_env: tuple[tuple[str, str], ...], seed: int | None, mode: str | None
+    parsed_env: tuple[tuple[str, str], ...],
+    seed: int | None,
+    mode: str | None,
+    trial: int | None = None,
 ) -> None:
     names = [name for name, _ in parsed_env]
     for name, flag, given in (
         ("REPRO_SEED", "--seed", seed),
         ("REPRO_DETERMINISM", "--mode", mode),
+        ("REPRO_TRIAL", "--trial", trial),
     ):
         if given is not None and name in names:
             raise VerifyUsageError(f"-e {name} and {flag} both given", hint=f"use {flag} only")
