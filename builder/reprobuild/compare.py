@@ -349,7 +349,8 @@ class StdoutLine:
 
 _EPOCH = re.compile(r"(?i)(?<![\w])epoch\s*[:#=]?\s*(\d+)(?!\d)")
 _NOT_NAMES = frozenset(
-    "a an and are after at before by for from in is of on or the to took was were with".split()
+    {"a", "an", "and", "are", "after", "at", "before", "by", "for", "from", "in", "is"}
+    | {"of", "on", "or", "the", "to", "took", "was", "were", "with"}
 )
 """Words that stand before a number without naming it (``step 2 at 1700000000.25``)."""
 _VALUE_NAME = re.compile(r"([A-Za-z_][\w.]*)\s*[:=]?\s*$")

@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import io
 import os
 import pickle
 import random
@@ -244,6 +245,19 @@ def restore_rng_state(
     return dict(payload["position"])
 
 
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles plain data only: the payload holds ints, floats, strings, bytes, tuples, lists
+    and dicts, and never needs a class. A payload naming any class or function is refused
+    before it is looked up, so a crafted checkpoint cannot run code here (the sha256 beside
+    the payload proves only that it was not damaged: whoever made it can compute it too)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise RngStateError(
+            f"RNG state payload names {module}.{name}: a state holds plain data only, "
+            "so this one was not written by capture_rng_state()"
+        )
+
+
 def _validated(state: Any) -> dict[str, Any]:
     if not isinstance(state, Mapping) or state.get("kind") != KIND:
         what = type(state).__name__
@@ -265,11 +279,15 @@ def _validated(state: Any) -> dict[str, Any]:
             "was truncated or altered"
         )
     try:
-        payload = pickle.loads(blob)  # checked against the sha256 beside it first
+        payload = _PlainUnpickler(io.BytesIO(blob)).load()
+    except RngStateError:
+        raise
     except Exception as exc:
         raise RngStateError(f"RNG state payload cannot be read: {exc}") from exc
-    if not isinstance(payload, dict):
-        raise RngStateError("RNG state payload is not a dict")
+    if not isinstance(payload, dict) or not all(
+        isinstance(payload.get(key), dict) for key in ("versions", "world", "position")
+    ):
+        raise RngStateError("RNG state payload is not one that capture_rng_state() writes")
     here = _versions()
     for name, saved in payload["versions"].items():
         if name == "python" or name not in here:

@@ -78,6 +78,17 @@ results["other_torch"] = refused(repacked(lambda p: p["versions"].update(torch="
 results["other_world"] = refused(repacked(lambda p: p["world"].update(world_size=4, rank=1)))
 results["bad_numpy_key"] = refused(repacked(lambda p: p["numpy"].update(
     legacy=(p["numpy"]["legacy"][0], p["numpy"]["legacy"][1][:100], *p["numpy"]["legacy"][2:]))))
+# a crafted payload that would run code when unpickled, with a matching sha256
+class Boom:
+    def __reduce__(self):
+        return (os.system, ("touch " + os.environ["BOOM_MARKER"],))
+evil = pickle.dumps({"versions": {}, "world": {}, "position": {}, "x": Boom()}, protocol=4)
+import hashlib as _h
+evil_state = {**state, "payload": evil, "sha256": _h.sha256(evil).hexdigest()}
+results["code_in_payload"] = refused(evil_state)
+results["code_ran"] = os.path.exists(os.environ["BOOM_MARKER"])
+odd = pickle.dumps([1, 2], protocol=4)
+results["odd_payload"] = refused({**state, "payload": odd, "sha256": _h.sha256(odd).hexdigest()})
 try:
     capture_rng_state(epochs_done=1, batches_done=5)
     results["mid_epoch"] = None
@@ -116,8 +127,19 @@ def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def results(site_dir: Path) -> dict[str, Any]:
-    data: dict[str, Any] = output(run(site_dir, PROGRAM, container_env()))
+    marker = site_dir / "boom-marker"
+    env = {**container_env(), "BOOM_MARKER": str(marker)}
+    data: dict[str, Any] = output(run(site_dir, PROGRAM, env))
     return data
+
+
+def test_a_payload_that_names_code_is_refused_before_it_runs(results: dict[str, Any]) -> None:
+    bad = results["code_in_payload"]
+    assert bad["message"].startswith("RNG state payload names posix.system")
+    assert bad["unchanged"] and results["code_ran"] is False
+    odd = results["odd_payload"]
+    assert odd["message"] == "RNG state payload is not one that capture_rng_state() writes"
+    assert odd["unchanged"]
 
 
 def test_restore_gives_the_same_draws_after_a_torch_save_roundtrip(results: dict[str, Any]) -> None:
