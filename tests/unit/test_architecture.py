@@ -210,3 +210,15 @@ def test_determinism_modes_and_seed_range_are_the_runtimes() -> None:
     assert config.MODES is settings.MODES and config.SEED_MAX is settings.SEED_MAX
     # config.Mode is the type checker's view of the same list
     assert get_args(config.Mode) == settings.MODES
+
+
+def test_runtime_version_is_the_package_version() -> None:
+    """The runtime is copied into images without its distribution metadata, so it carries its
+    version as a literal (RNG states are refused across runtime versions); it must be
+    pyproject's."""
+    import tomllib
+
+    import reprobuild_entrypoint
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert reprobuild_entrypoint.__version__ == pyproject["project"]["version"]
