@@ -574,22 +574,13 @@ def cmd_bases(args: argparse.Namespace) -> int:
 
 def _verify_resume(spec: VerifySpec, args: argparse.Namespace, log: Callable[[str], None]) -> int:
     """``verify --resume-at K``: straight, stopped after epoch K, resumed (verify/resume.py)."""
-    import datetime as _dt
     import json
-    import shutil
-    import tempfile
 
-    from reprobuild.verify.resume import verify_resume
+    from reprobuild.verify.resume import run_resume_check
 
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = args.report or Path(".reprobuild/verify") / f"reprobuild-verify-resume-{stamp}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="reprobuild-resume-"))
-    try:
-        report = verify_resume(spec, args.resume_at, report_path=path, work=work, log=log)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    report, path = run_resume_check(
+        spec, args.resume_at, report_path=args.report, keep=args.keep, log=log
+    )
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -643,3 +643,25 @@ def test_a_program_that_never_ends_its_line_cannot_exhaust_memory(
     # RUSAGE_CHILDREN's peak is the largest child: verify itself, or a run; 192 MiB of output
     # held by verify would show as well over 400 MiB (str plus the reference queue).
     assert peak_kib < 250 * 1024, f"peak RSS {peak_kib} KiB"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--resume-at", "0"], "--resume-at 0: give the epoch after which to stop"),
+        (["--resume-at", "2", "--report", "missing-dir/deeper/r.json"], "cannot write the report"),
+        (["--resume-at", "2", "--ignore", "("], "is not a regular expression"),
+    ],
+)
+def test_resume_check_refuses_bad_input_before_any_leg(
+    workspace: tuple[Path, Path], args: list[str], expected: str
+) -> None:
+    cwd, reports = workspace
+    marker = cwd.parent / f"ran-{uuid.uuid4().hex[:8]}"
+    snap = Snapshot.take([cwd, reports])
+    if "--report" not in args:
+        args = [*args, "--report", str(reports / "r.json")]
+    proc = _verify(cwd, "--local", *args, "--", *_py(f"open({str(marker)!r}, 'w')"))
+    assert_clean_failure(proc, expected, exit_code=2 if "report" not in expected else None)
+    assert not marker.exists()
+    snap.assert_unchanged()

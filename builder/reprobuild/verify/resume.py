@@ -20,8 +20,11 @@ other than 0).
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
+import hashlib
 import json
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -31,14 +34,28 @@ from typing import Any
 
 from reprobuild import fsutil
 from reprobuild.compare import epoch_of
-from reprobuild.errors import VerifyError
+from reprobuild.errors import VerifyError, VerifyUsageError
+from reprobuild.terminal import TerminalLines, printable
 from reprobuild.verify.launchers import _DockerLauncher, _Launcher, _LocalLauncher, _Run
 from reprobuild.verify.outputs import collect_outputs, compare_outputs
 from reprobuild.verify.spec import VerifySpec
+from reprobuild.volatile import Ignored, Masker
 
 RESUME_KIND = "reprobuild.verify_resume"
 SCHEMA_VERSION = 1
 LEG_TIMEOUT_S = 24 * 3600.0
+MAX_LINES_AFTER = 1_000_000
+"""The most stdout lines after epoch K a leg may print (each is kept as a digest and a short
+preview, so memory stays bounded); past that the check fails and says to compare --output."""
+PREVIEW_CHARS = 300
+
+
+@dataclass(frozen=True)
+class _Kept:
+    digest: bytes
+    """sha256 of the line's compared form (wall-clock fields masked)."""
+    shown: str
+    """The line as shown, cut to :data:`PREVIEW_CHARS`."""
 
 
 @dataclass
@@ -46,18 +63,24 @@ class Leg:
     name: str
     out_dir: Path
     record_dir: Path
-    stdout: list[str] = field(default_factory=list)
+    resume_at: int = 0
+    lines: int = 0
+    after: list[_Kept] = field(default_factory=list)
+    """The lines from the first one that names an epoch after ``resume_at``."""
+    after_started: bool = False
     stderr_tail: list[str] = field(default_factory=list)
     exit_code: int | None = None
     stopped_at: str | None = None
+    ignored: Ignored = field(default_factory=Ignored)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "exit_code": self.exit_code,
             "stopped_at": self.stopped_at,
-            "stdout_lines": len(self.stdout),
+            "stdout_lines": self.lines,
             "stderr_tail": self.stderr_tail[-20:],
+            "ignored": self.ignored.to_dict(),
         }
 
 
@@ -66,59 +89,123 @@ def _epoch_number(line: str) -> int | None:
     return None if found is None else int(found.split()[-1])
 
 
-def _lines(chunks: Iterator[bytes], sink: queue.Queue[str | None]) -> None:
-    pending = b""
+def _pump(chunks: Iterator[bytes], sink: queue.Queue[Any], terminal: TerminalLines) -> None:
+    """Lines as a terminal shows them (progress-bar redraws folded), then None."""
     try:
         for chunk in chunks:
-            pending += chunk
-            *whole, pending = pending.split(b"\n")
-            for raw in whole:
-                sink.put(raw.decode(errors="replace").rstrip("\r"))
-        if pending:
-            sink.put(pending.decode(errors="replace"))
+            for line in terminal.feed(chunk):
+                sink.put(line.text)
+        for line in terminal.close():
+            sink.put(line.text)
+    except Exception as exc:  # the stream broke: the leg's exit status says the rest
+        sink.put(exc)
     finally:
         sink.put(None)
 
 
-def _run_leg(handle: _Run, leg: Leg, stop_at: int | None) -> None:
-    """Follow one leg to its end; with ``stop_at``, SIGTERM it once stdout names that epoch."""
-    lines: queue.Queue[str | None] = queue.Queue()
-    errors: queue.Queue[str | None] = queue.Queue()
+def _next_line(lines: queue.Queue[Any], handle: _Run, leg: Leg, deadline: float) -> Any:
+    try:
+        return lines.get(timeout=max(1.0, deadline - time.monotonic()))
+    except queue.Empty:
+        handle.kill()
+        raise VerifyError(
+            f"the {leg.name} leg ran past {LEG_TIMEOUT_S / 3600:.0f} h; it was stopped"
+        ) from None
+
+
+def _keep(leg: Leg, handle: _Run, masker: Masker, number: int, line: str) -> None:
+    if len(leg.after) >= MAX_LINES_AFTER:
+        handle.kill()
+        raise VerifyError(
+            f"the {leg.name} leg printed more than {MAX_LINES_AFTER} lines after epoch "
+            f"{leg.resume_at}",
+            hint="compare what the run writes with --output instead",
+        )
+    key = masker.key(number, line).encode("utf-8", "surrogateescape")
+    leg.after.append(_Kept(hashlib.sha256(key).digest(), printable(line[:PREVIEW_CHARS])))
+
+
+def _run_leg(handle: _Run, leg: Leg, stop_at: int | None, spec: VerifySpec) -> None:
+    """Follow one leg to its end; with ``stop_at``, SIGTERM it once stdout names that epoch.
+    Stdout is taken as verify takes it (redraws folded, wall-clock fields masked: the spec's
+    rules); the lines after epoch ``leg.resume_at`` are kept as digests, bounded."""
+    lines: queue.Queue[Any] = queue.Queue()
+    errors: queue.Queue[Any] = queue.Queue()
+    masker = Masker(spec.stdout_rules())
     threads = [
-        threading.Thread(target=_lines, args=(handle.stdout(), lines), daemon=True),
-        threading.Thread(target=_lines, args=(handle.stderr(), errors), daemon=True),
+        threading.Thread(
+            target=_pump,
+            args=(handle.stdout(), lines, TerminalLines(fold=spec.default_ignore)),
+            daemon=True,
+        ),
+        threading.Thread(
+            target=_pump,
+            args=(handle.stderr(), errors, TerminalLines(fold=False, max_chars=2000)),
+            daemon=True,
+        ),
     ]
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + LEG_TIMEOUT_S
-    while (line := lines.get(timeout=max(1.0, deadline - time.monotonic()))) is not None:
-        leg.stdout.append(line)
-        number = _epoch_number(line)
-        if stop_at is not None and leg.stopped_at is None and (number or 0) >= stop_at:
-            leg.stopped_at = f"epoch {number}"
+    while (line := _next_line(lines, handle, leg, deadline)) is not None:
+        if isinstance(line, Exception):
+            leg.stderr_tail.append(f"verify lost the leg's stdout: {line}")
+            continue
+        leg.lines += 1
+        epoch = _epoch_number(line)
+        leg.after_started = leg.after_started or (epoch is not None and epoch > leg.resume_at)
+        if leg.after_started:
+            _keep(leg, handle, masker, leg.lines, line)
+        if stop_at is not None and leg.stopped_at is None and (epoch or 0) >= stop_at:
+            leg.stopped_at = f"epoch {epoch}"
             handle.terminate()
     leg.exit_code = handle.wait()
     for thread in threads:
         thread.join(timeout=10)
-    while (err := errors.get_nowait() if not errors.empty() else None) is not None:
-        leg.stderr_tail.append(err)
+    while not errors.empty():
+        item = errors.get_nowait()
+        if isinstance(item, str):
+            leg.stderr_tail.append(printable(item))
+    del leg.stderr_tail[:-20]
+    leg.ignored = masker.ignored
 
 
-def _after(lines: list[str], epoch: int) -> list[str]:
-    """The lines from the first one that names an epoch after ``epoch`` to the end."""
-    for index, line in enumerate(lines):
-        number = _epoch_number(line)
-        if number is not None and number > epoch:
-            return lines[index:]
-    return []
+def run_resume_check(
+    spec: VerifySpec,
+    resume_at: int,
+    *,
+    report_path: Path | None = None,
+    keep: Path | None = None,
+    log: Any = print,
+) -> tuple[dict[str, Any], Path]:
+    """``reprobuild verify --resume-at K``: the report (written atomically) and its path.
+
+    The report path is checked writable before any leg runs; the legs run in an owner-tagged
+    scratch directory (or ``keep``, which must be empty) that is removed at the end, on error
+    and on SIGTERM/SIGINT/SIGHUP (the running leg is stopped first, as verify does)."""
+    if resume_at < 1:
+        raise VerifyUsageError(
+            f"--resume-at {resume_at}: give the epoch after which to stop (1 or more)"
+        )
+    from reprobuild.verify.run import _report_path, _signals_held, _signals_stop_runs, _workdir
+
+    started = _dt.datetime.now(_dt.UTC)
+    with _signals_stop_runs():
+        path = _report_path(report_path, None, started)
+        work = _workdir(keep)
+        try:
+            report = verify_resume(spec, resume_at, report_path=path, work=work, log=log)
+        finally:
+            with _signals_held():
+                if keep is None:
+                    shutil.rmtree(work, ignore_errors=True)
+    return report, path
 
 
 def verify_resume(
     spec: VerifySpec, resume_at: int, *, report_path: Path, work: Path, log: Any = print
 ) -> dict[str, Any]:
     """Run the three legs in ``work`` and write the report to ``report_path``; returns it."""
-    if resume_at < 1:
-        raise VerifyError(f"--resume-at {resume_at}: give the epoch after which to stop (>= 1)")
     launcher: _Launcher
     if spec.image is None:
         launcher = _LocalLauncher(spec)
@@ -134,7 +221,7 @@ def verify_resume(
             [("straight", None, None), ("stopped", resume_at, None), ("resumed", None, 1)]
         ):
             out_dir = legs[shared].out_dir if shared is not None else work / name / "out"
-            leg = Leg(name, out_dir, work / name / "records")
+            leg = Leg(name, out_dir, work / name / "records", resume_at=resume_at)
             for folder in (leg.out_dir, leg.record_dir):
                 folder.mkdir(parents=True, exist_ok=True)
             if name == "resumed":  # the launchers read the spec at start
@@ -143,7 +230,7 @@ def verify_resume(
             log(f"verify --resume-at {resume_at}: {name} leg {launcher.where}")
             handle = launcher.start(index, leg.out_dir, leg.record_dir)
             try:
-                _run_leg(handle, leg, stop_at)
+                _run_leg(handle, leg, stop_at, spec)
             finally:
                 handle.close()
             legs.append(leg)
@@ -179,15 +266,15 @@ def _conclude(spec: VerifySpec, resume_at: int, legs: list[Leg]) -> dict[str, An
     if failure is not None:
         report.update(result="failed", summary=f"failed: {failure}")
         return report
-    a, b = _after(straight.stdout, resume_at), _after(resumed.stdout, resume_at)
+    a, b = straight.after, resumed.after
     for number, (line_a, line_b) in enumerate(zip(a, b, strict=False), 1):
-        if line_a != line_b:
+        if line_a.digest != line_b.digest:
             report["differences"].append(
                 {
                     "where": "stdout",
                     "line_after_resume": number,
-                    "straight": line_a,
-                    "resumed": line_b,
+                    "straight": line_a.shown,
+                    "resumed": line_b.shown,
                 }
             )
             break
