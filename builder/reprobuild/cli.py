@@ -160,6 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="json",
         help="github: one compact line; json: indented (default)",
     )
+    matrix.add_argument(
+        "--trials",
+        type=_int,
+        metavar="N",
+        help="a run matrix: one entry per variant and trial 0..N-1, with the REPRO_SEED and "
+        "REPRO_TRIAL that run it and the derived run seed",
+    )
+    matrix.add_argument(
+        "--seed",
+        type=_int,
+        metavar="S",
+        help="the experiment seed of the trials (default: the project's seed)",
+    )
 
     inspect = sub.add_parser("inspect", help="print an image's manifest")
     inspect.add_argument("image", help="image reference or ID")
@@ -479,7 +492,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from reprobuild.config import load_config
     from reprobuild.matrix import dumps, matrix
 
-    print(dumps(matrix(load_config(args.directory)), args.format))
+    document = matrix(load_config(args.directory), trials=args.trials, seed=args.seed)
+    print(dumps(document, args.format))
     return 0
 
 

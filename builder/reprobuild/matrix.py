@@ -14,10 +14,12 @@ from typing import Any, Literal
 from reprobuild.baselock import pin
 from reprobuild.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.config import ProjectConfig, Variant
-from reprobuild.errors import ConfigError, ReprobuildError
+from reprobuild.errors import ConfigError, ReprobuildError, UsageError
 from reprobuild.lockfile import load_lock
 from reprobuild.plan import default_tag
 from reprobuild.refs import parse_pinned
+from reprobuild_entrypoint.settings import SEED_MAX
+from reprobuild_entrypoint.trials import trial_seed
 
 Format = Literal["github", "json"]
 FORMATS: tuple[Format, ...] = ("github", "json")
@@ -58,16 +60,49 @@ def entry(
     }
 
 
-def matrix(config: ProjectConfig) -> dict[str, list[dict[str, Any]]]:
-    """The GitHub Actions matrix of every variant, in the order the config lists them."""
+MAX_TRIALS = 1000
+"""GitHub Actions runs at most 256 jobs from one matrix; 1000 leaves room for other CIs."""
+
+
+def matrix(
+    config: ProjectConfig, *, trials: int | None = None, seed: int | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """The GitHub Actions matrix of every variant, in the order the config lists them.
+
+    ``trials``: a run matrix instead, one entry per variant and trial ``k`` in ``0..trials-1``
+    of the experiment seed (``seed``, else the project's), each with the ``env`` that runs it
+    (``REPRO_SEED``, ``REPRO_TRIAL``) and the run seed the runtime derives from them
+    (:func:`reprobuild_entrypoint.trials.trial_seed`)."""
     variants = config.variants
     if not variants:
         raise ConfigError(
             config.config_path,
             "no variants to build: set base.cpu, or gpu_lock and base.gpu, or a matrix:",
         )
+    if trials is not None and not 1 <= trials <= MAX_TRIALS:
+        raise UsageError(f"--trials {trials}: use a whole number from 1 to {MAX_TRIALS}")
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise UsageError(f"--seed {seed}: use a whole number from 0 to {SEED_MAX}")
+    if seed is not None and trials is None:
+        raise UsageError("--seed applies to trials: give --trials N too")
     catalog = load_catalog()
-    return {"include": [entry(config, v, catalog) for v in variants]}
+    builds = [entry(config, v, catalog) for v in variants]
+    if trials is None:
+        return {"include": builds}
+    experiment = config.seed if seed is None else seed
+    return {
+        "include": [
+            {
+                **build,
+                "trial": k,
+                "experiment_seed": experiment,
+                "seed": trial_seed(experiment, k),
+                "env": {"REPRO_SEED": str(experiment), "REPRO_TRIAL": str(k)},
+            }
+            for build in builds
+            for k in range(trials)
+        ]
+    }
 
 
 def dumps(document: dict[str, Any], fmt: Format) -> str:

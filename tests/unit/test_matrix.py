@@ -262,3 +262,42 @@ def test_example_project_declares_a_matrix(capsys: pytest.CaptureFixture[str]) -
     assert config.matrix, "images/digits-torch should declare a matrix:"
     entries = matrix_of(capsys, str(example), "--format", "github")["include"]
     assert [e["variant"] for e in entries] == [v.name for v in config.matrix]
+
+
+# ------------------------------------------------------------------------- trial matrix
+
+
+def test_trials_make_a_run_matrix_with_the_seed_the_runtime_derives(
+    proj: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reprobuild_entrypoint.settings import from_environ
+
+    builds = matrix_of(capsys, str(proj))["include"]
+    runs = matrix_of(capsys, str(proj), "--trials", "3", "--seed", "11")["include"]
+    assert len(runs) == 3 * len(builds)
+    assert [(e["variant"], e["trial"]) for e in runs[:3]] == [("cpu", 0), ("cpu", 1), ("cpu", 2)]
+    for run in runs:
+        assert run["env"] == {"REPRO_SEED": "11", "REPRO_TRIAL": str(run["trial"])}
+        settings = from_environ(run["env"])  # what the runtime in the image derives
+        assert run["seed"] == settings.seed and run["experiment_seed"] == 11
+    assert len({r["seed"] for r in runs[:3]}) == 3  # trials differ
+    project_seed = load_config(proj).seed
+    default = matrix_of(capsys, str(proj), "--trials", "1")["include"][0]
+    assert default["experiment_seed"] == project_seed
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--trials", "0"], "--trials 0: use a whole number from 1 to 1000"),
+        (["--trials", "1001"], "--trials 1001: use a whole number from 1 to 1000"),
+        (["--seed", "3"], "--seed applies to trials: give --trials N too"),
+        (["--trials", "2", "--seed", "-1"], "--seed -1: use a whole number from 0 to"),
+    ],
+)
+def test_bad_trial_options_are_one_line(
+    proj: Path, capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    code, out, err = cli(capsys, "matrix", str(proj), *argv)
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {expected}"), err
