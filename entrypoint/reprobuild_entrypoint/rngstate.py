@@ -46,7 +46,7 @@ import os
 import pickle
 import random
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reprobuild_entrypoint import __version__
@@ -166,11 +166,9 @@ def _capture_torch(torch: Any, loaders: list[Any]) -> dict[str, Any]:
 def _tf_internals() -> tuple[Any, Any]:
     """TensorFlow's eager context (its op-seed stream) and the module of ``tf.random``'s
     global generator: not public API, checked on TF 2.21."""
-    import importlib
-
     return (
-        importlib.import_module("tensorflow.python.eager.context"),
-        importlib.import_module("tensorflow.python.ops.stateful_random_ops"),
+        _module("tensorflow.python.eager.context"),
+        _module("tensorflow.python.ops.stateful_random_ops"),
     )
 
 
@@ -183,7 +181,7 @@ def _capture_tensorflow() -> dict[str, Any]:
     gen_state = None
     if generator is not None and getattr(stateful_random_ops, "_global_generator", None):
         live = stateful_random_ops._global_generator
-        gen_state = (int(live.algorithm), live.state.numpy().tolist())
+        gen_state = (int(live.algorithm), _read_ints(live.state))
     return {
         "global_seed": getattr(ctx, "_seed", None),
         "op_seed_stream": None if rng is None else rng.getstate(),
@@ -202,20 +200,42 @@ def _seed_generators(models: list[Any]) -> list[tuple[str, Any]]:
 
 
 def _capture_keras(models: list[Any]) -> dict[str, Any]:
-    import importlib
-
-    global_state = importlib.import_module("keras.src.backend.common.global_state")
-    seed_generator = importlib.import_module("keras.src.random.seed_generator")
+    global_state = _module("keras.src.backend.common.global_state")
+    seed_generator = _module("keras.src.random.seed_generator")
     live = global_state.get_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR)
     return {
-        "global_seed_generator": None if live is None else _keras_value(live.state),
-        "models": [(path, _keras_value(v)) for path, v in _seed_generators(models)],
+        "global_seed_generator": None if live is None else _read_ints(live.state),
+        "models": [(path, _read_ints(v)) for path, v in _seed_generators(models)],
     }
 
 
-def _keras_value(variable: Any) -> list[int]:
-    """A seed generator's state (2 integers) as plain ints: Keras 3 always has NumPy loaded."""
-    return [int(x) for x in sys.modules["numpy"].asarray(variable.numpy()).ravel()]
+def _resource_variable(variable: Any) -> Any:
+    """The eager TensorFlow resource variable behind a Keras 3 (TensorFlow backend) or a TF
+    variable, or None (another backend, a distributed variable, inside a ``tf.function``).
+    Reading and assigning it with the raw ops skips Keras's and TF's Python layers: about
+    11 instead of 65 us a read, 13 instead of 300 us an assign (TF 2.21, Keras 3.15)."""
+    rvo = sys.modules.get("tensorflow.python.ops.resource_variable_ops")
+    context = sys.modules.get("tensorflow.python.eager.context")
+    if rvo is None or context is None or not context.executing_eagerly():
+        return None
+    for candidate in (variable, getattr(variable, "value", None)):
+        if isinstance(candidate, rvo.BaseResourceVariable):
+            return candidate
+    return None
+
+
+def _read_tensor(resource: Any) -> Any:
+    """The variable's value now, as an eager tensor. Resource variables are copy-on-write,
+    so a later assign does not change it: it is a backup as it is."""
+    ops = _module("tensorflow.python.ops.gen_resource_variable_ops")
+    return ops.read_variable_op(resource.handle, resource.dtype)
+
+
+def _read_ints(variable: Any) -> list[int]:
+    """A seed generator's state (a few integers) as plain ints: Keras 3 always has NumPy."""
+    resource = _resource_variable(variable)
+    value = variable.numpy() if resource is None else _read_tensor(resource).numpy()
+    return [int(x) for x in sys.modules["numpy"].asarray(value).ravel().tolist()]
 
 
 # ------------------------------------------------------------------------------- restore
@@ -230,14 +250,16 @@ def restore_rng_state(
     models, loaders = list(models), list(loaders)
     payload = _validated(state)
     plan = _plan(payload, models, loaders)
-    backup = _plan(_payload(None, models, loaders), models, loaders, backup=True)
+    # Python's random first: creating Keras's global seed generator draws from it.
+    undo: list[Any] = [functools.partial(random.setstate, random.getstate())]
     try:
         for step in plan:
-            step()
+            undo.append(step.backup())
+            step.apply()
     except Exception as exc:
-        for step in backup:
+        for put_back in reversed(undo):
             with contextlib.suppress(Exception):  # best effort: the first error is reported
-                step()
+                put_back()
         raise RngStateError(
             f"restoring the RNG state failed ({type(exc).__name__}: {exc}); "
             "the state before the call was put back"
@@ -308,22 +330,43 @@ def _validated(state: Any) -> dict[str, Any]:
     return payload
 
 
-def _plan(
-    payload: dict[str, Any], models: list[Any], loaders: list[Any], backup: bool = False
-) -> list[Any]:
+class _Step:
+    """One change :func:`restore_rng_state` makes. ``backup()`` runs just before ``apply()``
+    and returns what puts back only the state that ``apply()`` is about to change."""
+
+    __slots__ = ("apply", "backup")
+
+    def __init__(self, apply: Callable[[], object], backup: Callable[[], Callable[[], object]]):
+        self.apply, self.backup = apply, backup
+
+
+def _nothing() -> None:
+    return None
+
+
+def _plan(payload: dict[str, Any], models: list[Any], loaders: list[Any]) -> list[_Step]:
     """Check everything against this process and return the steps that apply it."""
-    steps: list[Any] = []
+    steps: list[_Step] = []
+    numpy_legacy = None
     if "numpy" in payload:
-        steps += _plan_numpy(payload["numpy"])
+        numpy_legacy, numpy_steps = _plan_numpy(payload["numpy"])
+        steps += numpy_steps
     if "torch" in payload:
-        steps += _plan_torch(payload["torch"], loaders, backup)
+        steps += _plan_torch(payload["torch"], loaders)
     if "tensorflow" in payload:
         steps += _plan_tensorflow(payload["tensorflow"])
     if "keras" in payload:
-        steps += _plan_keras(payload["keras"], models, backup)
-    # Last: making Keras's global seed generator above draws its seed from ``random``.
+        steps += _plan_keras(payload["keras"], models)
+    # After Keras: making Keras's global seed generator draws its seed from ``random``
+    # (restore_rng_state backs ``random`` up before the first step).
     saved_random = payload["python_random"]
-    steps.append(lambda: random.setstate(saved_random))
+    steps.append(_Step(functools.partial(random.setstate, saved_random), lambda: _nothing))
+    if numpy_legacy is not None:
+        # Last, so it needs no backup (reading NumPy's legacy state back costs as much as
+        # the rest of a restore): nothing comes after it that could fail, and _plan_numpy
+        # checked every field that set_state checks, so it sets the whole state or raises
+        # before writing any of it.
+        steps.append(_Step(numpy_legacy, lambda: _nothing))
     return steps
 
 
@@ -333,13 +376,24 @@ def _module(name: str) -> Any:
     return sys.modules.get(name) or importlib.import_module(name)
 
 
-def _plan_numpy(saved: dict[str, Any]) -> list[Any]:
+def _plan_numpy(saved: dict[str, Any]) -> tuple[Callable[[], object], list[_Step]]:
+    """The call that sets NumPy's legacy global state (checked here), and the steps for the
+    runtime's unseeded ``default_rng`` Generators."""
     np = _module("numpy")
     name, keys, pos, has_gauss, gauss = saved["legacy"]
-    legacy = (name, np.frombuffer(keys, dtype="<u4").copy(), pos, has_gauss, gauss)
-    if legacy[1].size != 624:
+    key = np.frombuffer(keys, dtype="<u4").astype(np.uint32) if isinstance(keys, bytes) else None
+    if key is None or key.size != 624:
         raise RngStateError("RNG state is damaged: NumPy's MT19937 key is not 624 words")
-    steps = [lambda: np.random.set_state(legacy)]
+    if (
+        name != "MT19937"
+        or type(pos) is not int
+        or not 0 <= pos <= 624
+        or has_gauss not in (0, 1)
+        or not isinstance(gauss, float)
+    ):
+        raise RngStateError("RNG state is damaged: NumPy's legacy MT19937 state does not fit")
+    legacy = functools.partial(np.random.set_state, (name, key, pos, has_gauss, gauss))
+    steps = []
     frameworks = sys.modules.get("reprobuild_entrypoint.frameworks")
     if saved["default_rng_calls"] is not None and frameworks is not None:
         live = frameworks.DEFAULT_RNG["generators"]
@@ -349,24 +403,34 @@ def _plan_numpy(saved: dict[str, Any]) -> list[Any]:
                 f"RNG state holds {len(states)} unseeded NumPy Generators, this process has made "
                 f"{len(live)}: create them (np.random.default_rng()) before restoring"
             )
+        touched = live[: len(states)]
 
-        def apply() -> None:
-            frameworks.DEFAULT_RNG["calls"] = saved["default_rng_calls"]
-            for generator, bit_state in zip(live, states, strict=False):
+        def put(calls: int, bit_states: list[Any]) -> None:
+            frameworks.DEFAULT_RNG["calls"] = calls
+            for generator, bit_state in zip(touched, bit_states, strict=False):
                 generator.bit_generator.state = bit_state
 
-        steps.append(apply)
-    return steps
+        def backup() -> Callable[[], object]:
+            before = [g.bit_generator.state for g in touched]
+            return functools.partial(put, frameworks.DEFAULT_RNG["calls"], before)
+
+        steps.append(_Step(functools.partial(put, saved["default_rng_calls"], states), backup))
+    return legacy, steps
 
 
-def _plan_torch(saved: dict[str, Any], loaders: list[Any], backup: bool) -> list[Any]:
+def _plan_torch(saved: dict[str, Any], loaders: list[Any]) -> list[_Step]:
     torch = _module("torch")
 
     def tensor(raw: bytes) -> Any:
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
 
     cpu = tensor(saved["cpu"])
-    steps = [lambda: torch.set_rng_state(cpu)]
+    steps = [
+        _Step(
+            functools.partial(torch.set_rng_state, cpu),
+            lambda: functools.partial(torch.set_rng_state, torch.get_rng_state()),
+        )
+    ]
     if saved["cuda"] is not None:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count != len(saved["cuda"]):
@@ -374,7 +438,14 @@ def _plan_torch(saved: dict[str, Any], loaders: list[Any], backup: bool) -> list
                 f"RNG state has {len(saved['cuda'])} CUDA device(s), this process sees {count}"
             )
         cuda = [tensor(raw) for raw in saved["cuda"]]
-        steps.append(lambda: torch.cuda.set_rng_state_all(cuda))
+        steps.append(
+            _Step(
+                functools.partial(torch.cuda.set_rng_state_all, cuda),
+                lambda: functools.partial(
+                    torch.cuda.set_rng_state_all, torch.cuda.get_rng_state_all()
+                ),
+            )
+        )
     owners = {}
     for n, loader in enumerate(loaders):
         owners[(n, "generator")] = loader
@@ -386,12 +457,49 @@ def _plan_torch(saved: dict[str, Any], loaders: list[Any], backup: bool) -> list
                 f"RNG state holds the {label} generator of DataLoader {n} in loaders=, "
                 "which this call was not given"
             )
-        state = tensor(raw)
-        steps.append(functools.partial(generator.set_state, state))
+        steps.append(
+            _Step(
+                functools.partial(generator.set_state, tensor(raw)),
+                functools.partial(_torch_generator_backup, generator),
+            )
+        )
     return steps
 
 
-def _plan_tensorflow(saved: dict[str, Any]) -> list[Any]:
+def _torch_generator_backup(generator: Any) -> Callable[[], object]:
+    return functools.partial(generator.set_state, generator.get_state())
+
+
+def _variable_step(variable: Any, value: list[int], where: str) -> _Step:
+    """Assign ``value`` to a Keras or TF variable, backing up its value first. The value is
+    converted and its shape checked here, before anything changes (the raw assign would take
+    another shape); the assign and the backup use the raw ops where the variable allows
+    (:func:`_resource_variable`)."""
+    resource = _resource_variable(variable)
+    if resource is None:
+        return _Step(
+            functools.partial(variable.assign, value),
+            lambda: functools.partial(variable.assign, variable.numpy()),
+        )
+    ops = _module("tensorflow.python.ops.gen_resource_variable_ops")
+    try:
+        array = _module("numpy").array(value, dtype=resource.dtype.as_numpy_dtype)
+    except Exception as exc:
+        raise RngStateError(f"RNG state is damaged: {where} holds {value!r} ({exc})") from exc
+    if array.shape != tuple(resource.shape):
+        raise RngStateError(
+            f"RNG state is damaged: {where} has shape {array.shape}, the variable "
+            f"{tuple(resource.shape)}"
+        )
+    handle = resource.handle
+
+    def backup() -> Callable[[], object]:
+        return functools.partial(ops.assign_variable_op, handle, _read_tensor(resource))
+
+    return _Step(functools.partial(ops.assign_variable_op, handle, array), backup)
+
+
+def _plan_tensorflow(saved: dict[str, Any]) -> list[_Step]:
     _module("tensorflow")
     context, stateful_random_ops = _tf_internals()
 
@@ -404,31 +512,59 @@ def _plan_tensorflow(saved: dict[str, Any]) -> list[Any]:
                 ctx._set_global_seed(saved["global_seed"])
             ctx._rng.setstate(saved["op_seed_stream"])
 
-        steps.append(op_seeds)
+        def op_seeds_backup() -> Callable[[], object]:
+            seed, rng = getattr(ctx, "_seed", None), getattr(ctx, "_rng", None)
+            stream = None if rng is None else rng.getstate()
+
+            def put_back() -> None:
+                if getattr(ctx, "_seed", None) != seed:
+                    ctx._set_global_seed(seed)
+                ctx._rng = rng
+                if rng is not None:
+                    rng.setstate(stream)
+
+            return put_back
+
+        steps.append(_Step(op_seeds, op_seeds_backup))
     if saved["global_generator"] is not None:
         _algorithm, values = saved["global_generator"]
+        live = getattr(stateful_random_ops, "_global_generator", None)
+        if live is not None:
+            steps.append(_variable_step(live.state, values, "tf.random's global generator"))
+        else:  # made (from a seed) when restored: nothing of it to put back
 
-        def generator() -> None:
-            live = stateful_random_ops.get_global_generator()
-            live.reset(values)
+            def generator() -> None:
+                stateful_random_ops.get_global_generator().reset(values)
 
-        steps.append(generator)
+            steps.append(_Step(generator, lambda: _nothing))
     return steps
 
 
-def _plan_keras(saved: dict[str, Any], models: list[Any], backup: bool) -> list[Any]:
-    import importlib
-
+def _plan_keras(saved: dict[str, Any], models: list[Any]) -> list[_Step]:
     _module("keras")
-    global_state = importlib.import_module("keras.src.backend.common.global_state")
-    seed_generator = importlib.import_module("keras.src.random.seed_generator")
+    seed_generator = _module("keras.src.random.seed_generator")
     steps = []
     if saved["global_seed_generator"] is not None:
         value = saved["global_seed_generator"]
-        steps.append(lambda: seed_generator.global_seed_generator().state.assign(value))
+
+        def global_generator() -> None:
+            _variable_step(
+                seed_generator.global_seed_generator().state, value, "Keras's global seed"
+            ).apply()
+
+        global_state = _module("keras.src.backend.common.global_state")
+        live_global = global_state.get_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR)
+        if live_global is not None:
+            steps.append(_variable_step(live_global.state, value, "Keras's global seed"))
+        else:  # made when restored (its seed drawn from ``random``, which is put back)
+
+            def forget() -> None:
+                global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
+
+            steps.append(_Step(global_generator, lambda: forget))
     live = dict(_seed_generators(models))
     wanted = dict(saved["models"])
-    if not backup and set(live) != set(wanted):
+    if set(live) != set(wanted):
         missing = sorted(set(wanted) - set(live))[:3]
         extra = sorted(set(live) - set(wanted))[:3]
         raise RngStateError(
@@ -436,7 +572,5 @@ def _plan_keras(saved: dict[str, Any], models: list[Any], backup: bool) -> list[
             f"{missing}, not in the state {extra}): pass the same models as at capture"
         )
     for path, value in wanted.items():
-        if path in live:
-            steps.append(functools.partial(live[path].assign, value))
-    del global_state
+        steps.append(_variable_step(live[path], value, path))
     return steps

@@ -78,6 +78,8 @@ results["other_torch"] = refused(repacked(lambda p: p["versions"].update(torch="
 results["other_world"] = refused(repacked(lambda p: p["world"].update(world_size=4, rank=1)))
 results["bad_numpy_key"] = refused(repacked(lambda p: p["numpy"].update(
     legacy=(p["numpy"]["legacy"][0], p["numpy"]["legacy"][1][:100], *p["numpy"]["legacy"][2:]))))
+results["bad_numpy_pos"] = refused(repacked(lambda p: p["numpy"].update(
+    legacy=(*p["numpy"]["legacy"][:2], 10**6, *p["numpy"]["legacy"][3:]))))
 # a crafted payload that would run code when unpickled, with a matching sha256
 class Boom:
     def __reduce__(self):
@@ -102,6 +104,12 @@ def broken(_state):
 torch.set_rng_state = broken
 results["rollback"] = refused(state)
 torch.set_rng_state = real
+# ... and so does a failure in the last step that has a backup: everything before it (NumPy's
+# Generators, torch) is put back, and NumPy's legacy state, applied after it, never changes
+real_setstate = random.setstate
+random.setstate = broken
+results["rollback_late"] = refused(state)
+random.setstate = real_setstate
 
 # a DataLoader with its own generator
 gen = torch.Generator().manual_seed(5)
@@ -160,7 +168,9 @@ def test_restore_gives_the_same_draws_after_a_torch_save_roundtrip(results: dict
         ("other_torch", "saved with torch 2.12.0, this process has torch 2."),
         ("other_world", "rank 1 of world size 4, restored in rank 0 of world size 1"),
         ("bad_numpy_key", "NumPy's MT19937 key is not 624 words"),
+        ("bad_numpy_pos", "NumPy's legacy MT19937 state does not fit"),
         ("rollback", "the state before the call was put back"),
+        ("rollback_late", "the state before the call was put back"),
         ("loader_missing", "generator of DataLoader 0 in loaders="),
     ],
 )
