@@ -172,15 +172,25 @@ def _tf_internals() -> tuple[Any, Any]:
     )
 
 
+def _tf_global_generator(stateful_random_ops: Any) -> Any:
+    """``tf.random``'s global generator once made (``get_global_generator`` or
+    ``set_global_generator``), else None: the module attribute is ``global_generator`` in TF
+    2.21 (older releases: ``_global_generator``)."""
+    for name in ("global_generator", "_global_generator"):
+        live = getattr(stateful_random_ops, name, None)
+        if live is not None:
+            return live
+    return None
+
+
 def _capture_tensorflow() -> dict[str, Any]:
     context, stateful_random_ops = _tf_internals()
 
     ctx = context.context()
     rng = getattr(ctx, "_rng", None)
-    generator = getattr(stateful_random_ops, "global_generator", None)
+    live = _tf_global_generator(stateful_random_ops)
     gen_state = None
-    if generator is not None and getattr(stateful_random_ops, "_global_generator", None):
-        live = stateful_random_ops._global_generator
+    if live is not None:
         gen_state = (int(live.algorithm), _read_ints(live.state))
     return {
         "global_seed": getattr(ctx, "_seed", None),
@@ -527,16 +537,21 @@ def _plan_tensorflow(saved: dict[str, Any]) -> list[_Step]:
 
         steps.append(_Step(op_seeds, op_seeds_backup))
     if saved["global_generator"] is not None:
-        _algorithm, values = saved["global_generator"]
-        live = getattr(stateful_random_ops, "_global_generator", None)
-        if live is not None:
+        algorithm, values = saved["global_generator"]
+        live = _tf_global_generator(stateful_random_ops)
+        if live is not None and int(live.algorithm) == algorithm:
             steps.append(_variable_step(live.state, values, "tf.random's global generator"))
-        else:  # made (from a seed) when restored: nothing of it to put back
+        else:  # made from the saved state (get_global_generator() refuses under op
+            # determinism), or replaced when the live one uses another algorithm
 
             def generator() -> None:
-                stateful_random_ops.get_global_generator().reset(values)
+                made = stateful_random_ops.Generator.from_state(state=values, alg=algorithm)
+                stateful_random_ops.set_global_generator(made)
 
-            steps.append(_Step(generator, lambda: _nothing))
+            def put_back() -> None:
+                stateful_random_ops.global_generator = live
+
+            steps.append(_Step(generator, lambda: put_back))
     return steps
 
 

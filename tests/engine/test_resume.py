@@ -111,3 +111,25 @@ def test_verify_resume_at_in_containers(determinism_image: str, tmp_path: Path) 
     assert (code, report["result"]) == (0, "identical"), report
     code, report = verify("--no-rng")
     assert (code, report["result"]) == (1, "diverged"), report
+
+
+def test_tf_global_generator_is_restored_in_a_fresh_container(
+    docker_client: DockerClient, determinism_image: str, tmp_path: Path
+) -> None:
+    """The global generator lives in stateful_random_ops.global_generator (TF 2.21); a fresh
+    process under op determinism gets it back from the saved state."""
+    out = volume(tmp_path, "tfgen")
+
+    def run(step: str) -> str:
+        container = docker_client.containers.run(
+            determinism_image,
+            ["python", "scripts/tf_generator.py", step],
+            environment=QUIET,
+            volumes={str(out): {"bind": "/out", "mode": "rw"}},
+            detach=True,
+            network_disabled=True,
+        )
+        return finish(container).strip().splitlines()[-1]
+
+    saved, restored = run("save"), run("load")
+    assert saved == restored and len(json.loads(saved)) == 3
