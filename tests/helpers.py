@@ -113,3 +113,13 @@ def published_image(
             docker_client.images.remove(f"{repo}:{tag}")
     with contextlib.suppress(docker.errors.ImageNotFound):
         docker_client.images.remove(digest_ref)
+
+
+def run_record_paths(folder: Path) -> list[Path]:
+    """The run records (``run-<id>.json``) in a run directory, without the framework records
+    (``-frameworks-``) and exit records (``-exit.json``) written beside them."""
+    return sorted(
+        p
+        for p in folder.glob("run-*.json")
+        if "-frameworks-" not in p.name and not p.name.endswith("-exit.json")
+    )

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from helpers import run_record_paths
+
 if TYPE_CHECKING:
     from docker import DockerClient
 
@@ -139,7 +141,7 @@ def test_run_record_matches_what_was_set(
     assert seen["OMP_NUM_THREADS"] == "2"  # user-set wins
     assert seen["torch_threads"] == 2
     assert seen["deterministic"] is True
-    records = sorted(p for p in runs.iterdir() if "-frameworks-" not in p.name)
+    records = run_record_paths(runs)
     assert len(records) == 1, [p.name for p in runs.iterdir()]
     record = json.loads(records[0].read_text())
     assert record["schema_version"] == 1

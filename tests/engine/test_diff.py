@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from helpers import build_json, run_cli
+from helpers import build_json, run_cli, run_record_paths
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -36,7 +36,7 @@ def _run_record(docker_client: Any, image: str, records: Path) -> Path:
         network_disabled=True,
         remove=True,
     )
-    found = [p for p in records.glob("run-*.json") if "-frameworks-" not in p.name]
+    found = run_record_paths(records)
     assert len(found) == 1, list(records.iterdir())
     return found[0]
 
