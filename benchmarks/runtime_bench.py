@@ -8,6 +8,12 @@ image without it, measured in one run inside one container.
 - `import torch` and `import tensorflow` with vs without: goal under 5% extra;
 - training wall time of the digits scripts, REPRO_DETERMINISM=strict vs off, on CPU.
 Writes benchmarks/results/runtime.json.
+
+    python benchmarks/runtime_bench.py --image TAG --threads-table [--rounds 3]
+
+measures instead what determinism costs on CPU by thread count, against a bare run on the host
+and with TensorFlow's oneDNN on and off (issue 14; see threads_table.py). Writes
+benchmarks/results/runtime-threads.json.
 """
 
 from __future__ import annotations
@@ -30,7 +36,21 @@ def main() -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--base", help="digest-pinned base to build the proof image on")
     group.add_argument("--image", help="an image built by reprobuild with torch and tensorflow")
+    parser.add_argument(
+        "--threads-table",
+        action="store_true",
+        help="cost of determinism by thread count, bare host vs off vs strict (issue 14)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--threads-table: rounds (>= 3)")
+    parser.add_argument(
+        "--host-venv",
+        type=Path,
+        default=HERE / "results" / "host-venv",
+        help="--threads-table: the bare host's venv, made from the locked wheels if missing",
+    )
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds: at least 3 (a median of fewer says little)")
     image = args.image
     if image is None:
         image = "reprobuild-bench/runtime:latest"
@@ -50,6 +70,11 @@ def main() -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
+    if args.threads_table:
+        import threads_table
+
+        out = HERE / "results" / "runtime-threads.json"
+        return threads_table.main(image, args.host_venv, args.rounds, out)
     client = docker.from_env()
     raw = client.containers.run(
         image,
