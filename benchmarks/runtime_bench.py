@@ -11,6 +11,12 @@ image without it, measured in one run inside one container.
   model's state_dict, as a share of that save time, in the same process (issue 12; goal under
   5%), written to benchmarks/results/rngstate.json (``rngstate_inside.py``).
 Writes benchmarks/results/runtime.json.
+
+    python benchmarks/runtime_bench.py --image TAG --threads-table [--rounds 3]
+
+measures instead what determinism costs on CPU by thread count, against a bare run on the host
+and with TensorFlow's oneDNN on and off (issue 14; see threads_table.py). Writes
+benchmarks/results/runtime-threads.json.
 """
 
 from __future__ import annotations
@@ -36,7 +42,21 @@ def main() -> int:
     parser.add_argument(
         "--rng-state", action="store_true", help="measure the RNG state API only (issue 12)"
     )
+    parser.add_argument(
+        "--threads-table",
+        action="store_true",
+        help="cost of determinism by thread count, bare host vs off vs strict (issue 14)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--threads-table: rounds (>= 3)")
+    parser.add_argument(
+        "--host-venv",
+        type=Path,
+        default=HERE / "results" / "host-venv",
+        help="--threads-table: the bare host's venv, made from the locked wheels if missing",
+    )
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds: at least 3 (a median of fewer says little)")
     image = args.image
     if image is None:
         image = "reprobuild-bench/runtime:latest"
@@ -56,6 +76,11 @@ def main() -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
+    if args.threads_table:
+        import threads_table
+
+        out = HERE / "results" / "runtime-threads.json"
+        return threads_table.main(image, args.host_venv, args.rounds, out)
     client = docker.from_env()
     if args.rng_state:
         return rng_state(client, image)

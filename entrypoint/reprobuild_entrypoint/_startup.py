@@ -5,7 +5,7 @@ The venv's site-packages holds a ``.pth`` file whose second line is
 (``docker run --entrypoint python3``, a Kubernetes ``command:``). ``python -S`` (no site) is
 the one way around it.
 
-It must stay cheap: builtins, ``os`` and ``sys`` (already loaded), and three small modules of
+It must stay cheap: builtins, ``os`` and ``sys`` (already loaded), and four small modules of
 this package. It imports no framework; it only watches for their import. What it does:
 
 1. Resolves the settings (a bad ``REPRO_SEED``/``REPRO_DETERMINISM``/``REPRO_THREADS`` prints
@@ -14,9 +14,13 @@ this package. It imports no framework; it only watches for their import. What it
    the entrypoint already did it). Thread and library variables are read when the libraries
    load, later than now, so they take effect; ``PYTHONHASHSEED`` was read before this ran, so
    a stale one only reaches child processes, and a one-line warning says so.
-3. Unless the mode is ``off``: seeds ``random`` (when it is imported: now, if it already is)
-   and, through :mod:`~reprobuild_entrypoint.importhook`, configures numpy, torch, tensorflow
-   and keras right after the program imports them (:mod:`~reprobuild_entrypoint.frameworks`).
+3. Unless the mode is ``off``: says in one line when the fixed thread count is above the
+   CPUs this container can use (:mod:`~reprobuild_entrypoint.cpus`: affinity and cgroup
+   quota), once per process tree: the first interpreter sets ``REPROBUILD_CPUS_CHECKED``,
+   which its children inherit, so the entrypoint, the program and its workers do not repeat
+   it. Then it seeds ``random`` (when it is imported: now, if it already is) and, through
+   :mod:`~reprobuild_entrypoint.importhook`, configures numpy, torch, tensorflow and keras
+   right after the program imports them (:mod:`~reprobuild_entrypoint.frameworks`).
 4. Under the entrypoint with ``REPRO_RUN_DIR`` set (``REPRO_RUN_ID`` present at start), writes
    ``run-<id>-frameworks-<host>-<pid>.json`` at exit: what was configured in this process and
    the versions seen. Only a process that configured a framework writes one, and never a
@@ -32,6 +36,10 @@ import sys
 
 FRAMEWORKS = ("numpy", "torch", "tensorflow", "keras", "tf_keras")
 """Top-level modules configured on import; the keys of ``frameworks.CONFIGURATORS``."""
+
+CPUS_CHECKED = "REPROBUILD_CPUS_CHECKED"
+"""Set by the first interpreter of a process tree that compared the thread count with the
+CPUs (to the CPUs it found): children inherit it and neither look nor say it again."""
 
 STATE: dict[str, object] = {}
 """What start-up resolved and did in this process (``framework_settings`` of the records)."""
@@ -114,6 +122,7 @@ def _boot() -> None:
         )
     if resolved.mode == "off":
         return
+    _check_cpus(resolved)
     from reprobuild_entrypoint import importhook
 
     callbacks = {"random": _seed_random, **dict.fromkeys(FRAMEWORKS, _configure)}
@@ -122,6 +131,17 @@ def _boot() -> None:
         import atexit
 
         atexit.register(_write_record)
+
+
+def _check_cpus(resolved: "Settings") -> None:
+    if os.environ.get(CPUS_CHECKED):
+        return
+    from reprobuild_entrypoint import cpus
+
+    found = cpus.available()
+    os.environ[CPUS_CHECKED] = "unknown" if found is None else f"{found:g}"
+    if found is not None and resolved.threads > found:
+        _say(cpus.notice(resolved.threads, resolved.threads_source, found))
 
 
 def _write_record() -> None:

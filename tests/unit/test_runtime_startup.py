@@ -28,7 +28,8 @@ from types import ModuleType
 import pytest
 
 import reprobuild_entrypoint
-from reprobuild_entrypoint import importhook
+from reprobuild_entrypoint import cpus, importhook
+from reprobuild_entrypoint._startup import CPUS_CHECKED
 from reprobuild_entrypoint.envplan import image_env
 from reprobuild_entrypoint.frameworks import CONFIGURATORS
 
@@ -42,7 +43,14 @@ LAUNCH = (
 
 
 def base_env(**extra: str) -> dict[str, str]:
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "REPRO_QUIET": "1", **extra}
+    """A minimal environment. The CPU check is marked done, so that what a test sees on stderr
+    does not depend on the CPUs of the machine running it (the CPU tests below remove it)."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "REPRO_QUIET": "1",
+        CPUS_CHECKED: "test",
+        **extra,
+    }
 
 
 def image_env_vars(seed: int = 0, mode: str = "strict", **extra: str) -> dict[str, str]:
@@ -161,13 +169,16 @@ def test_startup_imports_nothing_heavy(venv_python: Path, tmp_path: Path) -> Non
     bare = tmp_path / "bare"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(bare)
     code = "import sys; print(' '.join(sorted(sys.modules)))"
-    with_hook = set(in_venv(venv_python, code, image_env_vars(0)).stdout.split())
-    without = set(in_venv(bare / "bin" / "python", code, image_env_vars(0)).stdout.split())
+    env = image_env_vars(0)
+    del env[CPUS_CHECKED]  # the first interpreter of a tree looks at the CPUs too
+    with_hook = set(in_venv(venv_python, code, env).stdout.split())
+    without = set(in_venv(bare / "bin" / "python", code, env).stdout.split())
     added = with_hook - without
     allowed = {
         "__future__",
         "reprobuild_entrypoint",
         "reprobuild_entrypoint._startup",
+        "reprobuild_entrypoint.cpus",
         "reprobuild_entrypoint.envplan",
         "reprobuild_entrypoint.importhook",
         "reprobuild_entrypoint.settings",
@@ -228,6 +239,90 @@ def test_hash_order_fixed_with_the_image_env_and_random_under_off(venv_python: P
     off = image_env_vars(0)
     off.pop("PYTHONHASHSEED")
     assert len({in_venv(venv_python, code, off).stdout for _ in range(3)}) > 1
+
+
+# ------------------------------------------------------- thread count above the CPUs
+
+
+def on_one_cpu(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run with the affinity mask narrowed to one CPU, as ``docker run --cpuset-cpus 0``."""
+    one = min(os.sched_getaffinity(0))
+    return subprocess.run(
+        argv,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=lambda: os.sched_setaffinity(0, {one}),
+    )
+
+
+ONE_CPU = cpus.usable(1, cpus.quota_cpus())
+"""What start-up finds on one CPU: 1, or less where the tests run under a smaller quota."""
+
+
+def cpu_env(**extra: str) -> dict[str, str]:
+    env = image_env_vars(0, **{"REPRO_QUIET": "0", **extra})
+    del env[CPUS_CHECKED]
+    return env
+
+
+# The program starts a child interpreter (as a launcher or a spawned worker would), which
+# starts another: only the first says it, and all three see the marker.
+TREE = """
+import os, subprocess, sys
+print(os.environ.get("REPROBUILD_CPUS_CHECKED"), flush=True)
+if len(sys.argv) < 3:
+    subprocess.run([sys.executable, __file__, *sys.argv[1:], "x"], check=True)
+"""
+
+
+def test_threads_above_the_cpus_said_once_per_process_tree(
+    venv_python: Path, tmp_path: Path
+) -> None:
+    program = tmp_path / "tree.py"
+    program.write_text(TREE)
+    result = on_one_cpu([str(venv_python), str(program)], cpu_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [f"{ONE_CPU:g}"] * 3
+    assert result.stderr.splitlines() == ["reprobuild: " + cpus.notice(4, "default", ONE_CPU)]
+    assert "4 threads (the default) fixed for determinism" in result.stderr
+
+
+def test_threads_from_repro_threads_are_named(venv_python: Path) -> None:
+    result = on_one_cpu([str(venv_python), "-c", "pass"], cpu_env(REPRO_THREADS="2"))
+    assert result.stderr.splitlines() == ["reprobuild: " + cpus.notice(2, "REPRO_THREADS", ONE_CPU)]
+    assert "from REPRO_THREADS" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"REPRO_THREADS": "1"},  # not above the CPUs
+        {"REPRO_QUIET": "1"},
+        {"REPRO_DETERMINISM": "off"},  # no fixed count to speak of
+    ],
+)
+def test_no_cpu_line(venv_python: Path, extra: dict[str, str]) -> None:
+    if extra.get("REPRO_THREADS") == "1" and ONE_CPU < 1:
+        pytest.skip("a CPU quota under one CPU: one thread is above it")
+    code = "import os; print(os.environ.get('REPROBUILD_CPUS_CHECKED'))"
+    result = on_one_cpu([str(venv_python), "-c", code], cpu_env(**extra))
+    assert result.returncode == 0 and result.stderr == ""
+    expected = "None" if extra.get("REPRO_DETERMINISM") == "off" else f"{ONE_CPU:g}"
+    assert result.stdout.strip() == expected
+
+
+def test_cpu_line_comes_before_the_entrypoint_summary_and_only_once(venv_python: Path) -> None:
+    code = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'])"
+    entrypoint = [str(venv_python), "-I", "-m", "reprobuild_entrypoint"]
+    result = on_one_cpu([*entrypoint, str(venv_python), "-c", code], cpu_env())
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0] == "reprobuild: " + cpus.notice(4, "default", ONE_CPU)
+    assert lines[1].startswith("reprobuild: seed 0, mode strict, threads 4")
 
 
 def test_framework_names_match_the_configurators(venv_python: Path) -> None:
