@@ -258,8 +258,9 @@ def on_one_cpu(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProc
     )
 
 
-ONE_CPU = cpus.usable(1, cpus.quota_cpus())
-"""What start-up finds on one CPU: 1, or less where the tests run under a smaller quota."""
+ONE_CPU: float = cpus.usable(1, cpus.quota_cpus()) or 1
+"""What start-up finds on one CPU: 1, or less where the tests run under a smaller quota
+(``usable`` is never None here: the affinity is given)."""
 
 
 def cpu_env(**extra: str) -> dict[str, str]:
