@@ -49,6 +49,11 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=3, help="--threads-table: rounds (>= 3)")
     parser.add_argument(
+        "--counts",
+        default="auto,default,nproc,1",
+        help="--threads-table: which thread counts, of auto,default,nproc,1 (default: all)",
+    )
+    parser.add_argument(
         "--host-venv",
         type=Path,
         default=HERE / "results" / "host-venv",
@@ -57,6 +62,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error("--rounds: at least 3 (a median of fewer says little)")
+    counts = tuple(c.strip() for c in args.counts.split(",") if c.strip())
+    allowed = ("auto", "default", "nproc", "1")
+    if not counts or any(c not in allowed for c in counts):
+        parser.error(f"--counts {args.counts!r}: use a comma-separated list of {','.join(allowed)}")
     image = args.image
     if image is None:
         image = "reprobuild-bench/runtime:latest"
@@ -80,7 +89,7 @@ def main() -> int:
         import threads_table
 
         out = HERE / "results" / "runtime-threads.json"
-        return threads_table.main(image, args.host_venv, args.rounds, out)
+        return threads_table.main(image, args.host_venv, args.rounds, out, counts)
     client = docker.from_env()
     if args.rng_state:
         return rng_state(client, image)
@@ -141,7 +150,7 @@ def rng_state(client: docker.DockerClient, image: str) -> int:
         f"RNG state ({', '.join(data['frameworks'])}, {data['state_bytes']} bytes): "
         f"capture {data['capture_ms']:.3f} ms, restore {data['restore_ms']:.3f} ms"
     )
-    for name in ("digits_mlp_5k", "mlp_1m"):
+    for name in ("digits_mlp_5k", "mlp_1m", "mlp_25m"):
         row = data[name]
         print(
             f"  vs torch.save of {name} ({row['parameters']} parameters, "
