@@ -31,8 +31,16 @@ Choices, with reasons:
 - ``MKL_CBWR=AUTO,STRICT``: oneMKL's conditional numerical reproducibility, strict variant;
   reproducible on one CPU type, without the large slowdown of ``COMPATIBLE`` (same bits across
   all x86 CPUs), which hardly matters when GPU kernels already tie results to one architecture.
-- ``TF_ENABLE_ONEDNN_OPTS=0``: TensorFlow's Eigen kernels, as TF's own start-up message advises
-  for exact results; oneDNN's are faster on x86 CPUs.
+- ``MKL_DYNAMIC=FALSE``, ``OMP_DYNAMIC=FALSE``: oneMKL's reproducibility conditions; with
+  dynamic adjustment on (oneMKL's default) the library may use fewer threads than it was given,
+  and a different split gives other bits.
+- ``TF_ENABLE_ONEDNN_OPTS``: ``1`` (TensorFlow's own default on x86) in strict mode, ``0``
+  (Eigen's kernels) in warn mode. Measured for issue 14 (README, "Determinism on CPU by thread
+  count"): under op determinism, oneDNN was bit-identical run to run at 4, 2 and 1 threads, and
+  4 to 15 % faster than Eigen; oneDNN's documentation promises run-to-run identical results for
+  most primitives in a fixed environment. Without op determinism (warn) that was not measured,
+  so warn keeps the kernels TF's start-up message advises for exact results. The two choices
+  give different bits from each other: compare runs of one mode.
 - ``TF_DETERMINISTIC_OPS=1`` only in strict mode: in current TF it is not a legacy no-op but the
   same switch as ``tf.config.experimental.enable_op_determinism()``, which makes ops without a
   deterministic kernel raise. ``TF_CUDNN_DETERMINISTIC=1`` only picks deterministic cuDNN
@@ -81,7 +89,9 @@ def image_env(seed: int, mode: str, variant: str, threads: int = DEFAULT_THREADS
     env = {
         "PYTHONHASHSEED": str(seed),
         "MKL_CBWR": "AUTO,STRICT",
-        "TF_ENABLE_ONEDNN_OPTS": "0",
+        "MKL_DYNAMIC": "FALSE",
+        "OMP_DYNAMIC": "FALSE",
+        "TF_ENABLE_ONEDNN_OPTS": "1" if mode == "strict" else "0",
         # Inductor's deterministic mode (no autotuning), read when torch._inductor loads: what
         # torch.use_deterministic_algorithms sets, without importing Inductor at start-up.
         "TORCHINDUCTOR_DETERMINISTIC": "1",

@@ -42,12 +42,14 @@ ENV PATH=/opt/venv/bin:$PATH \
 # Determinism environment (reprobuild_entrypoint.envplan.image_env): here so it holds when the
 # ENTRYPOINT is bypassed; the entrypoint re-plans it per run (REPRO_SEED, REPRO_DETERMINISM).
 ENV MKL_CBWR="AUTO,STRICT" \
+    MKL_DYNAMIC="FALSE" \
     MKL_NUM_THREADS="4" \
+    OMP_DYNAMIC="FALSE" \
     OMP_NUM_THREADS="4" \
     OPENBLAS_NUM_THREADS="4" \
     PYTHONHASHSEED="1234" \
     TF_DETERMINISTIC_OPS="1" \
-    TF_ENABLE_ONEDNN_OPTS="0" \
+    TF_ENABLE_ONEDNN_OPTS="1" \
     TF_NUM_INTEROP_THREADS="4" \
     TF_NUM_INTRAOP_THREADS="4" \
     TORCHINDUCTOR_DETERMINISTIC="1"

@@ -173,13 +173,13 @@ def test_summary_lines() -> None:
     s = from_environ(env)
     line = summary(s, plan(env, s), Path("/runs/run-x.json"), init=True)
     assert line == (
-        "reprobuild: seed 3 (rank 1: seed 4), mode strict, threads 4, 9 variables set, "
+        "reprobuild: seed 3 (rank 1: seed 4), mode strict, threads 4, 11 variables set, "
         "1 user-set kept (OMP_NUM_THREADS), running as init, record /runs/run-x.json"
     )
     off_env = {"REPRO_DETERMINISM": "off", "REPROBUILD_IMAGE_DETERMINISM": "strict"}
     off = from_environ(off_env)
     assert summary(off, plan(off_env, off), None) == (
-        "reprobuild: mode off: determinism not configured, 10 variables removed"
+        "reprobuild: mode off: determinism not configured, 12 variables removed"
     )
 
 

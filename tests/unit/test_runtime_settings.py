@@ -142,16 +142,18 @@ def test_image_env_strict_gpu() -> None:
     assert env == {
         "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
         "MKL_CBWR": "AUTO,STRICT",
+        "MKL_DYNAMIC": "FALSE",
         "MKL_NUM_THREADS": "4",
         "NCCL_ALGO": "Ring",
         "NCCL_NVLS_ENABLE": "0",
         "NVIDIA_TF32_OVERRIDE": "0",
+        "OMP_DYNAMIC": "FALSE",
         "OMP_NUM_THREADS": "4",
         "OPENBLAS_NUM_THREADS": "4",
         "PYTHONHASHSEED": "11",
         "TF_CUDNN_DETERMINISTIC": "1",
         "TF_DETERMINISTIC_OPS": "1",
-        "TF_ENABLE_ONEDNN_OPTS": "0",
+        "TF_ENABLE_ONEDNN_OPTS": "1",
         "TF_NUM_INTEROP_THREADS": "4",
         "TF_NUM_INTRAOP_THREADS": "4",
         "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "0",
@@ -166,6 +168,9 @@ def test_image_env_by_mode_and_variant() -> None:
     # TF_DETERMINISTIC_OPS=1 is enable_op_determinism() (raising); TF32 override is strict only.
     assert "TF_DETERMINISTIC_OPS" not in warn and "NVIDIA_TF32_OVERRIDE" not in warn
     assert warn["TF_CUDNN_DETERMINISTIC"] == "1" and warn["PYTHONHASHSEED"] == "3"
+    # oneDNN was measured deterministic under op determinism (strict) only: warn keeps Eigen.
+    assert warn["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert image_env(3, "strict", "gpu")["TF_ENABLE_ONEDNN_OPTS"] == "1"
     cpu = image_env(3, "strict", "cpu")
     assert not {"CUBLAS_WORKSPACE_CONFIG", "NCCL_ALGO", "NVIDIA_TF32_OVERRIDE"} & cpu.keys()
     assert image_env(3, "strict", "cpu", threads=16)["OMP_NUM_THREADS"] == "16"
