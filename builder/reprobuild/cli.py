@@ -140,7 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--builder",
         choices=BUILDERS,
         default="auto",
-        help="auto (buildx if installed, else classic), buildx, buildkit, classic",
+        help="auto (buildx if installed, else classic), buildah (daemonless; the same inputs "
+        "give the same image ID), buildx, buildkit, classic",
+    )
+    image.add_argument(
+        "--push",
+        metavar="REGISTRY/NAME[:TAG]",
+        type=_text,
+        help="also push the image straight to a registry (--builder buildah)",
     )
     image.add_argument("--no-cache", action="store_true", help="build without the engine's cache")
     image.add_argument("-q", "--quiet", action="store_true", help="do not stream the build log")
@@ -480,6 +487,7 @@ def cmd_image(args: argparse.Namespace) -> int:
         log=log,
         note=_err,
         variant=args.variant,
+        push=args.push,
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
