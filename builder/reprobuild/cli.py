@@ -181,6 +181,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="the experiment seed of the trials (default: the project's seed)",
     )
 
+    rebuild = sub.add_parser(
+        "rebuild",
+        help="build an image again from the inputs its manifest records; same image?",
+        description="Rebuild IMAGE (built with --builder buildah) from the project in "
+        "DIRECTORY, the recorded lock, base, SOURCE_DATE_EPOCH and builder version, and "
+        "compare image IDs. When they differ, name the first layer that differs and every "
+        "file in it that differs. Exit codes: 0 the same image; 1 it differs; 2 a recorded "
+        "input is not at hand (the error names it).",
+    )
+    rebuild.add_argument("image", type=_text, help="image reference or ID")
+    _directory(rebuild)
+    rebuild.add_argument("-q", "--quiet", action="store_true", help="do not stream the build log")
+    _json_flag(rebuild)
+
     inspect = sub.add_parser("inspect", help="print an image's manifest")
     inspect.add_argument("image", help="image reference or ID")
     _json_flag(inspect)
@@ -496,6 +510,18 @@ def cmd_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    from reprobuild.rebuild import rebuild, render_table
+
+    log = (lambda _: None) if args.quiet or args.json else _err
+    report = rebuild(args.image, args.directory, log=log)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print("\n".join(render_table(report)))
+    return 0 if report.match else 1
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     from reprobuild.config import load_config
     from reprobuild.matrix import dumps, matrix
@@ -676,6 +702,7 @@ COMMANDS = {
     "image": cmd_image,
     "matrix": cmd_matrix,
     "inspect": cmd_inspect,
+    "rebuild": cmd_rebuild,
     "resolve": cmd_resolve,
     "bases": cmd_bases,
     "verify": cmd_verify,

@@ -241,6 +241,15 @@ class Engine:
             ) from None
         return str(image.id)
 
+    def save(self, image: str, dest: Path) -> None:
+        """``docker save`` of one image into the file ``dest``."""
+        try:
+            with dest.open("wb") as out:
+                for chunk in self.client.images.get(image).save(named=False):
+                    out.write(chunk)
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"cannot save image {image!r}: {_short(exc)}") from None
+
     def entrypoint_of(self, image: str) -> tuple[str, ...]:
         """The image's ENTRYPOINT as configured (empty when it has none)."""
         entry = (self.inspect(image).get("Config") or {}).get("Entrypoint") or []

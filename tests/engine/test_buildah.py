@@ -7,9 +7,11 @@ The classic builder still works and its manifest says it is not reproducible."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -236,3 +238,95 @@ def test_interrupted_buildah_build_leaves_nothing(
     scratch = f":{proc.pid}-"
     assert not [t for i in docker_client.images.list() for t in i.tags if scratch in t]
     assert not [p for p in Path("/tmp").iterdir() if f"-{proc.pid}-" in p.name]
+
+
+def rebuild_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("rebuild", *args, env=ENV)
+
+
+def test_rebuild_check(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """Untouched project: the same image (exit 0). One byte of app code changed: exit 1,
+    naming the app layer and that one file, as a table and as JSON."""
+    root = project("tiny")
+    tag = unique_tag("rebuild")
+    build_json(str(root), "--base", base_ref, "--builder", "buildah", "--tag", tag, env=ENV)
+
+    same = rebuild_cli(tag, str(root), "--json")
+    assert same.returncode == 0, same.stderr[-3000:]
+    report = json.loads(same.stdout)
+    assert report["match"] is True and report["recorded_id"] == report["rebuilt_id"]
+
+    source = (root / "hello.py").read_bytes()
+    (root / "hello.py").write_bytes(source.replace(b"print(", b"print ("))  # one byte more
+    table = rebuild_cli(tag, str(root), "-q")
+    assert table.returncode == 1, table.stderr[-3000:]
+    print(table.stdout)
+    # buildah's history names the step "COPY dir:<sha256 of the directory> in /app/"
+    assert re.search(
+        r"differs from layer \d+ of \d+: .*COPY dir:[0-9a-f]{64} in /app/", table.stdout
+    )
+    assert "  - app/hello.py " in table.stdout and "  + app/hello.py " in table.stdout
+
+    differ = rebuild_cli(tag, str(root), "--json")
+    assert differ.returncode == 1, differ.stderr[-3000:]
+    report = json.loads(differ.stdout)
+    assert report["match"] is False
+    layer = report["layer"]
+    assert re.search(r"COPY dir:[0-9a-f]{64} in /app/", layer["created_by"]), layer["created_by"]
+    assert [f["path"] for f in layer["files"]] == ["app/hello.py"]
+    (changed,) = layer["files"]
+    assert changed["rebuilt"]["size"] == changed["recorded"]["size"] + 1
+    assert (
+        changed["rebuilt"]["sha256"] == hashlib.sha256((root / "hello.py").read_bytes()).hexdigest()
+    )
+    assert changed["recorded"]["sha256"] == hashlib.sha256(source).hexdigest()
+    assert changed["recorded"]["mtime"] == changed["rebuilt"]["mtime"] == "2023-11-14T22:13:20Z"
+    assert changed["recorded"]["owner"] == "0:0" and changed["recorded"]["mode"] == "0644"
+    # the rebuilt image is never left behind
+    assert not [
+        t
+        for i in docker_client.images.list()
+        for t in i.tags
+        if "rebuild:" in t and t.startswith("reprobuild-scratch/")
+    ]
+
+
+def test_rebuild_names_the_missing_input(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, tmp_path: Path
+) -> None:
+    """A project with a recorded git revision that is no longer checked out: exit 2, the
+    error names the revision. An image without a manifest, and one built with the classic
+    builder: exit 2, one error line each."""
+    root = project("tiny")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    tag = unique_tag("rebuild-git")
+    run = run_cli(
+        "image", str(root), "--base", base_ref, "--builder", "buildah", "--tag", tag, "-q"
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (root / "hello.py").write_text("print('changed')\n")
+    proc = run_cli("rebuild", tag, str(root), "-q")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("error: the project ")
+    assert f"is not at the recorded revision {head.stdout.strip()}" in lines[0]
+    assert "uncommitted changes" in lines[0]
+
+    bare = run_cli("rebuild", base_ref, str(root))
+    assert bare.returncode == 2
+    assert bare.stderr.startswith("error: ") and "was not built by reprobuild" in bare.stderr
+
+    classic = unique_tag("rebuild-classic")
+    build_json(str(root), "--base", base_ref, "--builder", "classic", "--tag", classic)
+    proc = run_cli("rebuild", classic, str(root))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        f"error: {classic} was built with 'classic' and is marked not reproducible; only a "
+        "reproducible build (--builder buildah, no apt packages) can be checked"
+    )
