@@ -547,6 +547,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"python       {m.python_version} ({m.machine})")
     print(f"seed / mode  {m.seed} / {m.determinism}")
     print(f"built by     reprobuild {m.builder_version}, created {m.created}")
+    if m.build:
+        how = "reproducible" if m.build.get("reproducible") else "not reproducible"
+        print(f"built with   {m.build.get('builder')} {m.build.get('builder_version')} ({how})")
     print(f"distributions ({len(m.distributions)}):")
     for dist in m.distributions:
         print(f"  {dist.name}=={dist.version}")
