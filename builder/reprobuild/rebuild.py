@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tarfile
 import tempfile
 import uuid
@@ -25,7 +26,7 @@ from typing import IO, Any
 
 from reprobuild import __version__, buildah, leftovers
 from reprobuild.engine import Engine
-from reprobuild.errors import EngineError, RebuildInputError, ReprobuildError
+from reprobuild.errors import EngineError, RebuildInputError, ReprobuildError, shorten
 from reprobuild.imageinfo import read_image
 from reprobuild.plan import git_revision, make_spec
 from reprobuild.refs import parse_ref
@@ -88,7 +89,8 @@ def epoch_of(created: str) -> int:
         when = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except (TypeError, ValueError):
         raise RebuildInputError(
-            f"the manifest's created {created!r} is not a time of the form YYYY-MM-DDTHH:MM:SSZ"
+            f"the manifest's created {shorten(created)} is not a time of the form "
+            "YYYY-MM-DDTHH:MM:SSZ"
         ) from None
     return int(when.timestamp())
 
@@ -128,17 +130,32 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
             f"{__version__}",
             hint=f"install reprobuild {manifest.builder_version} to check it",
         )
+    try:
+        base = parse_ref(manifest.base_ref)
+    except ReprobuildError:
+        raise RebuildInputError(
+            f"the manifest's base {shorten(manifest.base_ref)} is not an image reference"
+        ) from None
+    if not base.digest or base.digest != manifest.base_digest:
+        raise RebuildInputError(
+            f"the manifest's base {shorten(manifest.base_ref)} is not pinned to its recorded "
+            f"digest {shorten(manifest.base_digest)}"
+        )
     revision = info.labels.get(REVISION_LABEL)
     if revision:
+        if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", revision):
+            raise RebuildInputError(
+                f"the image's {REVISION_LABEL} label {shorten(revision)} is not a git commit id"
+            )
         at = git_revision(directory)
         if at != revision:
             now = (
                 "has uncommitted changes or is not a git checkout" if at is None else f"is at {at}"
             )
             raise RebuildInputError(
-                f"the project {str(directory)!r} is not at the recorded revision {revision}: "
-                f"it {now}",
-                hint=f"check out {revision} (git checkout {revision[:12]}) and run it again",
+                f"the project {shorten(str(directory))} is not at the recorded revision "
+                f"{revision}: it {now}",
+                hint=f"check it out (git checkout {revision[:12]}) and run it again",
             )
     return manifest, info.labels, epoch_of(manifest.created)
 
@@ -167,10 +184,15 @@ def rebuild(
     gpu = manifest.variant == "gpu"
     with _epoch_env(epoch):
         _config, spec = make_spec(directory, gpu=gpu, base=manifest.base_ref)
+        recorded_sha = manifest.lock_sha256
+        if re.fullmatch(r"[0-9a-f]{64}", recorded_sha):
+            recorded_sha = recorded_sha[:12] + "..."
+        else:
+            recorded_sha = shorten(recorded_sha)
         if spec.lock.sha256 != manifest.lock_sha256:
             raise RebuildInputError(
                 f"the lock {str(spec.lock.path)!r} has sha256 {spec.lock.sha256[:12]}..., the "
-                f"image records {manifest.lock_file} with sha256 {manifest.lock_sha256[:12]}...",
+                f"image records {shorten(manifest.lock_file)} with sha256 {recorded_sha}",
                 hint="restore the lock the image was built from",
             )
         try:
