@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING
 import pytest
 import requests
 
-from helpers import REGISTRY, MakeProject, MakeTag, build_json, run_cli
+from helpers import (
+    REGISTRY,
+    MakeProject,
+    MakeTag,
+    build_json,
+    published_image,
+    run_cli,
+    tar_context,
+)
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -238,6 +246,44 @@ def test_interrupted_buildah_build_leaves_nothing(
     scratch = f":{proc.pid}-"
     assert not [t for i in docker_client.images.list() for t in i.tags if scratch in t]
     assert not [p for p in Path("/tmp").iterdir() if f"-{proc.pid}-" in p.name]
+
+
+def test_failed_buildah_build_leaves_nothing(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """A base whose python3 can make no venv with pip (ensurepip removed, no system pip): the
+    build stage's RUN fails inside buildah. One error line, exit 1, and nothing left: no
+    image under the tag, no buildah working container, no scratch image, no temp dir."""
+    broken = tar_context(
+        {
+            "Dockerfile": (
+                f"FROM {base_ref}\nRUN rm -rf /usr/lib/python3.11/ensurepip\n".encode(),
+                0o644,
+            )
+        }
+    )
+    with published_image(docker_client, broken, "no-ensurepip") as base:
+        root = project("tiny")
+        tag = unique_tag("failed")
+        before = buildah_containers()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reprobuild", "image", str(root), "--base", base,
+             "--builder", "buildah", "--tag", tag, "-q"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV},
+        )  # fmt: skip
+        _out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 1, err[-3000:]
+        errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+        assert len(errors) == 1 and errors[0].startswith("error: buildah build failed: "), err[
+            -3000:
+        ]
+        assert "ensurepip" in err or "No module named pip" in err  # the log tail says why
+        assert not [t for i in docker_client.images.list() for t in i.tags if t == tag]
+        assert buildah_containers() - before == set()
+        assert not [n for n in buildah_names() if "reprobuild-scratch" in n]
+        assert not [t for i in docker_client.images.list() for t in i.tags if f":{proc.pid}-" in t]
+        assert not [p for p in Path("/tmp").iterdir() if f"-{proc.pid}-" in p.name]
+        subprocess.run(["buildah", "rmi", base], capture_output=True, check=False)
 
 
 def rebuild_cli(*args: str) -> subprocess.CompletedProcess[str]:
