@@ -744,6 +744,8 @@ def _check_empty(args: argparse.Namespace) -> None:
     for name, value in vars(args).items():
         if isinstance(value, _Empty):
             option = "DIRECTORY" if name == "directory" else "--" + name.replace("_", "-")
+            if name == "image" and args.command == "rebuild":
+                option = "IMAGE"
             raise UsageError(
                 f"{option} is empty; give a value or leave the option out",
                 hint="an unset variable in a script expands to an empty argument",

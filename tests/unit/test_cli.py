@@ -407,3 +407,12 @@ def test_builder_nonsense_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert "invalid choice: 'nonsense'" in err
     assert "'buildah'" in err
+
+
+def test_rebuild_image_empty_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from reprobuild.cli import main
+
+    assert main(["rebuild", ""]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: IMAGE is empty; give a value or leave the option out"
+    )
