@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from reprobuild import jsonload, leftovers, plan
+from reprobuild import buildah, jsonload, leftovers, plan
 from reprobuild import stack as stacklib
-from reprobuild.builders import Builder
+from reprobuild.builders import REPRODUCIBLE, Builder
 from reprobuild.context import write_tree
 from reprobuild.engine import Engine
 from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
@@ -35,9 +35,43 @@ class ImageResult:
     image: str
     id: str
     manifest: Manifest
+    # ``--push REF``: the reference pushed and the registry's manifest digest for it.
+    pushed: str | None = None
+    digest: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"image": self.image, "id": self.id, "manifest": self.manifest.to_dict()}
+        data: dict[str, object] = {
+            "image": self.image,
+            "id": self.id,
+            "manifest": self.manifest.to_dict(),
+        }
+        if self.pushed:
+            data["pushed"] = self.pushed
+            data["digest"] = self.digest
+        return data
+
+
+def normalize_push(ref: str) -> str:
+    parsed = parse_ref(ref)
+    if parsed.digest:
+        raise ImageRefError(f"--push {ref!r} must be REGISTRY/NAME[:TAG], not a digest reference")
+    if not parsed.explicit_registry:
+        raise ImageRefError(
+            f"--push {ref!r} names no registry; give REGISTRY/NAME[:TAG] "
+            "(e.g. 127.0.0.1:5000/team/model:v1)"
+        )
+    return f"{parsed.name}:{parsed.tag or 'latest'}"
+
+
+def build_info(engine: Engine, tool: Builder, spec: RenderSpec) -> dict[str, Any]:
+    """What the manifest records about the build: the builder, its version and whether the
+    same inputs give the same image (apt installs whatever the mirror serves that day)."""
+    version = buildah.version() if tool == "buildah" else engine.server_version()
+    return {
+        "builder": tool,
+        "builder_version": version,
+        "reproducible": tool in REPRODUCIBLE and not spec.apt,
+    }
 
 
 def normalize_tag(tag: str) -> str:
@@ -154,6 +188,7 @@ def build_image(
     log: Log = lambda _: None,
     variant: str | None = None,
     note: Log | None = None,
+    push: str | None = None,
 ) -> ImageResult:
     """``note`` gets the lines that are said even with a quiet ``log`` (leftovers removed)."""
     engine = engine or Engine()
@@ -171,6 +206,7 @@ def build_image(
             log=log,
             note=note or log,
             variant=variant,
+            push=push,
         )
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
         leftovers.reap(engine, log, mine=True)
@@ -191,7 +227,16 @@ def _build_image(
     log: Log,
     note: Log,
     variant: str | None,
+    push: str | None,
 ) -> ImageResult:
+    if builder == "buildah":
+        buildah.require()  # before any work: a missing tool is the first thing to hear about
+    elif push is not None:
+        raise ReprobuildError(
+            f"--push needs --builder buildah (got --builder {builder})",
+            hint="or push the built image yourself: docker push",
+        )
+    push = normalize_push(push) if push is not None else None
     _config, spec = make_spec(
         directory,
         gpu=gpu,
@@ -215,11 +260,24 @@ def _build_image(
         write_tree(files, ctx, epoch=spec.epoch)
         if not online:
             fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log)
+        # Hermetic builds get no network unless apt packages must be fetched.
+        network = online or bool(spec.apt)
+        if builder == "buildah":
+            return _build_buildah(
+                engine,
+                spec,
+                ctx,
+                scratch,
+                final,
+                no_cache=no_cache,
+                network=network,
+                log=log,
+                push=push,
+            )
         try:
-            # Hermetic builds get no network unless apt packages must be fetched.
-            network = online or bool(spec.apt)
-            engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache, network=network)
-            manifest = _manifest(engine, spec, scratch)
+            tool = engine.resolve_builder(builder)
+            engine.build(ctx, scratch, builder=tool, log=log, no_cache=no_cache, network=network)
+            manifest = _manifest(engine, spec, scratch, build_info(engine, tool, spec))
             stamp = Path(tmp) / "stamp"
             stamp.mkdir()
             labels = manifest.labels()
@@ -230,7 +288,57 @@ def _build_image(
     return ImageResult(final, image_id, manifest)
 
 
-def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
+def _build_buildah(
+    engine: Engine,
+    spec: RenderSpec,
+    ctx: Path,
+    scratch: str,
+    final: str,
+    *,
+    no_cache: bool,
+    network: bool,
+    log: Log,
+    push: str | None,
+) -> ImageResult:
+    """Build with buildah, every time from SOURCE_DATE_EPOCH; load the scratch image into
+    the engine for the probe, stamp it (with buildah too: a classic stamp would add the wall
+    clock back), load the result under ``final`` and, with ``push``, push it. The scratch
+    image stays untagged in buildah (the stamp's history would record a tag's name), so no
+    run-specific name reaches the image. Both
+    images are removed from buildah's storage and the scratch tag from the engine, whatever
+    happens; the layers stay in buildah's cache."""
+    info = build_info(engine, "buildah", spec)
+    stamp_tag = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
+    scratch_id = ""
+    try:
+        buildah.pull(spec.base, log)
+        scratch_id = buildah.bud(
+            ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
+        )
+        buildah.push(scratch_id, f"docker-daemon:{scratch}", log=log)
+        manifest = _manifest(engine, spec, scratch, info)
+        stamp = ctx.parent / "stamp"
+        stamp.mkdir()
+        files = render_stamp(scratch_id, manifest.to_json(), manifest.labels())
+        write_tree(files, stamp, epoch=spec.epoch)
+        final_id = buildah.bud(stamp, stamp_tag, epoch=spec.epoch, log=log, network=False)
+        digest = None
+        if push is not None:
+            log(f"pushing {push}")
+            pushed = parse_ref(push)
+            digest = buildah.push(
+                final_id, f"docker://{push}", tls_verify=not buildah.insecure(pushed), log=log
+            )
+        # Into the engine last: the tag appears only once everything else worked.
+        buildah.push(final_id, f"docker-daemon:{final}", log=log)
+    finally:
+        buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id else [])])
+        engine.untag(scratch)
+    image_id = engine.image_id(final) or f"sha256:{final_id}"
+    return ImageResult(final, image_id, manifest, pushed=push, digest=digest)
+
+
+def _manifest(engine: Engine, spec: RenderSpec, image: str, build: dict[str, Any]) -> Manifest:
     # One probe run: GPU images also report their frameworks' build facts (--stack), with the
     # runtime off so the start-up hook configures nothing while they are imported.
     gpu = spec.variant == "gpu"
@@ -270,6 +378,7 @@ def _manifest(engine: Engine, spec: RenderSpec, image: str) -> Manifest:
         distributions=dists,
         stack=stack,
         gpu=gpu_facts,
+        build=build,
     )
 
 

@@ -140,7 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--builder",
         choices=BUILDERS,
         default="auto",
-        help="auto (buildx if installed, else classic), buildx, buildkit, classic",
+        help="auto (buildx if installed, else classic), buildah (daemonless; the same inputs "
+        "give the same image ID), buildx, buildkit, classic",
+    )
+    image.add_argument(
+        "--push",
+        metavar="REGISTRY/NAME[:TAG]",
+        type=_text,
+        help="also push the image straight to a registry (--builder buildah)",
     )
     image.add_argument("--no-cache", action="store_true", help="build without the engine's cache")
     image.add_argument("-q", "--quiet", action="store_true", help="do not stream the build log")
@@ -173,6 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="the experiment seed of the trials (default: the project's seed)",
     )
+
+    rebuild = sub.add_parser(
+        "rebuild",
+        help="build an image again from the inputs its manifest records; same image?",
+        description="Rebuild IMAGE (built with --builder buildah) from the project in "
+        "DIRECTORY, the recorded lock, base, SOURCE_DATE_EPOCH and builder version, and "
+        "compare image IDs. When they differ, name the first layer that differs and every "
+        "file in it that differs. Exit codes: 0 the same image; 1 it differs; 2 a recorded "
+        "input is not at hand (the error names it).",
+    )
+    rebuild.add_argument("image", type=_text, help="image reference or ID")
+    _directory(rebuild)
+    rebuild.add_argument("-q", "--quiet", action="store_true", help="do not stream the build log")
+    _json_flag(rebuild)
 
     inspect = sub.add_parser("inspect", help="print an image's manifest")
     inspect.add_argument("image", help="image reference or ID")
@@ -480,12 +501,25 @@ def cmd_image(args: argparse.Namespace) -> int:
         log=log,
         note=_err,
         variant=args.variant,
+        push=args.push,
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
     else:
         print(result.image)
     return 0
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    from reprobuild.rebuild import rebuild, render_table
+
+    log = (lambda _: None) if args.quiet or args.json else _err
+    report = rebuild(args.image, args.directory, log=log)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print("\n".join(render_table(report)))
+    return 0 if report.match else 1
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
@@ -513,6 +547,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"python       {m.python_version} ({m.machine})")
     print(f"seed / mode  {m.seed} / {m.determinism}")
     print(f"built by     reprobuild {m.builder_version}, created {m.created}")
+    if m.build:
+        how = "reproducible" if m.build.get("reproducible") else "not reproducible"
+        print(f"built with   {m.build.get('builder')} {m.build.get('builder_version')} ({how})")
     print(f"distributions ({len(m.distributions)}):")
     for dist in m.distributions:
         print(f"  {dist.name}=={dist.version}")
@@ -668,6 +705,7 @@ COMMANDS = {
     "image": cmd_image,
     "matrix": cmd_matrix,
     "inspect": cmd_inspect,
+    "rebuild": cmd_rebuild,
     "resolve": cmd_resolve,
     "bases": cmd_bases,
     "verify": cmd_verify,
@@ -706,6 +744,8 @@ def _check_empty(args: argparse.Namespace) -> None:
     for name, value in vars(args).items():
         if isinstance(value, _Empty):
             option = "DIRECTORY" if name == "directory" else "--" + name.replace("_", "-")
+            if name == "image" and args.command == "rebuild":
+                option = "IMAGE"
             raise UsageError(
                 f"{option} is empty; give a value or leave the option out",
                 hint="an unset variable in a script expands to an empty argument",

@@ -241,6 +241,15 @@ class Engine:
             ) from None
         return str(image.id)
 
+    def save(self, image: str, dest: Path) -> None:
+        """``docker save`` of one image into the file ``dest``."""
+        try:
+            with dest.open("wb") as out:
+                for chunk in self.client.images.get(image).save(named=False):
+                    out.write(chunk)
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"cannot save image {image!r}: {_short(exc)}") from None
+
     def entrypoint_of(self, image: str) -> tuple[str, ...]:
         """The image's ENTRYPOINT as configured (empty when it has none)."""
         entry = (self.inspect(image).get("Config") or {}).get("Entrypoint") or []
@@ -456,7 +465,16 @@ class Engine:
                 self._client.close()
 
     # ---- builds ----------------------------------------------------------------------------
+    def server_version(self) -> str:
+        """The engine's version (what the classic and built-in BuildKit builders are)."""
+        try:
+            return str(self.client.version().get("Version", ""))
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot read the engine's version: {_short(exc)}") from None
+
     def resolve_builder(self, builder: Builder) -> Builder:
+        if builder == "buildah":
+            raise EngineError("buildah builds go through reprobuild.buildah, not the engine")
         if builder == "auto":
             return "buildx" if _buildx_client() else "classic"
         if builder == "buildx" and not _buildx_client():
@@ -562,7 +580,7 @@ class Engine:
                     stderr=subprocess.STDOUT,
                     text=True,
                     errors="replace",
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             except OSError as exc:
                 raise EngineError(f"cannot run {cli}: {exc.strerror}") from None
@@ -590,7 +608,7 @@ class Engine:
             return iidfile.read_text().strip()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In a build client's child process: get SIGTERM when reprobuild dies (even by SIGKILL),
     so a killed run's build does not finish and tag on its own (Linux; elsewhere a no-op)."""
     try:

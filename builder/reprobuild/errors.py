@@ -138,6 +138,13 @@ class DiffInputError(ReprobuildError):
     exit_code = 2
 
 
+class RebuildInputError(ReprobuildError):
+    """``reprobuild rebuild``: an input the image's manifest records is not at hand (the
+    project at another revision, another lock, base, builder or builder version)."""
+
+    exit_code = 2
+
+
 def shorten(value: object, limit: int = 80) -> str:
     """``repr(value)`` for a one-line message, cut to ``limit`` characters with '...'."""
     text = repr(value)

@@ -16,10 +16,12 @@ from reprobuild.errors import ReprobuildError
 
 SCHEMA_VERSION = 1
 # Fields a manifest may lack (images built before they existed); distributions is read apart.
-_OPTIONAL = ("distributions", "stack", "gpu")
+_OPTIONAL = ("distributions", "stack", "gpu", "build")
 # The label carrying the manifest file's sha256 (the file's path in the image is the runtime's
 # reprobuild_entrypoint.MANIFEST_PATH: it reads the file in every run).
 MANIFEST_LABEL = "io.reprobuild.manifest.sha256"
+# Labels that say how the image was built (builder, its version, reproducible: true/false).
+BUILD_LABEL = "io.reprobuild.build."
 # An image is untrusted input: a manifest file larger than this is refused before parsing.
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 
@@ -50,6 +52,9 @@ class Manifest:
     # in-image host check needs: {"cuda": "12.6", "driver_min": ..., "driver_min_compat": ...}.
     stack: dict[str, Any] = field(default_factory=dict)
     gpu: dict[str, str] | None = None
+    # How it was built: {"builder": "buildah", "builder_version": "1.28.2", "reproducible":
+    # true}; reproducible means the same inputs give the same image ID (see buildah.py).
+    build: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +90,8 @@ class Manifest:
             fields.update({k: data[k] for k in _OPTIONAL if k in data and k != "distributions"})
         except (KeyError, TypeError) as exc:
             raise ReprobuildError(f"manifest is missing field {exc}") from None
+        if not isinstance(fields.get("build", {}), dict):
+            raise ReprobuildError("manifest field 'build' is not a JSON object")
         return cls(**fields, distributions=dists)
 
     @classmethod
@@ -98,6 +105,10 @@ class Manifest:
             "io.reprobuild.python": self.python_version,
         }
         labels.update(self.stack.get("labels", {}))
+        if self.build:
+            labels[BUILD_LABEL + "builder"] = str(self.build.get("builder", ""))
+            labels[BUILD_LABEL + "builder-version"] = str(self.build.get("builder_version", ""))
+            labels[BUILD_LABEL + "reproducible"] = json.dumps(bool(self.build.get("reproducible")))
         if self.gpu and self.gpu.get("driver_min"):
             labels["io.reprobuild.driver.min"] = self.gpu["driver_min"]
         return labels

@@ -27,14 +27,18 @@ RUN pip=/tmp/reprobuild/bootstrap/bin/pip; [ -x "$pip" ] || pip="python3 -m pip"
 
 # ---- stage 2: the image that ships ----
 FROM nvcr.io/nvidia/tensorflow@sha256:c83b37d26f19ab00d8a13cf974edd079c3d099918ec3110c304a989d6e2f75d5
+# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
+# it (no password aging; the account has no password), so the image is the same on any day.
 RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
+ && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
  && install -d -o 10001 -g 10001 /app \
  && install -d /opt/reprobuild
 COPY --from=deps /opt/venv /opt/venv
 COPY runtime/ /opt/reprobuild/runtime/
 # Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
-# every interpreter, so its modules must load from bytecode.
-RUN /opt/venv/bin/python -I -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
+# every interpreter, so its modules must load from bytecode. -S: without site the hook does
+# not run here, which would first write timestamp-based .pyc files that compileall keeps.
+RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \
     PYTHONUNBUFFERED=1 \

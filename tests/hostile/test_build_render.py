@@ -203,6 +203,28 @@ CASES: dict[str, Case] = {
         _args(), "SOURCE_DATE_EPOCH '253402300800'", env=_epoch("253402300800")
     ),
     "render-epoch-huge": Case(_args(), "SOURCE_DATE_EPOCH '9999", env=_epoch("9" * 5000)),
+    # issue 11: --builder buildah and --push
+    "image-push-empty": Case(
+        _args("--builder", "buildah", "--push", ""), "--push is empty", "image", 2
+    ),
+    "image-push-digest": Case(
+        _args("--builder", "buildah", "--push", "127.0.0.1:5000/x/y@sha256:" + "a" * 64),
+        "not a digest reference",
+        "image",
+    ),
+    "image-push-no-registry": Case(
+        _args("--builder", "buildah", "--push", "team/model:v1"), "names no registry", "image"
+    ),
+    "image-push-shell": Case(
+        _args("--builder", "buildah", "--push", "127.0.0.1:5000/x/y:$(touch /tmp/pwned)"),
+        "$(touch /tmp/pwned)",
+        "image",
+    ),
+    "image-push-classic": Case(
+        _args("--builder", "classic", "--push", "127.0.0.1:5000/x/y:z"),
+        "--push needs --builder buildah",
+        "image",
+    ),
     "image-epoch-huge": Case(
         _args(), "SOURCE_DATE_EPOCH '1000000000000'", "image", env=_epoch("1" + "0" * 12)
     ),

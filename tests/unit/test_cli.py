@@ -397,3 +397,22 @@ def test_resolve_needs_a_ref_or_refresh(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "--refresh" in err
     assert "usage: reprobuild resolve" in err
+
+
+def test_builder_nonsense_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 11: --builder names one of the builders, buildah among them."""
+    from reprobuild.cli import main
+
+    assert main(["image", ".", "--builder", "nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nonsense'" in err
+    assert "'buildah'" in err
+
+
+def test_rebuild_image_empty_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from reprobuild.cli import main
+
+    assert main(["rebuild", ""]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: IMAGE is empty; give a value or leave the option out"
+    )

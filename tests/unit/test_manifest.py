@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from reprobuild.errors import ReprobuildError
-from reprobuild.manifest import SCHEMA_VERSION, Distribution, Manifest
+from reprobuild.manifest import BUILD_LABEL, SCHEMA_VERSION, Distribution, Manifest
 
 
 def manifest(**over: Any) -> Manifest:
@@ -160,7 +160,7 @@ def test_missing_schema_version_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "field", [f for f in FIELDS if f not in ("schema_version", "stack", "gpu")]
+    "field", [f for f in FIELDS if f not in ("schema_version", "stack", "gpu", "build")]
 )
 def test_missing_field_named(field: str) -> None:
     data = manifest().to_dict()
@@ -186,3 +186,23 @@ def test_invalid_json_refused(raw: bytes) -> None:
 def test_not_an_object_refused(raw: bytes) -> None:
     with pytest.raises(ReprobuildError, match="manifest is not a JSON object"):
         Manifest.from_json(raw)
+
+
+def test_build_is_optional_and_recorded_in_labels() -> None:
+    """Images built before the field existed still load; a recorded build is in the labels."""
+    data = manifest().to_dict()
+    del data["build"]
+    assert Manifest.from_dict(data).build == {}
+    assert not any(k.startswith(BUILD_LABEL) for k in Manifest.from_dict(data).labels())
+    data["build"] = {"builder": "buildah", "builder_version": "1.28.2", "reproducible": True}
+    labels = Manifest.from_dict(data).labels()
+    assert labels[BUILD_LABEL + "builder"] == "buildah"
+    assert labels[BUILD_LABEL + "builder-version"] == "1.28.2"
+    assert labels[BUILD_LABEL + "reproducible"] == "true"
+
+
+def test_build_must_be_an_object() -> None:
+    data = manifest().to_dict()
+    data["build"] = ["buildah"]
+    with pytest.raises(ReprobuildError, match="manifest field 'build' is not a JSON object"):
+        Manifest.from_dict(data)

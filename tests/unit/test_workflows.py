@@ -96,6 +96,9 @@ def test_build_workflow_builds_pushes_by_digest_smokes_and_uploads() -> None:
     steps = build["steps"]
     runs = "\n".join(str(s.get("run", "")) for s in steps)
     assert re.search(r'reprobuild image "\$PROJECT" --variant "\$VARIANT" .*--json', runs)
+    # issue 11: built twice with buildah from a clean state; the job fails when the IDs differ
+    assert "--builder buildah --no-cache" in runs and "for n in 1 2" in runs
+    assert '[ "$first" != "$second" ]' in runs and "exit 1" in runs
     assert build["env"]["VARIANT"] == "${{ matrix.variant }}"
     assert 'docker push "$REF"' in runs and "RepoDigests" in runs
     assert "--gpus all" in runs and '"$GPU" = true' in runs

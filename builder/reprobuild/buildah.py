@@ -1,0 +1,206 @@
+"""The buildah builder: daemonless, and the one that gives the same image for the same inputs.
+
+``buildah bud --timestamp EPOCH`` sets the config's ``created``, every history time and the
+mtime of every file in the new layers to the epoch, so with a render that writes nothing
+time- or host-dependent (see templates/Dockerfile.j2) two builds give the same image ID on
+any day. This module only runs the ``buildah`` binary; engine.py still owns the Docker engine.
+Images go into the engine with ``buildah push IMAGE docker-daemon:NAME:TAG``, which keeps the
+image ID (the sha256 of the config, which the push does not change).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import shutil
+import subprocess
+import tempfile
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from reprobuild import leftovers
+from reprobuild.errors import BuildError, EngineError
+from reprobuild.refs import ImageRef
+
+Log = Callable[[str], None]
+_TAIL = 25
+INSTALL_HINT = (
+    "install it (Debian/Ubuntu: `apt-get install buildah`; Fedora: `dnf install buildah`), "
+    "or use --builder classic"
+)
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def binary() -> str | None:
+    return shutil.which("buildah")
+
+
+def require() -> str:
+    found = binary()
+    if found is None:
+        raise EngineError(
+            "builder 'buildah' asked for, but `buildah` is not installed", hint=INSTALL_HINT
+        )
+    return found
+
+
+def version() -> str:
+    """buildah's version, e.g. ``1.28.2`` (recorded in the manifest: another version may
+    write other bytes)."""
+    out = _capture([require(), "version", "--json"], "buildah version")
+    import json
+
+    try:
+        data = json.loads(out)
+        return str(data["version"])
+    except (ValueError, KeyError, TypeError):
+        raise EngineError(f"cannot read buildah's version from {out[:80]!r}") from None
+
+
+def insecure(ref: ImageRef) -> bool:
+    """A loopback registry speaks plain HTTP (Docker allows 127.0.0.0/8 by default too)."""
+    if not ref.explicit_registry:
+        return False
+    host = ref.registry.rsplit(":", 1)[0] if ref.registry.count(":") == 1 else ref.registry
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _tls(ref: ImageRef) -> list[str]:
+    return ["--tls-verify=false"] if insecure(ref) else []
+
+
+def has_image(name: str) -> bool:
+    cli = require()
+    proc = subprocess.run(
+        [cli, "inspect", "--type", "image", "--format", "{{.FromImageID}}", name],
+        capture_output=True,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def pull(ref: ImageRef, log: Log = _quiet) -> None:
+    """Make the digest-pinned base present in buildah's storage."""
+    pinned = ref.by_digest()
+    if has_image(pinned):
+        return
+    log(f"buildah: pulling {pinned}")
+    _stream([require(), "pull", "--quiet", *_tls(ref), pinned], f"pulling {pinned}", log)
+
+
+def bud(
+    context: Path,
+    tag: str | None,
+    *,
+    epoch: int,
+    log: Log = _quiet,
+    no_cache: bool = False,
+    network: bool = True,
+) -> str:
+    """Build ``context/Dockerfile`` into buildah's storage as ``tag`` (None: untagged);
+    return the image ID (64 hex, no prefix). One layer per step (``--layers``); OCI format
+    (Docker's format records the build container's ID and hostname); every time from
+    ``epoch``; a failed build removes its working containers. An image built FROM an
+    untagged one records only its ID in its history, where a tag would record the tag's
+    (run-specific) name."""
+    argv = [
+        require(),
+        "bud",
+        "--layers",
+        "--format",
+        "oci",
+        "--timestamp",
+        str(epoch),
+        "--pull=never",
+        "--force-rm",
+        "--network",
+        "private" if network else "none",
+    ]
+    if no_cache:
+        argv.append("--no-cache")
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
+        iid = Path(tmp) / "iid"
+        argv += ["--iidfile", str(iid), *(["-t", tag] if tag else []), str(context)]
+        _stream(argv, "buildah build", log)
+        return iid.read_text().strip().removeprefix("sha256:")
+
+
+def push(image: str, destination: str, *, tls_verify: bool = True, log: Log = _quiet) -> str:
+    """Push ``image`` to ``destination`` (``docker-daemon:NAME:TAG`` or ``docker://REF``);
+    return the pushed manifest's digest."""
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
+        digestfile = Path(tmp) / "digest"
+        argv = [require(), "push", "--quiet", "--digestfile", str(digestfile)]
+        if not tls_verify:
+            argv.append("--tls-verify=false")
+        _stream([*argv, image, destination], f"pushing to {destination}", log)
+        return digestfile.read_text().strip()
+
+
+def remove_images(names: Sequence[str]) -> None:
+    """Remove images from buildah's storage (never fails: clean-up)."""
+    cli = binary()
+    if cli is None or not names:
+        return
+    for name in names:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([cli, "rmi", name], capture_output=True, check=False, timeout=120)
+
+
+def _capture(argv: list[str], what: str) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise EngineError(f"{what} failed: {exc}") from None
+    if proc.returncode != 0:
+        raise EngineError(f"{what} failed: {proc.stderr.strip()[-300:]}")
+    return proc.stdout
+
+
+def _stream(argv: list[str], what: str, log: Log) -> None:
+    """Run buildah, its output to ``log``; a failure raises BuildError with the log's tail.
+    Interrupted (Ctrl-C, SIGTERM): buildah gets SIGTERM and is waited for, so it removes its
+    own working containers before this returns."""
+    from reprobuild.engine import die_with_parent
+
+    tail: deque[str] = deque(maxlen=_TAIL)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            preexec_fn=die_with_parent,
+        )
+    except OSError as exc:
+        raise EngineError(f"cannot run {argv[0]}: {exc.strerror}") from None
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            log(line)
+        code = proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    if code != 0:
+        last = next(
+            (ln for ln in reversed(tail) if "error" in ln.lower()), tail[-1] if tail else ""
+        )
+        raise BuildError(f"{what} failed: {last.strip()}", log_tail="\n".join(tail))

@@ -1,0 +1,378 @@
+"""Issue 11's proof on real tools: the buildah builder gives the same image for the same
+inputs. Two ``--no-cache`` builds of the tiny project give the same image ID in the engine and,
+pushed under two tags to the loopback registry, the same registry digest; a third build under a
+clock moved 40 days ahead (Debian's faketime) gives the same ID again. Inside the new layers
+every file time is SOURCE_DATE_EPOCH, every .pyc is hash-based and /etc/shadow holds no day.
+The classic builder still works and its manifest says it is not reproducible."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import requests
+
+from helpers import (
+    REGISTRY,
+    MakeProject,
+    MakeTag,
+    build_json,
+    published_image,
+    run_cli,
+    tar_context,
+)
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+pytestmark = [pytest.mark.engine, pytest.mark.registry]
+EPOCH = 1700000000  # not 0: a time that no tool writes by default
+ENV = {"SOURCE_DATE_EPOCH": str(EPOCH)}
+
+
+def buildah_version() -> str:
+    out = subprocess.run(["buildah", "version", "--json"], capture_output=True, check=True)
+    return str(json.loads(out.stdout)["version"])
+
+
+def buildah_containers() -> set[str]:
+    out = subprocess.run(
+        ["buildah", "containers", "--quiet", "--notruncate"], capture_output=True, check=True
+    )
+    return set(out.stdout.decode().split())
+
+
+def buildah_names() -> set[str]:
+    out = subprocess.run(
+        ["buildah", "images", "--format", "{{.Name}}:{{.Tag}}"], capture_output=True, check=True
+    )
+    return set(out.stdout.decode().split())
+
+
+def registry_digest(ref: str) -> str:
+    name, tag = ref.rsplit(":", 1)
+    repo = name.split("/", 1)[1]
+    answer = requests.head(
+        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}",
+        headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, "
+            "application/vnd.docker.distribution.manifest.v2+json"
+        },
+        timeout=10,
+    )
+    assert answer.status_code == 200, (ref, answer.status_code)
+    return answer.headers["Docker-Content-Digest"]
+
+
+def new_layers(
+    docker_client: DockerClient, tag: str, base_ref: str
+) -> Iterator[tuple[tarfile.TarInfo, bytes]]:
+    """Every entry of the layers the build added above the base, with a regular file's first
+    16 bytes, read from a `docker save` of the image."""
+    base_layers = set(docker_client.images.get(base_ref).attrs["RootFS"]["Layers"])
+    image = docker_client.images.get(tag)
+    saved = b"".join(image.save(named=False))
+    with tarfile.open(fileobj=io.BytesIO(saved)) as outer:
+        index = outer.extractfile("manifest.json")
+        assert index is not None
+        layers = json.load(index)[0]["Layers"]
+        diff_ids = image.attrs["RootFS"]["Layers"]
+        for path, diff_id in zip(layers, diff_ids, strict=True):
+            if diff_id in base_layers:
+                continue
+            raw = outer.extractfile(path)
+            assert raw is not None
+            with tarfile.open(fileobj=io.BytesIO(raw.read())) as layer:
+                for member in layer.getmembers():
+                    fh = layer.extractfile(member) if member.isfile() else None
+                    yield member, (fh.read(16) if fh else b"")
+
+
+def test_same_inputs_same_image_on_any_day(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    root = project("tiny")
+    containers_before = buildah_containers()
+    run_id = uuid.uuid4().hex[:12]
+    pushed = [f"{REGISTRY}/reprobuild-test/repro-{run_id}:{n}" for n in ("one", "two")]
+    tags = [unique_tag("repro"), unique_tag("repro"), unique_tag("repro")]
+    first, second = (
+        build_json(str(root), "--base", base_ref, "--builder", "buildah", "--no-cache",
+                   "--tag", tag, "--push", ref, env=ENV)
+        for tag, ref in zip(tags[:2], pushed, strict=True)
+    )  # fmt: skip
+    # The third build: the clock 40 days on (reprobuild, git and pip see it; buildah's own
+    # clock is not moved by libfaketime, which is why --timestamp must not depend on it).
+    later = subprocess.run(
+        ["faketime", "-f", "+40d", sys.executable, "-m", "reprobuild", "image", "--json",
+         str(root), "--base", base_ref, "--builder", "buildah", "--no-cache", "--tag", tags[2]],
+        capture_output=True, text=True, env={**os.environ, **ENV}, check=False, timeout=900,
+    )  # fmt: skip
+    assert later.returncode == 0, later.stderr[-3000:]
+    third = json.loads(later.stdout)
+
+    ids = [first["id"], second["id"], third["id"]]
+    print("image IDs:", ids, "registry digests:", first["digest"], second["digest"])
+    assert ids[0].startswith("sha256:") and len(set(ids)) == 1, ids
+    assert {docker_client.images.get(t).id for t in tags} == {ids[0]}
+    assert first["digest"] == second["digest"]
+    assert [registry_digest(ref) for ref in pushed] == [first["digest"]] * 2
+
+    build = first["manifest"]["build"]
+    assert build == {
+        "builder": "buildah",
+        "builder_version": buildah_version(),
+        "reproducible": True,
+    }
+    labels = docker_client.images.get(tags[0]).attrs["Config"]["Labels"]
+    assert labels["io.reprobuild.build.builder"] == "buildah"
+    assert labels["io.reprobuild.build.builder-version"] == buildah_version()
+    assert labels["io.reprobuild.build.reproducible"] == "true"
+    assert docker_client.images.get(tags[0]).attrs["Created"].startswith("2023-11-14T22:13:20")
+
+    # What is inside: no time but the epoch, hash-based bytecode, no day in /etc/shadow.
+    entries = list(new_layers(docker_client, tags[0], base_ref))
+    names = [m.name for m, _ in entries]
+    assert "opt/reprobuild/manifest.json" in names and "app/hello.py" in names
+    assert {m.name: m.mtime for m, _ in entries if m.mtime != EPOCH} == {}
+    pycs = {m.name: head for m, head in entries if m.name.endswith(".pyc")}
+    assert len(pycs) > 10
+    # PEP 552: the flags word after the magic number; bit 0 set means hash-based
+    assert [name for name, head in pycs.items() if not head[4] & 1] == []
+    assert [n for n in names if n.startswith(("var/log/", "root/.cache/", "tmp/"))] == []
+    shadow = docker_client.containers.run(
+        tags[0], ["-c", "grep ^repro: /etc/shadow"], entrypoint=["sh"], user="0", remove=True
+    ).decode()
+    assert shadow.split(":")[2] == "", shadow
+
+    # The image works, and buildah kept nothing of ours: no working containers, no names.
+    out = docker_client.containers.run(tags[0], remove=True, network_disabled=True).decode()
+    assert out.strip().startswith("hello from tiny"), out
+    assert buildah_containers() - containers_before == set()
+    assert not [n for n in buildah_names() if "reprobuild-scratch" in n]
+    assert not [t for i in docker_client.images.list() for t in i.tags if f":{os.getpid()}-" in t]
+
+
+def test_classic_builder_says_it_is_not_reproducible(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag
+) -> None:
+    result = build_json(
+        str(project("tiny")), "--base", base_ref, "--builder", "classic", "--tag", unique_tag()
+    )
+    build = result["manifest"]["build"]
+    assert build["builder"] == "classic"
+    assert build["reproducible"] is False
+    assert build["builder_version"]  # the engine's version
+
+
+def test_missing_buildah_says_how_to_install_it(project: MakeProject, tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = run_cli("image", str(project("tiny")), "--builder", "buildah", env={"PATH": str(empty)})
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "error: builder 'buildah' asked for, but `buildah` is not installed",
+        "hint: install it (Debian/Ubuntu: `apt-get install buildah`; Fedora: `dnf install "
+        "buildah`), or use --builder classic",
+    ]
+
+
+def test_push_needs_buildah(project: MakeProject) -> None:
+    proc = run_cli(
+        "image", str(project("tiny")), "--builder", "classic", "--push", f"{REGISTRY}/x/y:z"
+    )
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.splitlines()[0]
+        == "error: --push needs --builder buildah (got --builder classic)"
+    )
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_buildah_build_leaves_nothing(
+    project: MakeProject,
+    base_ref: str,
+    unique_tag: MakeTag,
+    docker_client: DockerClient,
+    signum: int,
+) -> None:
+    """Stopped while buildah runs a RUN step: no image under the tag, no buildah working
+    container, no scratch image in buildah or the engine, no temp dir."""
+    root = project("tiny")
+    tag = unique_tag("stopped")
+    before = buildah_containers()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprobuild", "image", str(root), "--base", base_ref,
+         "--builder", "buildah", "--no-cache", "--tag", tag],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **ENV}, preexec_fn=_default_signals,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    assert proc.stderr is not None
+    seen: list[str] = []
+    for line in proc.stderr:  # the build log streams to stderr
+        seen.append(line)
+        if "STEP" in line and ": RUN " in line:
+            break
+        assert time.monotonic() < deadline
+    else:
+        raise AssertionError("the build never reached a RUN step: " + "".join(seen[-20:]))
+    time.sleep(1)
+    proc.send_signal(signum)
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert f"error: interrupted by {signal.Signals(signum).name}" in err
+    assert not [t for i in docker_client.images.list() for t in i.tags if t == tag]
+    assert buildah_containers() - before == set()
+    assert not [n for n in buildah_names() if "reprobuild-scratch" in n]
+    scratch = f":{proc.pid}-"
+    assert not [t for i in docker_client.images.list() for t in i.tags if scratch in t]
+    assert not [p for p in Path("/tmp").iterdir() if f"-{proc.pid}-" in p.name]
+
+
+def test_failed_buildah_build_leaves_nothing(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """A base whose python3 can make no venv with pip (ensurepip removed, no system pip): the
+    build stage's RUN fails inside buildah. One error line, exit 1, and nothing left: no
+    image under the tag, no buildah working container, no scratch image, no temp dir."""
+    broken = tar_context(
+        {
+            "Dockerfile": (
+                f"FROM {base_ref}\nRUN rm -rf /usr/lib/python3.11/ensurepip\n".encode(),
+                0o644,
+            )
+        }
+    )
+    with published_image(docker_client, broken, "no-ensurepip") as base:
+        root = project("tiny")
+        tag = unique_tag("failed")
+        before = buildah_containers()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reprobuild", "image", str(root), "--base", base,
+             "--builder", "buildah", "--tag", tag, "-q"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV},
+        )  # fmt: skip
+        _out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 1, err[-3000:]
+        errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+        assert len(errors) == 1 and errors[0].startswith("error: buildah build failed: "), err[
+            -3000:
+        ]
+        assert "ensurepip" in err or "No module named pip" in err  # the log tail says why
+        assert not [t for i in docker_client.images.list() for t in i.tags if t == tag]
+        assert buildah_containers() - before == set()
+        assert not [n for n in buildah_names() if "reprobuild-scratch" in n]
+        assert not [t for i in docker_client.images.list() for t in i.tags if f":{proc.pid}-" in t]
+        assert not [p for p in Path("/tmp").iterdir() if f"-{proc.pid}-" in p.name]
+        subprocess.run(["buildah", "rmi", base], capture_output=True, check=False)
+
+
+def rebuild_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("rebuild", *args, env=ENV)
+
+
+def test_rebuild_check(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """Untouched project: the same image (exit 0). One byte of app code changed: exit 1,
+    naming the app layer and that one file, as a table and as JSON."""
+    root = project("tiny")
+    tag = unique_tag("rebuild")
+    build_json(str(root), "--base", base_ref, "--builder", "buildah", "--tag", tag, env=ENV)
+
+    same = rebuild_cli(tag, str(root), "--json")
+    assert same.returncode == 0, same.stderr[-3000:]
+    report = json.loads(same.stdout)
+    assert report["match"] is True and report["recorded_id"] == report["rebuilt_id"]
+
+    source = (root / "hello.py").read_bytes()
+    (root / "hello.py").write_bytes(source.replace(b"print(", b"print ("))  # one byte more
+    table = rebuild_cli(tag, str(root), "-q")
+    assert table.returncode == 1, table.stderr[-3000:]
+    print(table.stdout)
+    # buildah's history names the step "COPY dir:<sha256 of the directory> in /app/"
+    assert re.search(
+        r"differs from layer \d+ of \d+: .*COPY dir:[0-9a-f]{64} in /app/", table.stdout
+    )
+    assert "  - app/hello.py " in table.stdout and "  + app/hello.py " in table.stdout
+
+    differ = rebuild_cli(tag, str(root), "--json")
+    assert differ.returncode == 1, differ.stderr[-3000:]
+    report = json.loads(differ.stdout)
+    assert report["match"] is False
+    layer = report["layer"]
+    assert re.search(r"COPY dir:[0-9a-f]{64} in /app/", layer["created_by"]), layer["created_by"]
+    assert [f["path"] for f in layer["files"]] == ["app/hello.py"]
+    (changed,) = layer["files"]
+    assert changed["rebuilt"]["size"] == changed["recorded"]["size"] + 1
+    assert (
+        changed["rebuilt"]["sha256"] == hashlib.sha256((root / "hello.py").read_bytes()).hexdigest()
+    )
+    assert changed["recorded"]["sha256"] == hashlib.sha256(source).hexdigest()
+    assert changed["recorded"]["mtime"] == changed["rebuilt"]["mtime"] == "2023-11-14T22:13:20Z"
+    assert changed["recorded"]["owner"] == "0:0" and changed["recorded"]["mode"] == "0644"
+    # the rebuilt image is never left behind
+    assert not [
+        t
+        for i in docker_client.images.list()
+        for t in i.tags
+        if "rebuild:" in t and t.startswith("reprobuild-scratch/")
+    ]
+
+
+def test_rebuild_names_the_missing_input(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, tmp_path: Path
+) -> None:
+    """A project with a recorded git revision that is no longer checked out: exit 2, the
+    error names the revision. An image without a manifest, and one built with the classic
+    builder: exit 2, one error line each."""
+    root = project("tiny")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    tag = unique_tag("rebuild-git")
+    run = run_cli(
+        "image", str(root), "--base", base_ref, "--builder", "buildah", "--tag", tag, "-q"
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (root / "hello.py").write_text("print('changed')\n")
+    proc = run_cli("rebuild", tag, str(root), "-q")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("error: the project ")
+    assert f"is not at the recorded revision {head.stdout.strip()}" in lines[0]
+    assert "uncommitted changes" in lines[0]
+
+    bare = run_cli("rebuild", base_ref, str(root))
+    assert bare.returncode == 2
+    assert bare.stderr.startswith("error: ") and "was not built by reprobuild" in bare.stderr
+
+    classic = unique_tag("rebuild-classic")
+    build_json(str(root), "--base", base_ref, "--builder", "classic", "--tag", classic)
+    proc = run_cli("rebuild", classic, str(root))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        f"error: {classic} was built with 'classic' and is marked not reproducible; only a "
+        "reproducible build (--builder buildah, no apt packages) can be checked"
+    )
