@@ -15,6 +15,7 @@ import ipaddress
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +26,8 @@ from reprobuild.refs import ImageRef
 
 Log = Callable[[str], None]
 _TAIL = 25
+_LINE_MAX = 64 * 1024  # a line of buildah's output longer than this is split, never held whole
+NETWORK_DEADLINE_S = 900.0  # a pull or a push that takes longer is stopped (overall, not idle)
 INSTALL_HINT = (
     "install it (Debian/Ubuntu: `apt-get install buildah`; Fedora: `dnf install buildah`), "
     "or use --builder classic"
@@ -94,7 +97,12 @@ def pull(ref: ImageRef, log: Log = _quiet) -> None:
     if has_image(pinned):
         return
     log(f"buildah: pulling {pinned}")
-    _stream([require(), "pull", "--quiet", *_tls(ref), pinned], f"pulling {pinned}", log)
+    _stream(
+        [require(), "pull", "--quiet", *_tls(ref), pinned],
+        f"pulling {pinned}",
+        log,
+        deadline_s=NETWORK_DEADLINE_S,
+    )
 
 
 def bud(
@@ -142,7 +150,12 @@ def push(image: str, destination: str, *, tls_verify: bool = True, log: Log = _q
         argv = [require(), "push", "--quiet", "--digestfile", str(digestfile)]
         if not tls_verify:
             argv.append("--tls-verify=false")
-        _stream([*argv, image, destination], f"pushing to {destination}", log)
+        _stream(
+            [*argv, image, destination],
+            f"pushing to {destination}",
+            log,
+            deadline_s=NETWORK_DEADLINE_S,
+        )
         return digestfile.read_text().strip()
 
 
@@ -166,10 +179,12 @@ def _capture(argv: list[str], what: str) -> str:
     return proc.stdout
 
 
-def _stream(argv: list[str], what: str, log: Log) -> None:
+def _stream(argv: list[str], what: str, log: Log, deadline_s: float | None = None) -> None:
     """Run buildah, its output to ``log``; a failure raises BuildError with the log's tail.
     Interrupted (Ctrl-C, SIGTERM): buildah gets SIGTERM and is waited for, so it removes its
-    own working containers before this returns."""
+    own working containers before this returns. ``deadline_s``: an overall limit (network
+    steps), after which buildah gets SIGTERM and EngineError names the step. Output lines are
+    read at most ``_LINE_MAX`` characters at a time."""
     from reprobuild.engine import die_with_parent
 
     tail: deque[str] = deque(maxlen=_TAIL)
@@ -185,13 +200,25 @@ def _stream(argv: list[str], what: str, log: Log) -> None:
     except OSError as exc:
         raise EngineError(f"cannot run {argv[0]}: {exc.strerror}") from None
     assert proc.stdout is not None
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        proc.terminate()
+
+    timer = threading.Timer(deadline_s, expire) if deadline_s is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
-        for line in proc.stdout:
+        while line := proc.stdout.readline(_LINE_MAX):
             line = line.rstrip("\n")
             tail.append(line)
             log(line)
         code = proc.wait()
     finally:
+        if timer is not None:
+            timer.cancel()
         if proc.poll() is None:
             proc.terminate()
             try:
@@ -199,6 +226,9 @@ def _stream(argv: list[str], what: str, log: Log) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        proc.stdout.close()
+    if expired.is_set():
+        raise EngineError(f"{what} did not finish within {deadline_s:g} s; stopped")
     if code != 0:
         last = next(
             (ln for ln in reversed(tail) if "error" in ln.lower()), tail[-1] if tail else ""
