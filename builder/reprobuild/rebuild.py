@@ -292,12 +292,21 @@ def _facts(outer: tarfile.TarFile, name: str) -> dict[str, FileFacts]:
                 "file" if member.isfile() else "dir" if member.isdir() else
                 "symlink" if member.issym() else "hardlink" if member.islnk() else "other"
             )  # fmt: skip
-            mtime = datetime.fromtimestamp(member.mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            mtime = _when(member.mtime)
             out[member.name.rstrip("/")] = FileFacts(
                 kind, member.size, f"{member.mode & 0o7777:04o}",
                 f"{member.uid}:{member.gid}", mtime, digest,
             )  # fmt: skip
     return out
+
+
+def _when(mtime: float) -> str:
+    """A layer entry's mtime as UTC text; a value no calendar holds (a hostile layer's) is
+    shown as the number it is."""
+    try:
+        return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"@{mtime!r}"
 
 
 def _diff_files(a: dict[str, FileFacts], b: dict[str, FileFacts]) -> tuple[FileDiff, ...]:

@@ -80,3 +80,10 @@ def test_table_escapes_control_characters_in_paths_and_steps() -> None:
 def test_match_says_so() -> None:
     lines = render_table(RebuildReport("img", "sha256:1", "sha256:1"))
     assert lines[-1] == "result    the same image: the recorded inputs give it again"
+
+
+def test_mtime_beyond_any_calendar_is_shown_as_a_number() -> None:
+    from reprobuild.rebuild import _when
+
+    assert _when(1700000000) == "2023-11-14T22:13:20Z"
+    assert _when(8**11 * 10**12) == f"@{8**11 * 10**12!r}"
