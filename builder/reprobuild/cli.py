@@ -276,6 +276,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="this image (tag, ID, or NAME@sha256:...) instead of the project's default tag",
     )
     compose.add_argument(
+        "--nodes",
+        type=_int,
+        metavar="N",
+        help="a multi-node torchrun job instead: one service per node on a private network, "
+        "node 0 hosting the c10d rendezvous (gloo on CPU, NCCL with --gpu)",
+    )
+    compose.add_argument(
+        "--nproc-per-node",
+        type=_int,
+        metavar="M",
+        help="with --nodes: training processes (ranks) per node (default: 1)",
+    )
+    compose.add_argument(
         "-o",
         "--output",
         type=_path,
@@ -656,7 +669,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_compose(args: argparse.Namespace) -> int:
     from reprobuild.compose import compose_project, write_output
 
-    result = compose_project(args.directory, gpu=args.gpu, image=args.image, variant=args.variant)
+    result = compose_project(
+        args.directory,
+        gpu=args.gpu,
+        image=args.image,
+        variant=args.variant,
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+    )
     write_output(result.text, args.output)
     if args.output is not None and str(args.output) != "-":
         print(args.output)

@@ -21,6 +21,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
+from reprobuild_entrypoint import distinfo
 from reprobuild_entrypoint.settings import Settings
 
 RECORD: dict[str, dict[str, Any]] = {}
@@ -147,6 +148,8 @@ def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]
     entry["num_threads_source"] = source
     entry["num_threads"] = torch.get_num_threads()
     entry["num_interop_threads"] = torch.get_num_interop_threads()
+    if distinfo.under_launcher(os.environ):
+        entry["watch_init_process_group"] = distinfo.watch_init_process_group(torch)
     if settings.mode == "strict":
         from reprobuild_entrypoint import excepthook
 
