@@ -16,9 +16,11 @@ node. ``restart_count`` says which attempt a record belongs to.
 Pure where it can be (:func:`distributed_info` takes the environment); standard library only.
 """
 
+import re
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 LAUNCHER_INTS = (
@@ -99,3 +101,56 @@ def watch_init_process_group(torch: "Any") -> bool:
     init_process_group.__reprobuild__ = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
     return True
+
+
+# A gloo/NCCL transport error names the peer it lost by address: "[172.20.0.3]:6563".
+_PEER = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+)\]:(\d+)")
+RESOLVE_TIMEOUT_S = 3.0
+
+
+def _reverse(address: str) -> "str | None":
+    """The name the network gives ``address`` (Docker's DNS answers with the container's
+    name, ``<project>_node-1_1.<project>_job``); None when it has none. Bounded: a resolver
+    that does not answer within :data:`RESOLVE_TIMEOUT_S` must not hold the failing process."""
+    import contextlib
+    import socket
+    import threading
+
+    found: list[str] = []
+
+    def ask() -> None:
+        with contextlib.suppress(OSError):
+            found.append(socket.gethostbyaddr(address)[0])
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(RESOLVE_TIMEOUT_S)
+    return found[0] if found else None
+
+
+def lost_peer_line(
+    exc: "BaseException | None",
+    environ: "Mapping[str, str]",
+    resolve: "Callable[[str], str | None]" = _reverse,
+) -> "str | None":
+    """One line naming the peer a rank lost, when ``exc`` (or its cause) is a collective that
+    failed on a connection to another address; None otherwise. torchrun's own summary names
+    only the ranks on this node that failed, not the node that went away."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        match = _PEER.search(str(exc)) if isinstance(exc, RuntimeError) else None
+        if match is not None:
+            address, port = match.groups()
+            name = resolve(address)
+            where = f"{name} at {address}:{port}" if name else f"{address}:{port} (no name)"
+            rank = environ.get("RANK", "?")
+            import platform
+
+            host = environ.get("HOSTNAME") or platform.node() or "this node"
+            return (
+                f"reprobuild: rank {rank} on {host} lost its connection to {where}: that node "
+                "stopped or its rank failed first; see its log"
+            )
+        exc = exc.__cause__ or exc.__context__
+    return None
