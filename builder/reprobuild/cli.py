@@ -295,6 +295,37 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write here, atomically (default, or -: stdout)",
     )
+
+    k8s = sub.add_parser(
+        "k8s",
+        help="write Kubernetes manifests for a multi-node torchrun job with the project's image",
+        description="Write an Indexed Job and its headless Service (standard objects only): "
+        "N pods, each running the project's image, pinned by registry digest, under torchrun "
+        "with the c10d rendezvous on pod 0; NCCL and a GPU per process with --gpu.",
+    )
+    _directory(k8s)
+    k8s.add_argument("--nodes", type=_int, required=True, metavar="N", help="pods (nodes)")
+    k8s.add_argument(
+        "--nproc-per-node", type=_int, metavar="M", help="processes (ranks) per pod (default: 1)"
+    )
+    k8s.add_argument("--gpu", action="store_true", help="the GPU image; M GPUs per pod")
+    k8s.add_argument("--variant", metavar="NAME", type=_text, help="this variant's image")
+    k8s.add_argument(
+        "--image",
+        metavar="REF",
+        type=_text,
+        help="this image (a pushed tag or NAME@sha256:...) instead of the project's default tag",
+    )
+    k8s.add_argument(
+        "--name", metavar="NAME", type=_text, help="job name (default: from the project name)"
+    )
+    k8s.add_argument(
+        "-o",
+        "--output",
+        type=_path,
+        metavar="FILE",
+        help="write here, atomically (default, or -: stdout)",
+    )
     return parser
 
 
@@ -683,6 +714,25 @@ def cmd_compose(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_k8s(args: argparse.Namespace) -> int:
+    from reprobuild.compose import write_output
+    from reprobuild.kube import k8s_project
+
+    text = k8s_project(
+        args.directory,
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+        gpu=args.gpu,
+        image=args.image,
+        variant=args.variant,
+        name=args.name,
+    )
+    write_output(text, args.output)
+    if args.output is not None and str(args.output) != "-":
+        print(args.output)
+    return 0
+
+
 COMMANDS = {
     "render": cmd_render,
     "image": cmd_image,
@@ -693,6 +743,7 @@ COMMANDS = {
     "verify": cmd_verify,
     "diff": cmd_diff,
     "compose": cmd_compose,
+    "k8s": cmd_k8s,
 }
 
 

@@ -8,8 +8,6 @@ Refresh the golden file after an intended change, then review the diff like code
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers import FakeImageEngine as FakeEngine
 from reprobuild.cli import main
 from reprobuild.compose import ComposeSpec, compose_project, document, render
 from reprobuild.config import load_config
@@ -32,44 +31,6 @@ TINY = TESTS / "data" / "projects" / "tiny"
 ID = "sha256:" + "ab" * 32
 DIGEST = "sha256:" + "cd" * 32
 IMAGE = f"127.0.0.1:5000/team/ddp@{DIGEST}"
-
-
-def manifest(*names: str) -> bytes:
-    """A real manifest (tests/data/diff) with these distributions instead of its own."""
-    data = json.loads((TESTS / "data" / "diff" / "manifest-tiny.json").read_text())
-    model = data["distributions"][0]
-    data["distributions"] = [model | {"name": n} for n in names]
-    return json.dumps(data).encode()
-
-
-class FakeEngine:
-    """Stands in for reprobuild.engine.Engine: one image, its labels, CMD and manifest file."""
-
-    def __init__(self, tag: str, dists: tuple[str, ...], variant: str = "cpu") -> None:
-        from reprobuild.manifest import MANIFEST_LABEL
-
-        self.tag = tag
-        self.raw = manifest(*dists)
-        labels = {
-            "io.reprobuild.variant": variant,
-            MANIFEST_LABEL: hashlib.sha256(self.raw).hexdigest(),
-        }
-        self.attrs = {
-            "Id": ID,
-            "RepoDigests": [],
-            "Config": {"Labels": labels, "Cmd": ["python", "train.py"]},
-        }
-        self.read: list[str] = []
-
-    def image_id(self, ref: str) -> str | None:
-        return ID if ref in (self.tag, ID) else None
-
-    def inspect(self, ref: str) -> dict[str, Any]:
-        return self.attrs
-
-    def read_file(self, image: str, path: str, *, max_bytes: int = 0) -> bytes:
-        self.read.append(path)
-        return self.raw
 
 
 def tiny_copy(tmp_path: Path, extra: str = "") -> Path:
