@@ -596,6 +596,7 @@ def _pin(
     *,
     gpu: bool,
     variant: str | None,
+    what: str = "compose file",
 ) -> tuple[PinnedImage, ImageLookup]:
     if engine is None:
         from reprobuild.engine import Engine
@@ -608,7 +609,7 @@ def _pin(
         )
     else:
         pinned = pin_image(engine, image)
-    _check_variant(pinned, gpu=gpu)
+    _check_variant(pinned, gpu=gpu, what=what)
     return pinned, engine
 
 
@@ -645,7 +646,7 @@ def spec_for(
     )
 
 
-def _check_variant(image: PinnedImage, *, gpu: bool) -> None:
+def _check_variant(image: PinnedImage, *, gpu: bool, what: str = "compose file") -> None:
     variant = image.labels.get("io.reprobuild.variant")
     if variant is None:
         raise ReprobuildError(
@@ -656,7 +657,7 @@ def _check_variant(image: PinnedImage, *, gpu: bool) -> None:
     if variant != want:
         flag = "add --gpu" if variant == "gpu" else "drop --gpu"
         raise ReprobuildError(
-            f"{image.requested} is a {variant.upper()} image but a {want.upper()} compose file "
+            f"{image.requested} is a {variant.upper()} image but a {want.upper()} {what} "
             f"was asked for: {flag}"
         )
 

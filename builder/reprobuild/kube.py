@@ -228,7 +228,9 @@ def k8s_project(
     shape = job_shape(config, nodes, nproc_per_node, gpu=gpu)
     assert shape is not None
     job_name = check_name(name) if name is not None else default_name(config.name)
-    pinned, engine = _pin(directory, config, image, engine, gpu=gpu, variant=variant)
+    pinned, engine = _pin(
+        directory, config, image, engine, gpu=gpu, variant=variant, what="Kubernetes job"
+    )
     reference = pinned.reference
     if image is not None and parse_ref(image).digest and not image.startswith("sha256:"):
         reference = image

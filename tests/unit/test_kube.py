@@ -136,7 +136,7 @@ def test_project_rendering_checks_torch_and_pins(tmp_path: Path) -> None:
     assert docs[1]["metadata"]["name"] == "tiny"
     with pytest.raises(ReprobuildError, match="has no torch"):
         k8s_project(project, nodes=2, engine=FakeEngine(tag, ("six",)))
-    with pytest.raises(ReprobuildError, match="is a CPU image but a GPU"):
+    with pytest.raises(ReprobuildError, match="is a CPU image but a GPU Kubernetes job"):
         k8s_project(project, nodes=2, gpu=True, image=tag, engine=engine)
     unpushed = FakeEngine(tag, ("torch",))
     with pytest.raises(ImageRefError, match="not pinned by a registry digest"):
