@@ -383,6 +383,19 @@ def _verify_options(parser: argparse.ArgumentParser) -> None:
         "--network", action="store_true", help="give the containers a network (default: none)"
     )
     parser.add_argument(
+        "--nodes",
+        type=_int,
+        metavar="N",
+        help="every run is a torchrun job of N containers on a network of its own (CMD is "
+        "the program: python SCRIPT ARGS); rank 0's stdout and outputs are compared",
+    )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=_int,
+        metavar="M",
+        help="with --nodes: processes (ranks) per node (default: 1)",
+    )
+    parser.add_argument(
         "--ignore",
         action="append",
         default=[],
@@ -666,8 +679,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         network=args.network,
         ignore=args.ignore,
         default_ignore=args.default_ignore,
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
     )
     log = (lambda _: None) if args.quiet or args.json else _err
+    if args.resume_at is not None and args.nodes is not None:
+        from reprobuild.errors import VerifyUsageError
+
+        raise VerifyUsageError("--resume-at checks one container's resume; drop --nodes")
     if args.resume_at is not None:
         return _verify_resume(spec, args, log)
     try:

@@ -204,3 +204,46 @@ def test_losing_a_node_fails_the_job_in_bounded_time_naming_it(
     named = [line for line in log.splitlines() if "lost its connection to" in line]
     assert named, log[-3000:]
     assert any(f"{job.name}_node-1_1" in line for line in named), named
+
+
+def test_verify_nodes_runs_two_jobs_side_by_side(determinism_image: str, tmp_path: Path) -> None:
+    """`reprobuild verify --nodes 2 --nproc-per-node 2`: two jobs at once, each on an internal
+    network of its own (so their node-0s never meet), rank 0's stdout and metrics.json
+    compared; the same with REPRO_DETERMINISM=off diverges and stops early. Nothing is left
+    behind: no container, no network."""
+    args = [
+        "verify",
+        determinism_image,
+        "--nodes",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "-e",
+        "REPRO_THREADS=1",
+        "--output",
+        "metrics.json",
+        "--json",
+    ]
+    program = ["--", "python", "scripts/ddp_train.py"]
+    before = _verify_networks()
+    same = run_cli(*args, "--report", str(tmp_path / "same.json"), *program, timeout=600)
+    assert same.returncode == 0, same.stderr[-3000:]
+    report = json.loads(same.stdout)
+    assert report["result"] == "identical", report
+    off = run_cli(
+        *args, "--mode", "off", "--report", str(tmp_path / "off.json"), *program, timeout=600
+    )
+    assert off.returncode == 1, off.stderr[-3000:]
+    assert json.loads(off.stdout)["result"] == "diverged"
+    assert _verify_networks() <= before  # each run's network is gone with it
+
+
+def _verify_networks() -> set[str]:
+    """The networks `verify --nodes` names rbverify-<owner>-<run>, on the whole engine."""
+    listed = subprocess.run(
+        ["docker", "network", "ls", "-q", "--filter", "name=rbverify-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return set(listed)
