@@ -8,7 +8,8 @@ TAG is the determinism test image (tests/data/projects/determinism, which holds
 scripts/ddp_train.py), built by ``reprobuild image``. The job file is written by
 ``reprobuild compose --nodes 2 --nproc-per-node 2``; each round runs it once strict and once
 off (alternating which goes first, so a warm page cache favours neither), each under its own
-compose project, and times ``docker-compose up`` from start to the last node's exit. The
+compose project, and times ``docker-compose up`` (prepare, then the nodes) from start to
+the last node's exit. The
 figure is median(strict) / median(off). One thread per process (``REPRO_THREADS=1``): the
 reference machine has two CPUs for four ranks. Writes benchmarks/results/nodes.json.
 """
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -57,9 +59,8 @@ def run_once(job: Path, mode: str, epochs: int) -> float:
     }
     base = ["docker-compose", "-p", name, "-f", str(job / "compose.yml")]
     try:
-        # containers created first, so the timing is the job, not compose's bookkeeping
-        subprocess.run([*base, "up", "--no-start"], env=env, cwd=job, check=True,
-                       capture_output=True)  # fmt: skip
+        # `up` as a user runs it: prepare, then both nodes (containers created in the timing,
+        # the same for both modes; `up --no-start` waits forever on prepare's condition)
         start = time.perf_counter()
         subprocess.run([*base, "up"], env=env, cwd=job, check=True, capture_output=True,
                        timeout=600)  # fmt: skip
@@ -85,6 +86,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of strict + off (>= 3)")
     parser.add_argument("--epochs", type=int, default=3, help="DDP_EPOCHS of the job")
     args = parser.parse_args()
+    # SIGTERM as an exception, so the running job's containers and network are removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.rounds < 3:
         parser.error("--rounds: at least 3 (a median of fewer says little)")
     times: dict[str, list[float]] = {"strict": [], "off": []}
