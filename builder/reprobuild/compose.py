@@ -17,6 +17,9 @@ doubled. What it holds:
   output directories, so that ``reprobuild diff`` can compare the two run records.
 - with ``--gpu``: every run reserves all GPUs (``deploy.resources.reservations.devices``,
   ``capabilities: [gpu]``) and gets NGC's recommended memlock/stack limits.
+- with ``--nodes N``: instead of ``train``/``verify-*``, a torchrun job (:func:`nodes_document`):
+  ``node-0`` ... on an internal network ``job``, node 0 hosting the c10d rendezvous, records
+  in ``runs/node-<i>``; the image must have torch (its manifest is read to check).
 
 The format is the Compose Specification without a ``version:`` key, restricted to what both
 docker-compose 1.29 (1.28+ for device reservations and profiles) and Compose v2 accept.
