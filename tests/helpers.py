@@ -7,6 +7,7 @@ run on the same engine, could come to depend on: tags are unique per call and re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -123,3 +124,46 @@ def run_record_paths(folder: Path) -> list[Path]:
         for p in folder.glob("run-*.json")
         if "-frameworks-" not in p.name and not p.name.endswith("-exit.json")
     )
+
+
+# ---- a stand-in engine for multi-node renderings (compose --nodes, k8s) ----
+
+FAKE_ID = "sha256:" + "ab" * 32
+
+
+def fake_manifest(*names: str) -> bytes:
+    """A real manifest (tests/data/diff) with these distributions instead of its own."""
+    data = json.loads((DATA / "diff" / "manifest-tiny.json").read_text())
+    model = data["distributions"][0]
+    data["distributions"] = [model | {"name": n} for n in names]
+    return json.dumps(data).encode()
+
+
+class FakeImageEngine:
+    """Stands in for reprobuild.engine.Engine: one image, its labels, CMD and manifest file."""
+
+    def __init__(self, tag: str, dists: tuple[str, ...], variant: str = "cpu") -> None:
+        from reprobuild.manifest import MANIFEST_LABEL
+
+        self.tag = tag
+        self.raw = fake_manifest(*dists)
+        labels = {
+            "io.reprobuild.variant": variant,
+            MANIFEST_LABEL: hashlib.sha256(self.raw).hexdigest(),
+        }
+        self.attrs = {
+            "Id": FAKE_ID,
+            "RepoDigests": [],
+            "Config": {"Labels": labels, "Cmd": ["python", "train.py"]},
+        }
+        self.read: list[str] = []
+
+    def image_id(self, ref: str) -> str | None:
+        return FAKE_ID if ref in (self.tag, FAKE_ID) else None
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        return self.attrs
+
+    def read_file(self, image: str, path: str, *, max_bytes: int = 0) -> bytes:
+        self.read.append(path)
+        return self.raw

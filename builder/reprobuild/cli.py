@@ -297,6 +297,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="this image (tag, ID, or NAME@sha256:...) instead of the project's default tag",
     )
     compose.add_argument(
+        "--nodes",
+        type=_int,
+        metavar="N",
+        help="a multi-node torchrun job instead: one service per node on a private network, "
+        "node 0 hosting the c10d rendezvous (gloo on CPU, NCCL with --gpu)",
+    )
+    compose.add_argument(
+        "--nproc-per-node",
+        type=_int,
+        metavar="M",
+        help="with --nodes: training processes (ranks) per node (default: 1)",
+    )
+    compose.add_argument(
+        "-o",
+        "--output",
+        type=_path,
+        metavar="FILE",
+        help="write here, atomically (default, or -: stdout)",
+    )
+
+    k8s = sub.add_parser(
+        "k8s",
+        help="write Kubernetes manifests for a multi-node torchrun job with the project's image",
+        description="Write an Indexed Job and its headless Service (standard objects only): "
+        "N pods, each running the project's image, pinned by registry digest, under torchrun "
+        "with the c10d rendezvous on pod 0; NCCL and a GPU per process with --gpu.",
+    )
+    _directory(k8s)
+    k8s.add_argument("--nodes", type=_int, required=True, metavar="N", help="pods (nodes)")
+    k8s.add_argument(
+        "--nproc-per-node", type=_int, metavar="M", help="processes (ranks) per pod (default: 1)"
+    )
+    k8s.add_argument("--gpu", action="store_true", help="the GPU image; M GPUs per pod")
+    k8s.add_argument("--variant", metavar="NAME", type=_text, help="this variant's image")
+    k8s.add_argument(
+        "--image",
+        metavar="REF",
+        type=_text,
+        help="this image (a pushed tag or NAME@sha256:...) instead of the project's default tag",
+    )
+    k8s.add_argument(
+        "--name", metavar="NAME", type=_text, help="job name (default: from the project name)"
+    )
+    k8s.add_argument(
         "-o",
         "--output",
         type=_path,
@@ -358,6 +402,19 @@ def _verify_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--network", action="store_true", help="give the containers a network (default: none)"
+    )
+    parser.add_argument(
+        "--nodes",
+        type=_int,
+        metavar="N",
+        help="every run is a torchrun job of N containers on a network of its own (CMD is "
+        "the program: python SCRIPT ARGS); rank 0's stdout and outputs are compared",
+    )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=_int,
+        metavar="M",
+        help="with --nodes: processes (ranks) per node (default: 1)",
     )
     parser.add_argument(
         "--ignore",
@@ -659,8 +716,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         network=args.network,
         ignore=args.ignore,
         default_ignore=args.default_ignore,
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
     )
     log = (lambda _: None) if args.quiet or args.json else _err
+    if args.resume_at is not None and args.nodes is not None:
+        from reprobuild.errors import VerifyUsageError
+
+        raise VerifyUsageError("--resume-at checks one container's resume; drop --nodes")
     if args.resume_at is not None:
         return _verify_resume(spec, args, log)
     try:
@@ -693,8 +756,34 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_compose(args: argparse.Namespace) -> int:
     from reprobuild.compose import compose_project, write_output
 
-    result = compose_project(args.directory, gpu=args.gpu, image=args.image, variant=args.variant)
+    result = compose_project(
+        args.directory,
+        gpu=args.gpu,
+        image=args.image,
+        variant=args.variant,
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+    )
     write_output(result.text, args.output)
+    if args.output is not None and str(args.output) != "-":
+        print(args.output)
+    return 0
+
+
+def cmd_k8s(args: argparse.Namespace) -> int:
+    from reprobuild.compose import write_output
+    from reprobuild.kube import k8s_project
+
+    text = k8s_project(
+        args.directory,
+        nodes=args.nodes,
+        nproc_per_node=args.nproc_per_node,
+        gpu=args.gpu,
+        image=args.image,
+        variant=args.variant,
+        name=args.name,
+    )
+    write_output(text, args.output)
     if args.output is not None and str(args.output) != "-":
         print(args.output)
     return 0
@@ -711,6 +800,7 @@ COMMANDS = {
     "verify": cmd_verify,
     "diff": cmd_diff,
     "compose": cmd_compose,
+    "k8s": cmd_k8s,
 }
 
 

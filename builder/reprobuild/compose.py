@@ -17,6 +17,9 @@ doubled. What it holds:
   output directories, so that ``reprobuild diff`` can compare the two run records.
 - with ``--gpu``: every run reserves all GPUs (``deploy.resources.reservations.devices``,
   ``capabilities: [gpu]``) and gets NGC's recommended memlock/stack limits.
+- with ``--nodes N``: instead of ``train``/``verify-*``, a torchrun job (:func:`nodes_document`):
+  ``node-0`` ... on an internal network ``job``, node 0 hosting the c10d rendezvous, records
+  in ``runs/node-<i>``; the image must have torch (its manifest is read to check).
 
 The format is the Compose Specification without a ``version:`` key, restricted to what both
 docker-compose 1.29 (1.28+ for device reservations and profiles) and Compose v2 accept.
@@ -28,11 +31,12 @@ looked up on the engine and replaced by ``NAME@sha256:<repo digest>`` when the i
 
 from __future__ import annotations
 
+import hashlib
 import re
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +46,16 @@ from reprobuild import __version__
 from reprobuild.config import ProjectConfig, load_config
 from reprobuild.errors import ImageNotBuiltError, ImageRefError, OutputError, ReprobuildError
 from reprobuild.fsutil import write_atomic
+from reprobuild.nodes import (
+    BACKEND_VAR,
+    DEFAULT_JOB_ID,
+    JOB_ID_VAR,
+    JobShape,
+    JobShapeError,
+    program_args,
+    require_torch,
+    torchrun_command,
+)
 from reprobuild.plan import project_tag, variant_of
 from reprobuild.refs import parse_ref
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
@@ -80,7 +94,7 @@ class GpuReservation:
     """``deploy.resources.reservations.devices``: all of the host's NVIDIA GPUs."""
 
     driver: str = "nvidia"
-    count: str = "all"
+    count: str | int = "all"
     capabilities: tuple[str, ...] = ("gpu",)
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,6 +124,7 @@ class Service:
     """One service, in the order its keys are written."""
 
     image: str
+    hostname: str | None = None
     profiles: tuple[str, ...] = ()
     depends_on: tuple[DependsOn, ...] = ()
     user: str | None = None
@@ -118,12 +133,15 @@ class Service:
     environment: tuple[tuple[str, str], ...] = ()
     volumes: tuple[str, ...] = ()
     network_mode: str | None = "none"
+    networks: tuple[str, ...] = ()
     shm_size: str | None = None
     ulimits: tuple[tuple[str, int], ...] = ()
     deploy: GpuReservation | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"image": self.image}
+        if self.hostname is not None:
+            out["hostname"] = self.hostname
         if self.profiles:
             out["profiles"] = list(self.profiles)
         if self.depends_on:
@@ -140,6 +158,8 @@ class Service:
             out["volumes"] = list(self.volumes)
         if self.network_mode is not None:
             out["network_mode"] = self.network_mode
+        if self.networks:
+            out["networks"] = list(self.networks)
         if self.shm_size is not None:
             out["shm_size"] = self.shm_size
         if self.ulimits:
@@ -150,12 +170,29 @@ class Service:
 
 
 @dataclass(frozen=True)
+class Network:
+    """A network of the compose project's own. ``internal``: no route out of it (the nodes
+    talk to each other only)."""
+
+    internal: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"driver": "bridge", "internal": self.internal}
+
+
+@dataclass(frozen=True)
 class ComposeFile:
     header: tuple[str, ...]
     services: tuple[tuple[str, Service], ...]
+    networks: tuple[tuple[str, Network], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"services": {name: service.to_dict() for name, service in self.services}}
+        out: dict[str, Any] = {
+            "services": {name: service.to_dict() for name, service in self.services}
+        }
+        if self.networks:
+            out["networks"] = {name: network.to_dict() for name, network in self.networks}
+        return out
 
 
 # ---- what the document is made from -------------------------------------------------------
@@ -175,6 +212,8 @@ class ComposeSpec:
     project: str | None = None
     source: str | None = None
     """How the image was named (the tag or ID asked for), for the header."""
+    shape: JobShape | None = None
+    """A multi-node torchrun job (``--nodes``); None: the single-container file."""
 
     def __post_init__(self) -> None:
         if self.image != IMAGE_PLACEHOLDER:
@@ -238,6 +277,8 @@ def _run_service(spec: ComposeSpec, name: str, profiles: tuple[str, ...] = ()) -
 
 
 def document(spec: ComposeSpec) -> ComposeFile:
+    if spec.shape is not None:
+        return nodes_document(spec, spec.shape)
     runs = (TRAIN, *VERIFY)
     prepare = Service(
         image=spec.image,
@@ -257,6 +298,103 @@ def document(spec: ComposeSpec) -> ComposeFile:
         *((name, _run_service(spec, name, (VERIFY_PROFILE,))) for name in VERIFY),
     )
     return ComposeFile(header=_header(spec), services=services)
+
+
+# ---- a multi-node torchrun job (--nodes) ---------------------------------------------------
+
+JOB_NETWORK = "job"
+SHM_PER_PROCESS_GB = 1
+"""/dev/shm per training process: DataLoader workers pass batches through shared memory, and
+Docker's default of 64 MB is too little for one worker."""
+
+
+def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
+    """One service per node on the private network ``job``; every node runs torchrun with
+    the c10d rendezvous on the first node (:mod:`reprobuild.nodes`)."""
+    names = shape.node_names()
+    program = tuple(escape(w) for w in spec.command)
+    program_args(spec.command)  # refuses a command torchrun cannot run, before anything else
+    job_id = f"${{{JOB_ID_VAR}:-{DEFAULT_JOB_ID}}}"
+    prepare = Service(
+        image=spec.image,
+        user="0:0",
+        entrypoint=(
+            "install",
+            "-d",
+            "-m",
+            "0777",
+            *(f"{PREPARE_MOUNT}/{kind}/{name}" for name in names for kind in ("runs", "out")),
+        ),
+        volumes=(f"{HOST_RUNS}:{PREPARE_MOUNT}/runs", f"{HOST_OUT}:{PREPARE_MOUNT}/out"),
+    )
+    env = (
+        *_env(spec),
+        ("REPRO_THREADS", "${REPRO_THREADS:-}"),
+        (BACKEND_VAR, shape.backend),
+    )
+    services: list[tuple[str, Service]] = [("prepare", prepare)]
+    for name in names:
+        services.append(
+            (
+                name,
+                Service(
+                    image=spec.image,
+                    hostname=name,
+                    depends_on=(DependsOn("prepare"),),
+                    command=torchrun_command(
+                        shape, program, node=name, endpoint=names[0], job_id=job_id
+                    ),
+                    environment=env,
+                    volumes=(
+                        f"{HOST_DATA}:{DATA_DIR}:ro",
+                        f"{HOST_RUNS}/{name}:{RECORD_DIR}",
+                        f"{HOST_OUT}/{name}:{OUT_DIR}",
+                    ),
+                    network_mode=None,
+                    networks=(JOB_NETWORK,),
+                    shm_size=f"{SHM_PER_PROCESS_GB * shape.nproc_per_node}gb",
+                    ulimits=GPU_ULIMITS if spec.gpu else (),
+                    deploy=GpuReservation(count=shape.nproc_per_node) if spec.gpu else None,
+                ),
+            )
+        )
+    return ComposeFile(
+        header=_nodes_header(spec, shape),
+        services=tuple(services),
+        networks=((JOB_NETWORK, Network()),),
+    )
+
+
+def _nodes_header(spec: ComposeSpec, shape: JobShape) -> tuple[str, ...]:
+    gpu = " --gpu" if spec.gpu else ""
+    made = f" for {spec.project}" if spec.project else ""
+    named = f" ({spec.source})" if spec.source and spec.source != spec.image else ""
+    names = shape.node_names()
+    return (
+        f"Generated by reprobuild {__version__}: `reprobuild compose --nodes {shape.nodes} "
+        f"--nproc-per-node {shape.nproc_per_node}{gpu}`{made}.",
+        f"Image: {spec.image}{named}",
+        "",
+        f"A torchrun job of {shape.nodes} node(s) x {shape.nproc_per_node} process(es) (world "
+        f"size {shape.world_size}, backend {shape.backend}): one service per node on the "
+        f"private network `{JOB_NETWORK}`;",
+        f"{names[0]} hosts the c10d rendezvous on port {shape.port}. Run it, then read each "
+        "node's exit status:",
+        "  docker-compose -f FILE up",
+        "  docker-compose -f FILE ps",
+        "Here every node is a container on this host; on several hosts, run one node service "
+        "per host",
+        f"with a network that spans them (an overlay network) and {names[0]} reachable by "
+        "that name.",
+        "",
+        "Host paths are relative to this file's directory:",
+        "  data/            read-only at /data ($REPRO_DATA names another)",
+        "  runs/<node>/     the node's run record and one framework record per rank "
+        "(rank, rank seed, backend)",
+        f"  out/<node>/      outputs ($REPRO_OUTPUT_DIR); global rank 0 runs on {names[0]}",
+        "REPRO_SEED, REPRO_DETERMINISM, REPRO_TRIAL, REPRO_THREADS and REPRO_JOB_ID (the "
+        "rendezvous id) from the shell override the defaults.",
+    )
 
 
 def _header(spec: ComposeSpec) -> tuple[str, ...]:
@@ -329,12 +467,20 @@ class ImageLookup(Protocol):
     def inspect(self, ref: str) -> dict[str, Any]: ...
 
 
+class ImageReader(ImageLookup, Protocol):
+    """What a multi-node job needs too: the image's manifest, to see that it has torch."""
+
+    def read_file(self, image: str, path: str, *, max_bytes: int = ...) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class PinnedImage:
     requested: str
     reference: str
     id: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    cmd: tuple[str, ...] = ()
+    """The image's CMD (what a job runs when the project names no command)."""
 
 
 def pinned_reference(name: str | None, image_id: str, repo_digests: list[str]) -> str:
@@ -376,7 +522,8 @@ def pin_image(engine: ImageLookup, ref: str, *, build_command: str | None = None
     image_id = str(attrs.get("Id", ""))
     labels = dict((attrs.get("Config") or {}).get("Labels") or {})
     reference = pinned_reference(name, image_id, list(attrs.get("RepoDigests") or []))
-    return PinnedImage(ref, reference, image_id, labels)
+    cmd = tuple(str(w) for w in (attrs.get("Config") or {}).get("Cmd") or ())
+    return PinnedImage(ref, reference, image_id, labels, cmd)
 
 
 # ---- the whole command --------------------------------------------------------------------
@@ -403,31 +550,89 @@ def compose_project(
     image: str | None = None,
     engine: ImageLookup | None = None,
     variant: str | None = None,
+    nodes: int | None = None,
+    nproc_per_node: int | None = None,
 ) -> ComposeResult:
     """The compose file for the project in ``directory`` and its built image (the default
-    tag ``reprobuild image DIR [--gpu | --variant NAME]`` gives, or ``image``), pinned."""
+    tag ``reprobuild image DIR [--gpu | --variant NAME]`` gives, or ``image``), pinned. With
+    ``nodes``: a multi-node torchrun job (:func:`nodes_document`)."""
     config = load_config(directory)
     if variant is not None:
         gpu = config.variant(variant).gpu or gpu
+    shape = job_shape(config, nodes, nproc_per_node, gpu=gpu)
     pinned: PinnedImage | None = None
-    if image is not None and not _IMAGE_ID_RE.fullmatch(image) and parse_ref(image).digest:
-        reference = image
+    command = config.command
+    digest_given = (
+        image is not None and not _IMAGE_ID_RE.fullmatch(image) and parse_ref(image).digest
+    )
+    if digest_given and shape is None:
+        reference = str(image)
     else:
-        if engine is None:
-            from reprobuild.engine import Engine
-
-            engine = Engine()
-        if image is None:
-            tag = project_tag(config, gpu=gpu, variant_name=variant)
-            pinned = pin_image(
-                engine, tag, build_command=build_command(directory, gpu=gpu, variant=variant)
-            )
-        else:
-            pinned = pin_image(engine, image)
-        _check_variant(pinned, gpu=gpu)
-        reference = pinned.reference
+        pinned, engine = _pin(directory, config, image, engine, gpu=gpu, variant=variant)
+        reference = str(image) if digest_given else pinned.reference
+        if shape is not None:
+            require_torch(pinned.requested, image_distributions(engine, pinned))
+            command = command or pinned.cmd
     spec = spec_for(config, reference, gpu=gpu, source=pinned.requested if pinned else None)
+    spec = replace(spec, command=command, shape=shape)
     return ComposeResult(render(document(spec)), spec, pinned)
+
+
+def job_shape(
+    config: ProjectConfig, nodes: int | None, nproc_per_node: int | None, *, gpu: bool
+) -> JobShape | None:
+    """``--nodes``/``--nproc-per-node`` checked against the project (before any engine call)."""
+    if nodes is None:
+        if nproc_per_node is not None:
+            raise JobShapeError("--nproc-per-node goes with --nodes N (a multi-node job)")
+        return None
+    return JobShape(
+        nodes, 1 if nproc_per_node is None else nproc_per_node, config.max_world_size, gpu=gpu
+    )
+
+
+def _pin(
+    directory: Path,
+    config: ProjectConfig,
+    image: str | None,
+    engine: ImageLookup | None,
+    *,
+    gpu: bool,
+    variant: str | None,
+    what: str = "compose file",
+) -> tuple[PinnedImage, ImageLookup]:
+    if engine is None:
+        from reprobuild.engine import Engine
+
+        engine = Engine()
+    if image is None:
+        tag = project_tag(config, gpu=gpu, variant_name=variant)
+        pinned = pin_image(
+            engine, tag, build_command=build_command(directory, gpu=gpu, variant=variant)
+        )
+    else:
+        pinned = pin_image(engine, image)
+    _check_variant(pinned, gpu=gpu, what=what)
+    return pinned, engine
+
+
+def image_distributions(engine: ImageLookup, image: PinnedImage) -> tuple[str, ...]:
+    """The distribution names in the image's manifest (checked against its label)."""
+    from reprobuild.manifest import MANIFEST_LABEL, MAX_MANIFEST_BYTES, Manifest
+    from reprobuild_entrypoint import MANIFEST_PATH
+
+    if not hasattr(engine, "read_file"):
+        raise TypeError("a multi-node job needs an engine that can read the image's manifest")
+    reader: ImageReader = engine  # type: ignore[assignment]
+    raw = reader.read_file(image.id, MANIFEST_PATH, max_bytes=MAX_MANIFEST_BYTES)
+    want = image.labels.get(MANIFEST_LABEL)
+    got = hashlib.sha256(raw).hexdigest()
+    if want != got:
+        raise ReprobuildError(
+            f"{image.requested}: {MANIFEST_PATH} has sha256 {got[:12]}... but the label says "
+            f"{(want or 'nothing')[:12]}...; the image was altered after it was built"
+        )
+    return tuple(d.name for d in Manifest.from_json(raw).distributions)
 
 
 def spec_for(
@@ -444,7 +649,7 @@ def spec_for(
     )
 
 
-def _check_variant(image: PinnedImage, *, gpu: bool) -> None:
+def _check_variant(image: PinnedImage, *, gpu: bool, what: str = "compose file") -> None:
     variant = image.labels.get("io.reprobuild.variant")
     if variant is None:
         raise ReprobuildError(
@@ -455,7 +660,7 @@ def _check_variant(image: PinnedImage, *, gpu: bool) -> None:
     if variant != want:
         flag = "add --gpu" if variant == "gpu" else "drop --gpu"
         raise ReprobuildError(
-            f"{image.requested} is a {variant.upper()} image but a {want.upper()} compose file "
+            f"{image.requested} is a {variant.upper()} image but a {want.upper()} {what} "
             f"was asked for: {flag}"
         )
 

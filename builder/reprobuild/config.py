@@ -32,6 +32,7 @@ KEYS = (
     "command",
     "apt",
     "matrix",
+    "max_world_size",
 )
 BASE_KEYS = ("cpu", "gpu")
 VARIANT_KEYS = ("name", "gpu", "lock", "base", "runner")
@@ -40,6 +41,10 @@ VARIANT_KEYS = ("name", "gpu", "lock", "base", "runner")
 DEFAULT_RUNNER_CPU: tuple[str, ...] = ("ubuntu-24.04",)
 DEFAULT_RUNNER_GPU: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
 VARIANT_NAME_MAX = 32
+# max_world_size: the default keeps a typo from asking for hundreds of processes; the cap is
+# what one torchrun c10d rendezvous is meant for (larger jobs need a scheduler of their own).
+DEFAULT_MAX_WORLD_SIZE = 64
+WORLD_SIZE_CAP = 65536
 # An image reference is at most this long (refs.parse_ref refuses longer ones too).
 BASE_MAX = 512
 
@@ -89,6 +94,8 @@ class ProjectConfig:
     apt: tuple[str, ...] = field(default_factory=tuple)
     # The `matrix:` as written; empty when the file has none (see `variants`).
     matrix: tuple[Variant, ...] = ()
+    # The largest world size (nodes x processes per node) a multi-node job may be rendered with.
+    max_world_size: int = DEFAULT_MAX_WORLD_SIZE
 
     @property
     def config_path(self) -> Path:
@@ -196,7 +203,16 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
         command=_command(path, data.get("command")),
         apt=_apt(path, data.get("apt", [])),
         matrix=matrix,
+        max_world_size=_max_world_size(path, data.get("max_world_size", DEFAULT_MAX_WORLD_SIZE)),
     )
+
+
+def _max_world_size(path: Path, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= WORLD_SIZE_CAP:
+        raise ConfigError(
+            path, f"max_world_size {shorten(value)} must be an integer from 1 to {WORLD_SIZE_CAP}"
+        )
+    return value
 
 
 def _name(path: Path, name: object) -> str:

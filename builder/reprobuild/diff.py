@@ -29,6 +29,11 @@ Groups and keys (a manifest has ``stack`` and ``run``; a run record has all four
   ``determinism``, a run record's ``image_seed`` and ``image_mode``); for run records also the
   run's own ``seed``, ``mode``, ``threads``, ``rank``, ``world_size``, ``command``, every
   variable the runtime set or found set (``env.<NAME>``) and ``env.removed``.
+- ``ranks`` (run records of a distributed job, read from the framework record each rank wrote):
+  ``rank <R>.<field>`` for its node rank, local rank, world size, rank seed, backend and
+  torchrun restart count, ``rank <R>.torch.seed`` (what torch was seeded with) and
+  ``rank <R>.comm.<NAME>`` for its NCCL/gloo variables: two runs of one job compared rank by
+  rank. Not the rank's host name (pods and containers are named per deployment).
 
 Rules: a key both inputs carry is compared. A key only one carries is a difference between two
 inputs of the same kind (shown as ``(absent)``), except the keys a run knows only when its
@@ -67,7 +72,9 @@ RUN_KIND = "reprobuild.run"
 RUN_SCHEMA_VERSION = 1
 FRAMEWORKS_KIND = "reprobuild.frameworks"
 VERIFY_KIND = "reprobuild.verify"
-GROUPS = ("stack", "packages", "host", "run")
+GROUPS = ("stack", "packages", "host", "run", "ranks")
+RANK_FIELDS = ("group_rank", "local_rank", "world_size", "rank_seed", "backend", "restart_count")
+"""What a rank's framework record (``distributed``) says that two runs of one job must share."""
 MANIFEST_SHA256 = ("stack", "manifest.sha256")
 
 Kind = Literal["manifest", "run"]
@@ -635,6 +642,9 @@ def from_run_record(
         put("run", f"env.{name}", effective[name])
     put("run", "env.removed", _dig(env, "removed"))
 
+    for rank, value in _rank_values(frameworks):
+        put("ranks", rank, value)
+
     run_id = data.get("run_id")
     where = (
         f"in image manifest {sha256[:12]}"
@@ -653,6 +663,26 @@ def from_run_record(
         partial=frozenset(partial),
         records=RunRecords(data, tuple(frameworks)),
     )
+
+
+def _rank_values(records: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """``rank <R>.<field>`` values from the ranks' framework records, in rank order."""
+    ranks: dict[int, Mapping[str, Any]] = {}
+    for record in records:
+        dist = record.get("distributed")
+        if isinstance(dist, dict) and isinstance(dist.get("rank"), int):
+            ranks[dist["rank"]] = record
+    for rank in sorted(ranks):
+        record = ranks[rank]
+        dist = record["distributed"]
+        for name in RANK_FIELDS:
+            yield f"rank {rank}.{name}", dist.get(name)
+        seed = _dig(record, "framework_settings", "torch", "seed")
+        if seed is not _ABSENT:
+            yield f"rank {rank}.torch.seed", seed
+        comm = dist.get("comm_settings")
+        for name in sorted(comm) if isinstance(comm, dict) else ():
+            yield f"rank {rank}.comm.{name}", comm[name]
 
 
 @dataclass

@@ -404,12 +404,15 @@ class Engine:
         what: str,
         environment: dict[str, str],
         binds: Iterable[Bind] = (),
-        network: bool = False,
+        network: bool | str = False,
         gpus: Gpus | None = None,
         labels: dict[str, str] | None = None,
+        hostname: str | None = None,
     ) -> StreamingContainer:
         """Create and start a container (``what`` names it in errors), its output to be read
-        as it streams; the caller closes it (which removes it)."""
+        as it streams; the caller closes it (which removes it). ``network``: False (none),
+        True (the default bridge), or the name of a network (:meth:`create_network`), where
+        the container is reachable as ``hostname``."""
         mounts = [
             docker.types.Mount(b.container, str(b.host), type="bind", read_only=b.read_only)
             for b in binds
@@ -423,15 +426,24 @@ class Engine:
                     capabilities=[["gpu"]],
                 )
             ]
+        extra: dict[str, Any] = {}
+        if isinstance(network, str):
+            extra["network"] = network
+            if hostname is not None:
+                extra["hostname"] = hostname
+                extra["networking_config"] = {
+                    network: self.client.api.create_endpoint_config(aliases=[hostname])
+                }
         try:
             container = self.client.containers.create(
                 image,
                 command=command,
                 environment=environment,
                 mounts=mounts,
-                network_disabled=not network,
+                network_disabled=network is False,
                 device_requests=requests,
                 labels=labels or {},
+                **extra,
             )
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot create {what}: {_short(exc)}") from None
@@ -443,6 +455,28 @@ class Engine:
             hint = "is a GPU runtime (NVIDIA Container Toolkit) installed?" if gpus else None
             raise EngineError(f"cannot start {what}: {_short(exc)}", hint=hint) from None
         return StreamingContainer(container)
+
+    def create_network(self, name: str, labels: dict[str, str]) -> None:
+        """A bridge network with no route out (``internal``), for one multi-node run."""
+        try:
+            self.client.networks.create(name, driver="bridge", internal=True, labels=labels)
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot create network {name}: {_short(exc)}") from None
+
+    def remove_networks(self, labels: dict[str, str]) -> int:
+        """Remove every network that carries all ``labels`` (its containers gone first);
+        how many were removed. Errors are swallowed: this is clean-up."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        try:
+            found = self.client.networks.list(filters=filters)
+        except (docker.errors.DockerException, EngineUnavailableError):
+            return 0
+        removed = 0
+        for network in found:
+            with contextlib.suppress(docker.errors.DockerException):
+                network.remove()
+                removed += 1
+        return removed
 
     def remove_containers(self, labels: dict[str, str]) -> int:
         """Force-remove every container (running or not) that carries all ``labels``; how

@@ -7,6 +7,9 @@ unmodified script does not call; the one the user controls is ``REPRO_DETERMINIS
 ``reprobuild: <op> has no deterministic implementation; run with REPRO_DETERMINISM=warn to
 allow it with a warning``.
 
+Under a launcher (torchrun) it also names the peer a rank lost: a gloo/NCCL error gives only
+an address; :func:`~reprobuild_entrypoint.distinfo.lost_peer_line` adds the node's name.
+
 The exit status (1) and the traceback stay exactly what they were.
 """
 
@@ -40,17 +43,26 @@ def _hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType |
         _previous(exc_type, exc, tb)
     finally:
         line = hint_for(exc)
+        if line is None and _launched:
+            import os
+
+            from reprobuild_entrypoint import distinfo
+
+            line = distinfo.lost_peer_line(exc, os.environ)
         if line is not None:
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
 
 _previous = sys.excepthook
+_launched = False
 
 
-def install() -> None:
-    """Chain in front of whatever ``sys.excepthook`` is now; installing twice is a no-op."""
-    global _previous
+def install(*, launched: bool = False) -> None:
+    """Chain in front of whatever ``sys.excepthook`` is now; installing twice is a no-op.
+    ``launched``: this process is a rank under a launcher (also name lost peers)."""
+    global _previous, _launched
+    _launched = _launched or launched
     if sys.excepthook is _hook:
         return
     _previous = sys.excepthook

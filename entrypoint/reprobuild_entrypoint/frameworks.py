@@ -21,6 +21,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
+from reprobuild_entrypoint import distinfo
 from reprobuild_entrypoint.settings import Settings
 
 RECORD: dict[str, dict[str, Any]] = {}
@@ -147,10 +148,13 @@ def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]
     entry["num_threads_source"] = source
     entry["num_threads"] = torch.get_num_threads()
     entry["num_interop_threads"] = torch.get_num_interop_threads()
-    if settings.mode == "strict":
+    launched = distinfo.under_launcher(os.environ)
+    if launched:
+        entry["watch_init_process_group"] = distinfo.watch_init_process_group(torch)
+    if settings.mode == "strict" or launched:
         from reprobuild_entrypoint import excepthook
 
-        excepthook.install()
+        excepthook.install(launched=launched)
 
 
 def _torch_deterministic(torch: ModuleType, warn_only: bool) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from reprobuild_entrypoint import MANIFEST_PATH, hostinfo, jsonfile
+from reprobuild_entrypoint import MANIFEST_PATH, distinfo, hostinfo, jsonfile
 from reprobuild_entrypoint.envplan import THREAD_VARIABLES, EnvPlan
 from reprobuild_entrypoint.settings import RANK_SEED_SCHEME, Settings, SettingsError
 
@@ -275,7 +275,7 @@ def framework_record(
         name: dict(entry) for name, entry in frameworks.RECORD.items()
     }
     _at_exit(record)
-    return {
+    out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "reprobuild.frameworks",
         "run_id": run_id,
@@ -287,6 +287,27 @@ def framework_record(
         "framework_settings": record,
         "errors": list(frameworks.ERRORS),
     }
+    if distinfo.under_launcher(os.environ):
+        out["distributed"] = _distributed(state)
+    return out
+
+
+def _distributed(state: Mapping[str, object]) -> dict[str, Any]:
+    """This rank's identity, seed, backend and NCCL/gloo settings (:mod:`distinfo`)."""
+    seed = state.get("rank_seed")
+    info = distinfo.distributed_info(
+        os.environ, seed if isinstance(seed, int) else None, platform.node() or None
+    )
+    info["backend"] = distinfo.BACKEND.get("backend")
+    info["timeout_s"] = distinfo.BACKEND.get("timeout_s")
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    try:
+        info["initialized_at_exit"] = bool(dist is not None and dist.is_initialized())
+        if info["backend"] is None and info["initialized_at_exit"]:
+            info["backend"] = str(dist.get_backend())  # type: ignore[union-attr]
+    except Exception as exc:
+        info["initialized_at_exit"] = f"unknown ({type(exc).__name__})"
+    return info
 
 
 def write_framework_record(

@@ -154,6 +154,16 @@ def _compose_under_file(root: Path, tmp: Path) -> list[str]:
     return ["--image", PINNED, "-o", str(tmp / "precious.txt" / "compose.yml")]
 
 
+def _job(*extra: str) -> Setup:
+    """A multi-node rendering (compose --nodes / k8s) written to a file in the work dir: the
+    bad shape must be refused before the engine is asked and before the file exists."""
+
+    def setup(root: Path, tmp: Path) -> list[str]:
+        return ["--image", PINNED, *extra, "-o", str(tmp / "job.yml")]
+
+    return setup
+
+
 def _epoch(value: str) -> dict[str, str]:
     return {"SOURCE_DATE_EPOCH": value}
 
@@ -196,6 +206,27 @@ CASES: dict[str, Case] = {
     "compose-o-under-a-file": Case(_compose_under_file, "precious.txt", "compose"),
     "compose-o-empty": Case(_args("-o", ""), "--output is empty", "compose", 2),
     "compose-image-empty": Case(_args("--image", ""), "--image is empty", "compose", 2),
+    # multi-node jobs (issue 13): bad shapes, before any engine call and any file
+    "compose-nodes-zero": Case(_job("--nodes", "0"), "--nodes 0 is not allowed", "compose", 2),
+    "compose-nproc-zero": Case(
+        _job("--nodes", "2", "--nproc-per-node", "0"),
+        "--nproc-per-node 0 is not allowed",
+        "compose",
+        2,
+    ),
+    "compose-world-too-big": Case(
+        _job("--nodes", "8", "--nproc-per-node", "9"),
+        "is a world size of 72, above the project's max_world_size 64",
+        "compose",
+        2,
+    ),
+    "compose-nproc-without-nodes": Case(
+        _job("--nproc-per-node", "2"), "--nproc-per-node goes with --nodes", "compose", 2
+    ),
+    "k8s-nodes-zero": Case(_job("--nodes", "0"), "--nodes 0 is not allowed", "k8s", 2),
+    "k8s-bad-name": Case(
+        _job("--nodes", "2", "--name", "Bad_Name"), "job name 'Bad_Name' is not allowed", "k8s"
+    ),
     # SOURCE_DATE_EPOCH out of range: one line, not a traceback from datetime or utime
     "render-epoch-negative": Case(_args(), "SOURCE_DATE_EPOCH '-1'", env=_epoch("-1")),
     "render-epoch-fraction": Case(_args(), "SOURCE_DATE_EPOCH '1.5'", env=_epoch("1.5")),

@@ -106,3 +106,23 @@ def test_a_broken_value_fails_validation(
     proc = compose_config(path)
     assert proc.returncode != 0, proc.stdout
     assert complaint in proc.stderr
+
+
+def test_nodes_file_validates(tmp_path: Path) -> None:
+    """The multi-node golden file (tests/unit/test_compose_nodes.py): docker-compose accepts
+    the per-node services, their network and the internal network itself."""
+    path = TESTS / "golden" / "nodes-compose-2x2.yml"
+    proc = compose_config(path, {"REPRO_JOB_ID": "job-7"})
+    assert proc.returncode == 0, proc.stderr
+    config = yaml.safe_load(proc.stdout)
+    assert config["networks"]["job"]["internal"] is True
+    for i in (0, 1):
+        node = config["services"][f"node-{i}"]
+        assert "job" in node["networks"]
+        assert "--rdzv-id=job-7" in node["command"]
+    broken = path.read_text().replace("internal: true", "internal: [yes]", 1)
+    bad = tmp_path / "broken.yml"
+    bad.write_text(broken)
+    proc = compose_config(bad)
+    assert proc.returncode != 0, proc.stdout
+    assert "internal" in proc.stderr

@@ -86,7 +86,7 @@ class _DockerLauncher:
         from reprobuild.engine import Engine
 
         self.where = f"from {spec.image} ({image_id[:19]})"
-        self._engine = Engine(connections=3 * spec.runs + 4)
+        self._engine = Engine(connections=3 * spec.runs * (spec.nodes or 1) + 4)
         self._owner = leftovers.owner()
 
     def prepare(self, work: Path) -> None:
@@ -273,3 +273,136 @@ class _LocalLauncher:
 
     def finish(self) -> None:
         return None
+
+
+def _wait_bounded(handle: Any, seconds: float) -> int | None:
+    """``handle.wait()``, or None when it has not returned within ``seconds``."""
+    done: list[int] = []
+    waiter = threading.Thread(target=lambda: done.append(int(handle.wait())), daemon=True)
+    waiter.start()
+    waiter.join(seconds)
+    return done[0] if done else None
+
+
+class _JobRun:
+    """One multi-node run: node 0's container is the run (rank 0's stdout, its exit status);
+    the other nodes' are waited for, their failures reported as the run's, and all of them
+    stopped together."""
+
+    NODE_WAIT_S = 120.0
+    """How long the other nodes may take to exit once node 0 has (a finished job's do at
+    once; a job whose node 0 failed has its peers fail on the lost connection)."""
+
+    def __init__(self, head: Any, others: list[tuple[str, Any]]) -> None:
+        self._head = head
+        self._others = others
+
+    def stdout(self) -> Iterator[bytes]:
+        stream: Iterator[bytes] = self._head.stdout()
+        return stream
+
+    def stderr(self) -> Iterator[bytes]:
+        stream: Iterator[bytes] = self._head.stderr()
+        return stream
+
+    def wait(self) -> int:
+        code = int(self._head.wait())
+        for _, other in self._others:
+            status = _wait_bounded(other, self.NODE_WAIT_S)
+            if status is None:
+                other.kill()
+                return code or 124
+            if status != 0 and code == 0:
+                code = status
+        return code
+
+    def kill(self) -> None:
+        for handle in (self._head, *(o for _, o in self._others)):
+            handle.kill()
+
+    def terminate(self) -> None:
+        for handle in (self._head, *(o for _, o in self._others)):
+            handle.terminate()
+
+    def oom_killed(self) -> bool | None:
+        oom: bool | None = self._head.oom_killed()
+        return oom
+
+    def close(self) -> None:
+        for handle in (self._head, *(o for _, o in self._others)):
+            handle.close()
+
+
+class _NodesLauncher(_DockerLauncher):
+    """``verify --nodes N``: every run is a torchrun job of N containers (``node-0`` ...) on
+    an internal network of its own, so two runs side by side never meet; node 0 hosts the
+    c10d rendezvous. Run records go to ``records/node-<i>``; node 0's ``/out`` is the run's
+    output directory (global rank 0 runs there), the other nodes' outputs are kept apart."""
+
+    def __init__(self, spec: VerifySpec, image_id: str) -> None:
+        super().__init__(spec, image_id)
+        from reprobuild.nodes import JobShape
+
+        assert spec.nodes is not None
+        self._shape = JobShape(spec.nodes, spec.nproc_per_node, gpu=spec.gpus is not None)
+        self.where = (
+            f"{self.where}, each a torchrun job of {spec.nodes} node(s) x "
+            f"{spec.nproc_per_node} process(es) on its own network"
+        )
+
+    def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run:
+        from reprobuild.engine import Bind, Gpus
+        from reprobuild.nodes import BACKEND_VAR, program_args, torchrun_command
+
+        spec, shape = self._spec, self._shape
+        program_args(spec.command)
+        network = f"rbverify-{self._owner}-{index + 1}"
+        self._engine.create_network(network, {OWNER_LABEL: self._owner})
+        names = shape.node_names()
+        handles: list[tuple[str, Any]] = []
+        try:
+            for name in reversed(names):  # node 0 last: its peers are there when it starts
+                records = record_dir / name
+                out = out_dir if name == names[0] else out_dir.parent / f"out-{name}"
+                for folder in (records, out):
+                    folder.mkdir(parents=True, exist_ok=True)
+                    folder.chmod(0o777)
+                gpus = None if spec.gpus is None else Gpus(spec.gpus.count, spec.gpus.device_ids)
+                handle = self._engine.start_streaming(
+                    self._image_id,
+                    list(
+                        torchrun_command(
+                            shape, spec.command, node=name, endpoint=names[0], job_id=network
+                        )
+                    ),
+                    what=f"run {index + 1}'s {name} container",
+                    environment={
+                        "REPRO_RUN_DIR": RECORD_DIR,
+                        "REPRO_OUTPUT_DIR": OUT_DIR,
+                        BACKEND_VAR: shape.backend,
+                        **_run_env(spec),
+                    },
+                    binds=[
+                        Bind(out, OUT_DIR),
+                        Bind(records, RECORD_DIR),
+                        *(Bind(m.host, m.container, read_only=True) for m in spec.data),
+                    ],
+                    network=network,
+                    hostname=name,
+                    gpus=gpus,
+                    labels={VERIFY_LABEL: str(index + 1), OWNER_LABEL: self._owner},
+                )
+                handles.append((name, handle))
+        except BaseException:
+            for _, handle in handles:
+                handle.close()
+            raise
+        head = handles.pop()
+        return _JobRun(head[1], handles)
+
+    def finish(self) -> None:
+        try:
+            self._engine.remove_containers({OWNER_LABEL: self._owner})
+            self._engine.remove_networks({OWNER_LABEL: self._owner})
+        finally:
+            self._engine.close()

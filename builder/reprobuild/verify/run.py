@@ -23,7 +23,12 @@ from reprobuild.errors import OutputError, RunFailedError, VerifyError, VerifyUs
 from reprobuild.manifest import MANIFEST_LABEL
 from reprobuild.runrecords import RunRecords, compare_run_records, read_run_dir
 from reprobuild.terminal import TerminalLines
-from reprobuild.verify.launchers import _DockerLauncher, _Launcher, _LocalLauncher
+from reprobuild.verify.launchers import (
+    _DockerLauncher,
+    _Launcher,
+    _LocalLauncher,
+    _NodesLauncher,
+)
 from reprobuild.verify.outputs import UnsafeOutputError, collect_outputs, compare_outputs
 from reprobuild.verify.report import (
     Failure,
@@ -161,7 +166,10 @@ def verify(
             from reprobuild.engine import Engine
 
             image_id = _check_image(engine or Engine(), spec.image, log)
-            launcher = _DockerLauncher(spec, image_id)
+            if spec.nodes is not None:
+                launcher = _NodesLauncher(spec, image_id)
+            else:
+                launcher = _DockerLauncher(spec, image_id)
         path = _report_path(report_path, image_id, started_at)
         report = _run_all(spec, launcher, keep, image_id, started_at, log)
     write_report(path, report)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from reprobuild.errors import VerifyError, VerifyUsageError
+from reprobuild.errors import ReprobuildError, VerifyError, VerifyUsageError
 from reprobuild.volatile import PatternError, Rule, rules_for
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
 
@@ -97,6 +97,10 @@ class VerifySpec:
     default_ignore: bool = True
     """Fold progress-bar redraws and leave the built-in wall-clock fields out of the
     comparison (:mod:`reprobuild.volatile`); False: stdout is compared as written."""
+    nodes: int | None = None
+    """``--nodes N``: every run is a torchrun job of N containers on a network of its own
+    (:mod:`reprobuild.nodes`); the command is the program torchrun starts."""
+    nproc_per_node: int = 1
 
     def stdout_rules(self) -> tuple[Rule, ...]:
         return rules_for(self.ignore, defaults=self.default_ignore)
@@ -220,6 +224,8 @@ def verify_spec_from_args(
     ignore: Sequence[str] = (),
     default_ignore: bool = True,
     trial: int | None = None,
+    nodes: int | None = None,
+    nproc_per_node: int | None = None,
 ) -> VerifySpec:
     """Check the arguments of ``reprobuild verify`` and turn them into a :class:`VerifySpec`
     (not to be confused with :func:`reprobuild.plan.make_spec`, which plans a build)."""
@@ -243,6 +249,8 @@ def verify_spec_from_args(
         raise VerifyUsageError(
             str(exc), hint="a Python regular expression, e.g. --ignore 'lr=\\S+'"
         ) from None
+    if nodes is not None or nproc_per_node is not None:
+        _check_nodes(nodes, nproc_per_node, local=local, gpus=gpus, command=command)
     targets = [m.container for m in mounts]
     for target in targets:
         if targets.count(target) > 1:
@@ -261,7 +269,30 @@ def verify_spec_from_args(
         ignore=tuple(ignore),
         default_ignore=default_ignore,
         trial=trial,
+        nodes=nodes,
+        nproc_per_node=1 if nproc_per_node is None else nproc_per_node,
     )
+
+
+def _check_nodes(
+    nodes: int | None,
+    nproc_per_node: int | None,
+    *,
+    local: bool,
+    gpus: str | None,
+    command: Sequence[str],
+) -> None:
+    from reprobuild.nodes import JobShape, program_args
+
+    if nodes is None:
+        raise VerifyUsageError("--nproc-per-node goes with --nodes N (a multi-node job)")
+    if local:
+        raise VerifyUsageError("--nodes runs each node in a container; --local runs on the host")
+    JobShape(nodes, 1 if nproc_per_node is None else nproc_per_node, gpu=gpus is not None)
+    try:
+        program_args(tuple(command))
+    except ReprobuildError as exc:
+        raise VerifyUsageError(exc.message, hint=exc.hint) from None
 
 
 def _check_target(image: str | None, command: Sequence[str], local: bool) -> None:

@@ -1,0 +1,153 @@
+"""``reprobuild k8s``: the Indexed Job and headless Service of a multi-node torchrun job,
+validated offline against Kubernetes' own JSON schemas (kubernetes-validate, pinned in the test
+extras, bundles them per release; strict: an unknown field fails). A manifest with a bad field
+fails the same validation, so the check is real. Engine-free: a fake engine serves the image."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from helpers import FAKE_ID as ID
+from helpers import FakeImageEngine as FakeEngine
+from reprobuild.cli import main
+from reprobuild.config import load_config
+from reprobuild.errors import ImageRefError, ReprobuildError
+from reprobuild.kube import KUBERNETES_VERSION, KubeSpec, default_name, documents, k8s_project
+from reprobuild.nodes import JobShape
+from reprobuild.plan import project_tag
+
+DIGEST = "sha256:" + "cd" * 32
+TINY = Path(__file__).parent.parent / "data" / "projects" / "tiny"
+PUSHED = f"registry.example/team/ddp@{DIGEST}"
+
+
+def spec(gpu: bool = False, command: tuple[str, ...] = ("python", "train.py")) -> KubeSpec:
+    return KubeSpec(
+        name="ddp",
+        image=PUSHED,
+        shape=JobShape(3, 2, gpu=gpu),
+        command=command,
+        seed=7,
+        determinism="strict",
+        project="team/ddp",
+    )
+
+
+def validate(doc: dict[str, Any]) -> None:
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
+def test_manifests_pass_the_kubernetes_schemas(gpu: bool) -> None:
+    docs = documents(spec(gpu))
+    assert [d["kind"] for d in docs] == ["Service", "Job"]
+    for doc in docs:
+        validate(doc)
+
+
+def test_a_bad_field_fails_the_schemas() -> None:
+    service, job = documents(spec())
+    job["spec"]["template"]["spec"]["containers"][0]["gpus"] = 2  # not a Container field
+    with pytest.raises(kubernetes_validate.ValidationError, match="'gpus' was unexpected"):
+        validate(job)
+    service["spec"]["clusterIP"] = ["None"]  # a string in the schema
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate(service)
+
+
+def test_indexed_job_and_headless_service_shape() -> None:
+    service, job = documents(spec())
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"job-name": "ddp"}
+    js = job["spec"]
+    assert js["completionMode"] == "Indexed"
+    assert js["completions"] == js["parallelism"] == 3
+    assert js["backoffLimit"] == 0
+    pod = js["template"]["spec"]
+    assert pod["subdomain"] == "ddp" and pod["restartPolicy"] == "Never"
+    (container,) = pod["containers"]
+    assert container["image"] == PUSHED
+    assert "command" not in container  # the image's ENTRYPOINT, the runtime, stays
+    args = container["args"]
+    assert args[0] == "torchrun"
+    assert "--rdzv-endpoint=ddp-0.ddp:29400" in args
+    assert "--local-addr=ddp-$(NODE_INDEX).ddp" in args  # expanded by the kubelet
+    assert "--nnodes=3" in args and "--nproc-per-node=2" in args
+    assert args[-1] == "train.py"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REPRO_DIST_BACKEND"]["value"] == "gloo"
+    assert env["REPRO_SEED"]["value"] == "7"
+    index = env["NODE_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert index == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert "resources" not in container
+    shm = next(v for v in pod["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+
+
+def test_gpu_pods_ask_for_one_gpu_per_process_and_nccl() -> None:
+    _, job = documents(spec(gpu=True))
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["REPRO_DIST_BACKEND"] == "nccl"
+
+
+def test_program_words_are_data_for_the_kubelet() -> None:
+    _, job = documents(spec(command=("python", "t.py", "--x=$(HOME)")))
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-1] == "--x=$$(HOME)"  # $$ is the kubelet's escape: the program gets $(HOME)
+
+
+def test_an_unpushed_image_is_refused() -> None:
+    with pytest.raises(ImageRefError, match="not pinned by a registry digest"):
+        KubeSpec("ddp", ID, JobShape(2, 1), ("python", "t.py"), 0, "strict", "p")
+
+
+@pytest.mark.parametrize("bad", ["", "Ddp", "1job", "job_x", "a" * 51, "job-"])
+def test_bad_job_names_are_refused(bad: str) -> None:
+    with pytest.raises(ReprobuildError, match="is not allowed: use 1 to 50 lowercase"):
+        KubeSpec(bad, PUSHED, JobShape(2, 1), ("python", "t.py"), 0, "strict", "p")
+
+
+def test_default_name_is_a_dns_label() -> None:
+    assert default_name("reprobuild-test/determinism") == "determinism"
+    assert default_name("team/DDP_train") == "ddp-train"
+    assert default_name("team/9lives") == "job-9lives"
+
+
+def test_project_rendering_checks_torch_and_pins(tmp_path: Path) -> None:
+    project = tmp_path / "tiny"
+    shutil.copytree(TINY, project)
+    tag = project_tag(load_config(project), gpu=False)
+    engine = FakeEngine(tag, ("torch",))
+    engine.attrs["RepoDigests"] = [PUSHED]
+    text = k8s_project(project, nodes=2, nproc_per_node=2, engine=engine)
+    docs = list(yaml.safe_load_all(text))
+    for doc in docs:
+        validate(doc)
+    assert docs[1]["spec"]["template"]["spec"]["containers"][0]["image"] == PUSHED
+    assert docs[1]["metadata"]["name"] == "tiny"
+    with pytest.raises(ReprobuildError, match="has no torch"):
+        k8s_project(project, nodes=2, engine=FakeEngine(tag, ("six",)))
+    with pytest.raises(ReprobuildError, match="is a CPU image but a GPU Kubernetes job"):
+        k8s_project(project, nodes=2, gpu=True, image=tag, engine=engine)
+    unpushed = FakeEngine(tag, ("torch",))
+    with pytest.raises(ImageRefError, match="not pinned by a registry digest"):
+        k8s_project(project, nodes=2, engine=unpushed)
+
+
+def test_cli_bad_nodes_is_one_line_and_no_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "job.yaml"
+    assert main(["k8s", str(TINY), "--nodes", "0", "--image", PUSHED, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("error: --nodes 0 is not allowed: use a whole number from 1 to 64")
+    assert not out.exists()
