@@ -4,8 +4,9 @@
 mtime of every file in the new layers to the epoch, so with a render that writes nothing
 time- or host-dependent (see templates/Dockerfile.j2) two builds give the same image ID on
 any day. This module only runs the ``buildah`` binary; engine.py still owns the Docker engine.
-Images go into the engine with ``buildah push IMAGE docker-daemon:NAME:TAG``, which keeps the
-image ID (the sha256 of the config, which the push does not change).
+Images go into the engine through ``buildah push IMAGE docker-archive:FILE:NAME:TAG`` and the
+engine's ``docker load`` (build.py), which keeps the image ID (the sha256 of the config, which
+the push does not change).
 """
 
 from __future__ import annotations
@@ -15,18 +16,15 @@ import ipaddress
 import shutil
 import subprocess
 import tempfile
-import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from reprobuild import leftovers
-from reprobuild.errors import BuildError, EngineError
+from reprobuild.errors import EngineError
+from reprobuild.procstream import run_streamed
 from reprobuild.refs import ImageRef
 
 Log = Callable[[str], None]
-_TAIL = 25
-_LINE_MAX = 64 * 1024  # a line of buildah's output longer than this is split, never held whole
 NETWORK_DEADLINE_S = 900.0  # a pull or a push that takes longer is stopped (overall, not idle)
 INSTALL_HINT = (
     "install it (Debian/Ubuntu: `apt-get install buildah`; Fedora: `dnf install buildah`), "
@@ -143,7 +141,7 @@ def bud(
 
 
 def push(image: str, destination: str, *, tls_verify: bool = True, log: Log = _quiet) -> str:
-    """Push ``image`` to ``destination`` (``docker-daemon:NAME:TAG`` or ``docker://REF``);
+    """Push ``image`` to ``destination`` (``docker-archive:FILE:NAME:TAG`` or ``docker://REF``);
     return the pushed manifest's digest."""
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
         digestfile = Path(tmp) / "digest"
@@ -180,57 +178,6 @@ def _capture(argv: list[str], what: str) -> str:
 
 
 def _stream(argv: list[str], what: str, log: Log, deadline_s: float | None = None) -> None:
-    """Run buildah, its output to ``log``; a failure raises BuildError with the log's tail.
-    Interrupted (Ctrl-C, SIGTERM): buildah gets SIGTERM and is waited for, so it removes its
-    own working containers before this returns. ``deadline_s``: an overall limit (network
-    steps), after which buildah gets SIGTERM and EngineError names the step. Output lines are
-    read at most ``_LINE_MAX`` characters at a time."""
-    from reprobuild.engine import die_with_parent
-
-    tail: deque[str] = deque(maxlen=_TAIL)
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            preexec_fn=die_with_parent,
-        )
-    except OSError as exc:
-        raise EngineError(f"cannot run {argv[0]}: {exc.strerror}") from None
-    assert proc.stdout is not None
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
-        proc.terminate()
-
-    timer = threading.Timer(deadline_s, expire) if deadline_s is not None else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
-    try:
-        while line := proc.stdout.readline(_LINE_MAX):
-            line = line.rstrip("\n")
-            tail.append(line)
-            log(line)
-        code = proc.wait()
-    finally:
-        if timer is not None:
-            timer.cancel()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()
-    if expired.is_set():
-        raise EngineError(f"{what} did not finish within {deadline_s:g} s; stopped")
-    if code != 0:
-        last = next(
-            (ln for ln in reversed(tail) if "error" in ln.lower()), tail[-1] if tail else ""
-        )
-        raise BuildError(f"{what} failed: {last.strip()}", log_tail="\n".join(tail))
+    """Run buildah (procstream.run_streamed): interrupted, buildah gets SIGTERM and is waited
+    for, so it removes its own working containers before this returns."""
+    run_streamed(argv, what, log, deadline_s=deadline_s, stop_wait_s=60.0)

@@ -15,7 +15,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tarfile
 import tempfile
@@ -35,6 +34,7 @@ import requests
 from reprobuild import leftovers
 from reprobuild.builders import Builder
 from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
+from reprobuild.procstream import run_streamed
 from reprobuild.refs import ImageRef
 
 Log = Callable[[str], None]
@@ -249,6 +249,17 @@ class Engine:
                     out.write(chunk)
         except (docker.errors.DockerException, requests.RequestException) as exc:
             raise EngineError(f"cannot save image {image!r}: {_short(exc)}") from None
+
+    def load(self, archive: Path) -> None:
+        """``docker load`` of a docker-archive file, into the engine this client talks to
+        (``DOCKER_HOST`` included)."""
+        try:
+            with archive.open("rb") as data:
+                self.client.images.load(data)
+        except (OSError, docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(
+                f"cannot load {archive.name} into the engine: {_short(exc)}"
+            ) from None
 
     def entrypoint_of(self, image: str) -> tuple[str, ...]:
         """The image's ENTRYPOINT as configured (empty when it has none)."""
@@ -605,53 +616,8 @@ class Engine:
             if not network:
                 argv.append("--network=none")
             argv.append(str(context))
-            tail: deque[str] = deque(maxlen=_TAIL)
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    errors="replace",
-                    preexec_fn=die_with_parent,
-                )
-            except OSError as exc:
-                raise EngineError(f"cannot run {cli}: {exc.strerror}") from None
-            assert proc.stdout is not None
-            try:
-                for line in proc.stdout:
-                    line = line.rstrip("\n")
-                    tail.append(line)
-                    log(line)
-                code = proc.wait()
-            finally:
-                if proc.poll() is None:  # interrupted: the build must not go on (and tag) alone
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-            if code != 0:
-                last = next(
-                    (ln for ln in reversed(tail) if "ERROR" in ln or "error" in ln),
-                    tail[-1] if tail else "",
-                )
-                raise BuildError(f"docker build failed: {last.strip()}", log_tail="\n".join(tail))
+            run_streamed(argv, "docker build", log, env=env, stop_wait_s=10.0)
             return iidfile.read_text().strip()
-
-
-def die_with_parent() -> None:
-    """In a build client's child process: get SIGTERM when reprobuild dies (even by SIGKILL),
-    so a killed run's build does not finish and tag on its own (Linux; elsewhere a no-op)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _short(exc: BaseException) -> str:
