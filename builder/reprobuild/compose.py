@@ -276,11 +276,10 @@ def _run_service(spec: ComposeSpec, name: str, profiles: tuple[str, ...] = ()) -
     )
 
 
-def document(spec: ComposeSpec) -> ComposeFile:
-    if spec.shape is not None:
-        return nodes_document(spec, spec.shape)
-    runs = (TRAIN, *VERIFY)
-    prepare = Service(
+def _prepare(spec: ComposeSpec, names: tuple[str, ...]) -> Service:
+    """The one-shot root container that creates ``runs/<name>`` and ``out/<name>`` (mode 0777)
+    for every service that runs, before they start as the image user."""
+    return Service(
         image=spec.image,
         user="0:0",
         entrypoint=(
@@ -288,12 +287,17 @@ def document(spec: ComposeSpec) -> ComposeFile:
             "-d",
             "-m",
             "0777",
-            *(f"{PREPARE_MOUNT}/{kind}/{name}" for name in runs for kind in ("runs", "out")),
+            *(f"{PREPARE_MOUNT}/{kind}/{name}" for name in names for kind in ("runs", "out")),
         ),
         volumes=(f"{HOST_RUNS}:{PREPARE_MOUNT}/runs", f"{HOST_OUT}:{PREPARE_MOUNT}/out"),
     )
+
+
+def document(spec: ComposeSpec) -> ComposeFile:
+    if spec.shape is not None:
+        return nodes_document(spec, spec.shape)
     services = (
-        ("prepare", prepare),
+        ("prepare", _prepare(spec, (TRAIN, *VERIFY))),
         (TRAIN, _run_service(spec, TRAIN)),
         *((name, _run_service(spec, name, (VERIFY_PROFILE,))) for name in VERIFY),
     )
@@ -315,18 +319,7 @@ def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
     program = tuple(escape(w) for w in spec.command)
     program_args(spec.command)  # refuses a command torchrun cannot run, before anything else
     job_id = f"${{{JOB_ID_VAR}:-{DEFAULT_JOB_ID}}}"
-    prepare = Service(
-        image=spec.image,
-        user="0:0",
-        entrypoint=(
-            "install",
-            "-d",
-            "-m",
-            "0777",
-            *(f"{PREPARE_MOUNT}/{kind}/{name}" for name in names for kind in ("runs", "out")),
-        ),
-        volumes=(f"{HOST_RUNS}:{PREPARE_MOUNT}/runs", f"{HOST_OUT}:{PREPARE_MOUNT}/out"),
-    )
+    prepare = _prepare(spec, names)
     env = (
         *_env(spec),
         ("REPRO_THREADS", "${REPRO_THREADS:-}"),
