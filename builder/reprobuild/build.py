@@ -315,7 +315,7 @@ def _build_buildah(
         scratch_id = buildah.bud(
             ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
         )
-        buildah.push(scratch_id, f"docker-daemon:{scratch}", log=log)
+        _into_engine(engine, scratch_id, scratch, log)
         manifest = _manifest(engine, spec, scratch, info)
         stamp = ctx.parent / "stamp"
         stamp.mkdir()
@@ -330,12 +330,23 @@ def _build_buildah(
                 final_id, f"docker://{push}", tls_verify=not buildah.insecure(pushed), log=log
             )
         # Into the engine last: the tag appears only once everything else worked.
-        buildah.push(final_id, f"docker-daemon:{final}", log=log)
+        _into_engine(engine, final_id, final, log)
     finally:
         buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id else [])])
         engine.untag(scratch)
     image_id = engine.image_id(final) or f"sha256:{final_id}"
     return ImageResult(final, image_id, manifest, pushed=push, digest=digest)
+
+
+def _into_engine(engine: Engine, image_id: str, name: str, log: Log) -> None:
+    """Load a buildah image into the engine under ``name``, keeping its image ID. Through a
+    docker-archive file and the engine's API, not buildah's ``docker-daemon:`` transport: that
+    one always dials /var/run/docker.sock and ignores ``DOCKER_HOST`` (a rootless or remote
+    engine, a second daemon), so the image would land in another engine than the one used."""
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("load")) as tmp:
+        archive = Path(tmp) / "image.tar"
+        buildah.push(image_id, f"docker-archive:{archive}:{name}", log=log)
+        engine.load(archive)
 
 
 def _manifest(engine: Engine, spec: RenderSpec, image: str, build: dict[str, Any]) -> Manifest:
