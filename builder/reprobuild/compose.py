@@ -323,6 +323,8 @@ def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
     env = (
         *_env(spec),
         ("REPRO_THREADS", "${REPRO_THREADS:-}"),
+        # the collective timeout when the program gives none (empty: torch's default)
+        ("REPRO_DIST_TIMEOUT_S", "${REPRO_DIST_TIMEOUT_S:-}"),
         (BACKEND_VAR, shape.backend),
     )
     services: list[tuple[str, Service]] = [("prepare", prepare)]

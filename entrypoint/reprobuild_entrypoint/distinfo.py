@@ -16,6 +16,7 @@ node. ``restart_count`` says which attempt a record belongs to.
 Pure where it can be (:func:`distributed_info` takes the environment); standard library only.
 """
 
+import os
 import re
 
 TYPE_CHECKING = False
@@ -73,6 +74,26 @@ BACKEND: "dict[str, Any]" = {}
 :func:`watch_init_process_group` installs): the backend, and the timeout when one was given."""
 
 
+TIMEOUT_VAR = "REPRO_DIST_TIMEOUT_S"
+TIMEOUT_MAX_S = 86400
+
+
+def timeout_from(environ: "Mapping[str, str]") -> "int | None":
+    """``REPRO_DIST_TIMEOUT_S``: the collective timeout given to ``init_process_group`` when
+    the program gives none (None: unset or empty, torch's own default). It bounds how long a
+    rank waits on a peer whose node vanished without closing its connections. A bad value is
+    one ValueError line."""
+    text = environ.get(TIMEOUT_VAR, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= TIMEOUT_MAX_S:
+        raise ValueError(
+            f"{TIMEOUT_VAR}={text[:40]!r} is not allowed: use a whole number of seconds from 1 "
+            f"to {TIMEOUT_MAX_S}, or leave it empty for torch's default"
+        )
+    return int(text)
+
+
 def watch_init_process_group(torch: "Any") -> bool:
     """Wrap ``torch.distributed.init_process_group`` so the record can say which backend the
     process group really got (a program may destroy the group before exit, after which torch
@@ -88,6 +109,14 @@ def watch_init_process_group(torch: "Any") -> bool:
 
     @functools.wraps(original)
     def init_process_group(*args: "Any", **kwargs: "Any") -> "Any":
+        given = timeout_from(os.environ)
+        if given is not None and kwargs.get("timeout") is None and len(args) < 3:
+            import datetime
+
+            kwargs["timeout"] = datetime.timedelta(seconds=given)
+            BACKEND["timeout_source"] = TIMEOUT_VAR
+        elif kwargs.get("timeout") is not None:
+            BACKEND["timeout_source"] = "program"
         result = original(*args, **kwargs)
         try:
             BACKEND["backend"] = str(dist.get_backend())

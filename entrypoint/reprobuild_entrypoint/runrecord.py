@@ -300,6 +300,7 @@ def _distributed(state: Mapping[str, object]) -> dict[str, Any]:
     )
     info["backend"] = distinfo.BACKEND.get("backend")
     info["timeout_s"] = distinfo.BACKEND.get("timeout_s")
+    info["timeout_source"] = distinfo.BACKEND.get("timeout_source")
     dist = getattr(sys.modules.get("torch"), "distributed", None)
     try:
         info["initialized_at_exit"] = bool(dist is not None and dist.is_initialized())

@@ -185,7 +185,13 @@ def test_losing_a_node_fails_the_job_in_bounded_time_naming_it(
 ) -> None:
     job = make_job("lost")
     # long enough to be stopped in the middle: 40 epochs of 15 steps, 50 ms a step
-    job.compose("up", "-d", env={"DDP_EPOCHS": "40", "DDP_SLEEP": "0.05"})
+    # REPRO_DIST_TIMEOUT_S bounds the wait even when the lost node's connections are not
+    # closed (its FIN never arrives): gloo's own default is 30 minutes
+    job.compose(
+        "up",
+        "-d",
+        env={"DDP_EPOCHS": "40", "DDP_SLEEP": "0.05", "REPRO_DIST_TIMEOUT_S": "30"},
+    )
     containers = job.containers(docker_client)
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while "epoch 0 loss" not in containers["node-0"].logs().decode(errors="replace"):

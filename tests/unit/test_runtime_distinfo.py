@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from reprobuild_entrypoint import distinfo
 from reprobuild_entrypoint.settings import from_environ
 
@@ -91,6 +93,15 @@ print(t.item())
 """
 
 
+def test_dist_timeout_values() -> None:
+    assert distinfo.timeout_from({}) is None
+    assert distinfo.timeout_from({"REPRO_DIST_TIMEOUT_S": " "}) is None
+    assert distinfo.timeout_from({"REPRO_DIST_TIMEOUT_S": "30"}) == 30
+    for bad in ("0", "-5", "1.5", "abc", "86401", "9" * 100):
+        with pytest.raises(ValueError, match=r"^REPRO_DIST_TIMEOUT_S=.* is not allowed: use"):
+            distinfo.timeout_from({"REPRO_DIST_TIMEOUT_S": bad})
+
+
 def test_a_real_rank_records_its_backend_and_seed(tmp_path: Path) -> None:
     """One gloo rank of a world of one, started as torchrun would start it, under the runtime
     (the installed wheel's ``.pth`` start-up is not on this interpreter, so the program imports
@@ -124,3 +135,16 @@ def test_a_real_rank_records_its_backend_and_seed(tmp_path: Path) -> None:
     assert dist["initialized_at_exit"] is False  # destroyed: only the wrapper knew
     assert dist["rank"] == 0 and dist["rank_seed"] == 5 and dist["world_size"] == 1
     assert record["framework_settings"]["torch"]["seed"] == 5
+    assert dist["timeout_s"] is None and dist["timeout_source"] is None  # torch's default
+
+    # REPRO_DIST_TIMEOUT_S reaches init_process_group when the program gives no timeout
+    for path in tmp_path.glob("run-rank-test*"):
+        path.unlink()
+    env["REPRO_DIST_TIMEOUT_S"] = "45"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    (path,) = tmp_path.glob("run-rank-test-frameworks-*.json")
+    dist = json.loads(path.read_text())["distributed"]
+    assert dist["timeout_s"] == 45.0 and dist["timeout_source"] == "REPRO_DIST_TIMEOUT_S"
