@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from helpers import DATA, run_cli
 
@@ -184,14 +185,17 @@ def test_losing_a_node_fails_the_job_in_bounded_time_naming_it(
     make_job: Any, docker_client: DockerClient
 ) -> None:
     job = make_job("lost")
-    # long enough to be stopped in the middle: 40 epochs of 15 steps, 50 ms a step
+    # long enough to be stopped in the middle: 40 epochs of 15 steps, 50 ms a step. The
+    # program reads these from its environment, which the generated file does not pass
+    # through: add them to every node. (Without them the job ended after 3 epochs before
+    # node-1 was stopped, and node-0's torchrun then waited in its exit barrier, 300 s.)
+    document = yaml.safe_load(job.file.read_text())
+    for node in NODES:
+        document["services"][node]["environment"].update(DDP_EPOCHS="40", DDP_SLEEP="0.05")
+    job.file.write_text(yaml.safe_dump(document, sort_keys=False))
     # REPRO_DIST_TIMEOUT_S bounds the wait even when the lost node's connections are not
     # closed (its FIN never arrives): gloo's own default is 30 minutes
-    job.compose(
-        "up",
-        "-d",
-        env={"DDP_EPOCHS": "40", "DDP_SLEEP": "0.05", "REPRO_DIST_TIMEOUT_S": "30"},
-    )
+    job.compose("up", "-d", env={"REPRO_DIST_TIMEOUT_S": "30"})
     containers = job.containers(docker_client)
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while "epoch 0 loss" not in containers["node-0"].logs().decode(errors="replace"):
@@ -211,6 +215,7 @@ def test_losing_a_node_fails_the_job_in_bounded_time_naming_it(
     took = time.monotonic() - stopped
     log = containers["node-0"].logs().decode(errors="replace")
     assert result["StatusCode"] != 0, log[-3000:]
+    assert "epoch 39" not in log  # stopped in the middle, not after the end
     assert took < LOST_NODE_BOUND_S
     assert "final_loss" not in log
     # the runtime names the node behind the address gloo gives: Docker's DNS answers with
