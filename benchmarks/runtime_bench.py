@@ -63,7 +63,8 @@ def main() -> int:
     if args.rounds < 3:
         parser.error("--rounds: at least 3 (a median of fewer says little)")
     counts = tuple(c.strip() for c in args.counts.split(",") if c.strip())
-    allowed = ("auto", "default", "nproc", "1")
+    from threads_table import COUNTS as allowed  # the thread counts the table knows
+
     if not counts or any(c not in allowed for c in counts):
         parser.error(f"--counts {args.counts!r}: use a comma-separated list of {','.join(allowed)}")
     image = args.image
