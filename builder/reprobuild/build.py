@@ -74,6 +74,24 @@ def build_info(engine: Engine, tool: Builder, spec: RenderSpec) -> dict[str, Any
     }
 
 
+def choose_builder(engine: Engine, builder: Builder, note: Log) -> Builder:
+    """``auto``: buildah where it is installed and works (the builder whose output is a
+    function of the inputs), else what the engine offers (buildx, else classic); the choice
+    is said in one line of the build log (and recorded in the manifest's ``build``). Any
+    other name is returned as it is."""
+    if builder != "auto":
+        return builder
+    if buildah.usable():
+        note("builder: buildah (auto: reproducible, the same inputs give the same image ID)")
+        return "buildah"
+    chosen = engine.resolve_builder("auto")
+    note(
+        f"builder: {chosen} (auto: buildah is not installed or not usable here, so this "
+        "image is not reproducible; see `reprobuild image --help`)"
+    )
+    return chosen
+
+
 def normalize_tag(tag: str) -> str:
     ref = parse_ref(tag)
     if ref.digest:
@@ -231,7 +249,7 @@ def _build_image(
 ) -> ImageResult:
     if builder == "buildah":
         buildah.require()  # before any work: a missing tool is the first thing to hear about
-    elif push is not None:
+    elif push is not None and builder != "auto":
         raise ReprobuildError(
             f"--push needs --builder buildah (got --builder {builder})",
             hint="or push the built image yourself: docker push",
@@ -247,7 +265,16 @@ def _build_image(
         log=log,
     )
     final = normalize_tag(tag) if tag else plan.spec_tag(spec, variant)
+    builder = choose_builder(engine, builder, log)
+    if push is not None and builder != "buildah":
+        raise ReprobuildError(
+            f"--push needs the buildah builder, and --builder auto picked {builder} "
+            "(buildah is not installed or not usable here)",
+            hint=buildah.INSTALL_HINT.replace(", or use --builder classic", ""),
+        )
     leftovers.reap(engine, note)
+    if builder == "buildah":
+        leftovers.reap(buildah.Storage(), note)
     engine.ensure_base(spec.base, log)
     spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec))
     files = render_context(spec)

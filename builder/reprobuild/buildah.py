@@ -49,6 +49,24 @@ def require() -> str:
     return found
 
 
+def usable() -> bool:
+    """buildah is installed and can open its storage as this user (``buildah info``: rootful,
+    or rootless with subordinate IDs set up). What ``--builder auto`` asks; never fails."""
+    cli = binary()
+    if cli is None:
+        return False
+    try:
+        proc = subprocess.run(
+            [cli, "info", "--format", "{{.store.GraphDriverName}}"],
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
 def version() -> str:
     """buildah's version, e.g. ``1.28.2`` (recorded in the manifest: another version may
     write other bytes)."""
@@ -165,6 +183,39 @@ def remove_images(names: Sequence[str]) -> None:
     for name in names:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([cli, "rmi", name], capture_output=True, check=False, timeout=120)
+
+
+class Storage:
+    """buildah's image storage as a :class:`leftovers.OwnedEngine`, so that the next run
+    reaps the stamp images (``reprobuild-scratch/...``, named after their owner) of a run
+    that was killed before its clean-up. buildah has no labelled containers to go by: a
+    working container that a SIGKILL leaves is not reaped (``buildah rm --all``)."""
+
+    def owned_containers(self) -> list[tuple[str, str]]:
+        return []
+
+    def remove_container(self, container_id: str) -> bool:
+        return False
+
+    def tags_under(self, prefix: str) -> list[str]:
+        cli = binary()
+        if cli is None:
+            return []
+        try:
+            proc = subprocess.run(
+                [cli, "images", "--format", "{{.Name}}:{{.Tag}}"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return []
+        names = (line.strip().removeprefix("localhost/") for line in proc.stdout.splitlines())
+        return [name for name in names if name.startswith(prefix)]
+
+    def untag(self, ref: str) -> None:
+        remove_images([ref])
 
 
 def _capture(argv: list[str], what: str) -> str:

@@ -140,8 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--builder",
         choices=BUILDERS,
         default="auto",
-        help="auto (buildx if installed, else classic), buildah (daemonless; the same inputs "
-        "give the same image ID), buildx, buildkit, classic",
+        help="auto (buildah where installed: the same inputs give the same image ID; else "
+        "buildx if installed, else classic; says which), buildah (daemonless), buildx, "
+        "buildkit, classic (the engine's own builder, not reproducible)",
     )
     image.add_argument(
         "--push",

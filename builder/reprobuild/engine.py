@@ -5,7 +5,8 @@ Builds go through one of three builders, chosen by ``--builder`` (default ``auto
 - ``buildkit``: ``DOCKER_BUILDKIT=1 docker build`` with a client that still speaks BuildKit
   without buildx (Docker CLI < 23, e.g. Debian's 20.10 client);
 - ``classic``: the engine's classic builder through the Docker SDK (works on every engine).
-``auto`` picks buildx when present, else classic.
+``auto`` (build.choose_builder) picks buildah where it works, else buildx when present, else
+classic.
 """
 
 from __future__ import annotations

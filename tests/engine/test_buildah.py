@@ -34,6 +34,7 @@ from helpers import (
     run_cli,
     tar_context,
 )
+from reprobuild import leftovers
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -176,6 +177,39 @@ def test_classic_builder_says_it_is_not_reproducible(
     assert build["builder"] == "classic"
     assert build["reproducible"] is False
     assert build["builder_version"]  # the engine's version
+
+
+def test_auto_picks_buildah_says_so_and_reaps_a_killed_runs_stamp_image(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """The default builder is buildah where it is installed: the build log says so in one line
+    and the labels say reproducible. A stamp image that a killed run (SIGKILL: no clean-up)
+    left in buildah's storage is removed first, with a note; a live run's is kept."""
+    subprocess.run(["buildah", "pull", "--quiet", "--tls-verify=false", base_ref],
+                   capture_output=True, check=True)  # fmt: skip
+    dead = f"reprobuild-scratch/killed:{2**22 + 17}-1-{uuid.uuid4().hex[:16]}"  # no such pid
+    live = f"reprobuild-scratch/alive:{leftovers.owner()}-{uuid.uuid4().hex[:16]}"  # this test
+    for name in (dead, live):
+        subprocess.run(["buildah", "tag", base_ref, name], capture_output=True, check=True)
+    try:
+        tag = unique_tag()
+        proc = run_cli("image", str(project("tiny")), "--base", base_ref, "--tag", tag, env=ENV)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = proc.stderr.splitlines()
+        said = "builder: buildah (auto: reproducible, the same inputs give the same image ID)"
+        assert said in lines, proc.stderr[-3000:]
+        assert any(
+            ln.startswith("note: removed 1 leftover of an earlier run that was killed (pid ")
+            for ln in lines
+        ), proc.stderr[-3000:]
+        labels = docker_client.images.get(tag).labels
+        assert labels["io.reprobuild.build.builder"] == "buildah"
+        assert labels["io.reprobuild.build.reproducible"] == "true"
+        names = buildah_names()
+        assert f"localhost/{dead}" not in names
+        assert f"localhost/{live}" in names  # its owner (this process) still runs
+    finally:
+        subprocess.run(["buildah", "rmi", dead, live], capture_output=True, check=False)
 
 
 def test_missing_buildah_says_how_to_install_it(project: MakeProject, tmp_path: Path) -> None:

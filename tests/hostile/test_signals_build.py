@@ -49,7 +49,7 @@ def _start_build(root: Path, base_ref: str, tag: str, cache: Path) -> subprocess
     env = {**os.environ, "SOURCE_DATE_EPOCH": "0", "XDG_CACHE_HOME": str(cache)}
     return subprocess.Popen(
         [sys.executable, "-m", "reprobuild", "image", str(root), "--base", base_ref,
-         "--tag", tag, "-q", "--no-cache"],
+         "--tag", tag, "-q", "--no-cache", "--builder", "classic"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         preexec_fn=_default_signals,
     )  # fmt: skip

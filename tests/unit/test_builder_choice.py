@@ -1,0 +1,78 @@
+"""``--builder auto`` (issue 11): buildah where it works, else what the engine offers, and the
+choice said in one line; a named builder is taken as it is."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reprobuild import buildah
+from reprobuild.build import choose_builder
+
+
+class FakeEngine:
+    def __init__(self, offers: str) -> None:
+        self.offers = offers
+
+    def resolve_builder(self, builder: str) -> str:
+        assert builder == "auto"
+        return self.offers
+
+
+def _choose(builder: str, offers: str = "classic") -> tuple[str, list[str]]:
+    said: list[str] = []
+    engine: Any = FakeEngine(offers)
+    return choose_builder(engine, builder, said.append), said  # type: ignore[arg-type]
+
+
+def test_auto_picks_buildah_where_it_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(buildah, "usable", lambda: True)
+    assert _choose("auto") == (
+        "buildah",
+        ["builder: buildah (auto: reproducible, the same inputs give the same image ID)"],
+    )
+
+
+@pytest.mark.parametrize("offers", ["classic", "buildx"])
+def test_auto_without_buildah_says_the_image_is_not_reproducible(
+    monkeypatch: pytest.MonkeyPatch, offers: str
+) -> None:
+    monkeypatch.setattr(buildah, "usable", lambda: False)
+    chosen, said = _choose("auto", offers)
+    assert chosen == offers
+    assert len(said) == 1
+    assert said[0].startswith(f"builder: {offers} (auto: buildah is not installed or not usable")
+    assert "not reproducible" in said[0]
+
+
+@pytest.mark.parametrize("named", ["buildah", "buildx", "buildkit", "classic"])
+def test_a_named_builder_is_taken_as_it_is(monkeypatch: pytest.MonkeyPatch, named: str) -> None:
+    monkeypatch.setattr(buildah, "usable", lambda: pytest.fail("not asked"))
+    assert _choose(named) == (named, [])
+
+
+def _fake_buildah(folder: Path, exit_code: int) -> None:
+    tool = folder / "buildah"
+    tool.write_text(f"#!/bin/sh\nexit {exit_code}\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.mark.parametrize(("exit_code", "usable"), [(0, True), (125, False)])
+def test_usable_asks_buildah_for_its_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: int, usable: bool
+) -> None:
+    """Installed but unable to open its storage (rootless without subordinate IDs): not
+    usable, so auto falls back instead of failing the build."""
+    _fake_buildah(tmp_path, exit_code)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert buildah.usable() is usable
+
+
+def test_usable_without_buildah(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert buildah.binary() is None and buildah.usable() is False
+    assert os.environ["PATH"] == str(tmp_path)
