@@ -1,23 +1,38 @@
-"""Build benchmark: figures as ratios against baselines measured in the same run.
+"""Build benchmark (issues 3 and 11): each builder against two hand-written baselines that use
+the same wheels, as ratios measured in the same run.
 
     python benchmarks/build_bench.py --base REF@sha256:... [--project images/digits-torch]
+                                     [--builders classic,buildah] [--rounds 2]
 
-Measures, on the example project:
-- cold build: `reprobuild image --no-cache` (engine cache unused; host wheel cache warm, as on a
-  developer machine after the first build) and, separately, with an empty wheel cache too;
-- rebuild after a code-only change (goal: under 10% of cold);
-- final image size against the floor, base image + installed site-packages (goal: within 5%);
-- a plain hand-written Dockerfile for the same lock (FROM the same base, pip install -r),
-  built from the same host-fetched wheels: its build time and size.
-Prints a table and writes benchmarks/results/build.json.
+Every configuration builds the example project cold (its builder's cache off; the base already
+pulled and the wheels already on the host, as on a developer machine after the first build),
+once per round, the configurations alternating within a round; a figure is the median over
+rounds. The image ends in the Docker engine in every configuration, as a user needs it:
+
+- ``ours-<builder>``: ``reprobuild image --builder B --no-cache`` (buildah: loaded into the
+  engine, as reprobuild does);
+- ``naive``: a plain hand-written Dockerfile (``COPY`` the wheels, ``pip install -r`` into a
+  venv), the engine's classic builder;
+- ``best-buildah`` / ``best-buildkit``: the best-practice hand-written Dockerfile: one stage,
+  the wheels and the lock bind-mounted (``RUN --mount``), no pip cache; built by ``buildah bud``
+  (then ``buildah push docker-archive:`` and ``docker load``, as ours) and by BuildKit (where the
+  Docker client has it).
+
+Then, per builder of ours: a rebuild after a code-only change (cache on) and the image's size
+against the floor (the base plus the installed site-packages). Goals (issue 11): cold build at
+most 1.05 x the best-practice build on the same builder; image at most 1.00 x the floor; a
+code-only rebuild under 5% of a cold build; the reproducible build (buildah) at most 1.10 x the
+fastest non-reproducible one. Prints a table and writes benchmarks/results/build.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +43,7 @@ from pathlib import Path
 import docker
 
 HERE = Path(__file__).resolve().parent
-HAND_WRITTEN = """\
+NAIVE = """\
 FROM {base}
 COPY requirements.lock /tmp/requirements.lock
 COPY wheels/ /tmp/wheels/
@@ -39,6 +54,19 @@ WORKDIR /app
 COPY train.py /app/
 CMD ["python", "train.py"]
 """
+BEST = """\
+FROM {base}
+RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
+    --mount=type=bind,source=requirements.lock,target=/tmp/requirements.lock \\
+    python3 -m venv /venv \\
+ && /venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels \\
+      -r /tmp/requirements.lock
+ENV PATH=/venv/bin:$PATH
+WORKDIR /app
+COPY train.py /app/
+CMD ["python", "train.py"]
+"""
+REPRODUCIBLE = {"buildah"}
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -50,150 +78,203 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     return elapsed
 
 
-def image(
-    project: Path, base: str, tag: str, *extra: str, env: dict[str, str] | None = None
+def ours(
+    project: Path, base: str, tag: str, builder: str, env: dict[str, str], *extra: str
 ) -> float:
-    cli = [
-        sys.executable,
-        "-m",
-        "reprobuild",
-        "image",
-        str(project),
-        "--base",
-        base,
-        "--tag",
-        tag,
-        "-q",
-    ]
-    return timed([*cli, *extra], env)
+    cli = [sys.executable, "-m", "reprobuild", "image", str(project), "--base", base]
+    return timed([*cli, "--tag", tag, "--builder", builder, "-q", *extra], env)
 
 
-def site_packages_bytes(client: docker.DockerClient, tag: str, path: str) -> int:
-    out = client.containers.run(tag, ["du", "-sb", path], entrypoint=[], remove=True)
+def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
+    """``buildah bud --no-cache``, then into the engine the way reprobuild loads its images."""
+    start = time.perf_counter()
+    name = f"localhost/bench-best:{uuid.uuid4().hex[:8]}"
+    timed(["buildah", "bud", "--layers", "--no-cache", "--pull=never", "-q", "-t", name,
+           str(context)])  # fmt: skip
+    archive = scratch / "best.tar"
+    timed(["buildah", "push", "--quiet", name, f"docker-archive:{archive}:{tag}"])
+    timed(["docker", "load", "-q", "-i", str(archive)])
+    elapsed = time.perf_counter() - start
+    archive.unlink()
+    subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
+    return elapsed
+
+
+def buildkit_client() -> bool:
+    """A Docker client that still builds with DOCKER_BUILDKIT=1 without buildx (< 23)."""
+    proc = subprocess.run(
+        ["docker", "version", "--format", "{{.Client.Version}}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    major = proc.stdout.strip().split(".", 1)[0]
+    return proc.returncode == 0 and major.isdigit() and int(major) < 23
+
+
+def purelib_bytes(client: docker.DockerClient, tag: str, python: str) -> int:
+    script = (
+        "import os, sysconfig; p = sysconfig.get_paths()['purelib']; print(sum("
+        "os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(p) for f in fs))"
+    )
+    out = client.containers.run(tag, [python, "-c", script], entrypoint=[], remove=True)
     return int(out.split()[0])
+
+
+def hand_context(
+    folder: Path, template: str, base: str, lock: Path, cache: Path, app: Path
+) -> Path:
+    (folder / "wheels").mkdir(parents=True)
+    shutil.copy(lock, folder / "requirements.lock")
+    for wheel in (cache / "wheels").rglob("*.whl"):
+        shutil.copy(wheel, folder / "wheels" / wheel.name)
+    shutil.copy(app, folder / "train.py")
+    (folder / "Dockerfile").write_text(template.format(base=base))
+    return folder
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="digest-pinned base (REF@sha256:...)")
     parser.add_argument("--project", type=Path, default=HERE.parent / "images" / "digits-torch")
-    parser.add_argument(
-        "--skip-empty-cache",
-        action="store_true",
-        help="skip the run with an empty wheel cache (it downloads from the indexes)",
-    )
+    parser.add_argument("--builders", default="classic,buildah", help="ours: comma-separated")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    builders = [b for b in args.builders.split(",") if b]
     client = docker.from_env()
     run_id = uuid.uuid4().hex[:8]
     tags: list[str] = []
-    results: dict[str, object] = {"project": str(args.project), "base": args.base}
-    with tempfile.TemporaryDirectory(prefix="reprobuild-bench-") as tmp:
-        work = Path(tmp) / "project"
+    times: dict[str, list[float]] = {}
+    results: dict[str, object] = {
+        "project": str(args.project),
+        "base": args.base,
+        "rounds": args.rounds,
+        "cpus": os.cpu_count(),
+    }
+    with tempfile.TemporaryDirectory(prefix="reprobuild-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        work = tmp / "project"
         shutil.copytree(args.project, work)
-        env = {**os.environ, "SOURCE_DATE_EPOCH": "0"}
-
-        warm = f"reprobuild-bench/ours:{run_id}-warm"
-        image(work, args.base, warm, env=env)  # fills the wheel cache and pulls the base
-        tags.append(warm)
-
-        cold_tag = f"reprobuild-bench/ours:{run_id}-cold"
-        tags.append(cold_tag)
-        cold = image(work, args.base, cold_tag, "--no-cache", env=env)
-        results["cold_build_s"] = round(cold, 2)
-
-        if not args.skip_empty_cache:
-            empty = {**env, "REPROBUILD_CACHE_DIR": str(Path(tmp) / "empty-cache")}
-            tag = f"reprobuild-bench/ours:{run_id}-empty"
+        cache = tmp / "cache"  # this lock's wheels only: the baselines copy all of them
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "0", "REPROBUILD_CACHE_DIR": str(cache)}
+        for builder in builders:  # fills the wheel cache, pulls the base into each builder
+            tag = f"reprobuild-bench/ours:{run_id}-warm-{builder}"
             tags.append(tag)
-            results["cold_build_empty_wheel_cache_s"] = round(
-                image(work, args.base, tag, "--no-cache", env=empty), 2
-            )
-
-        (work / "train.py").write_text((work / "train.py").read_text() + "\n# a code-only change\n")
-        re_tag = f"reprobuild-bench/ours:{run_id}-rebuild"
-        tags.append(re_tag)
-        rebuild = image(work, args.base, re_tag, env=env)
-        results["rebuild_code_change_s"] = round(rebuild, 2)
-        results["rebuild_over_cold"] = round(rebuild / cold, 4)
-
-        ours = client.images.get(cold_tag)
-        base_size = client.images.get(args.base).attrs["Size"]
-        purelib = (
-            client.containers.run(
-                cold_tag,
-                ["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                entrypoint=["/opt/venv/bin/python"],
-                remove=True,
-            )
-            .decode()
-            .strip()
-        )
-        floor = base_size + site_packages_bytes(client, cold_tag, purelib)
-        results["image_bytes"] = ours.attrs["Size"]
-        results["floor_bytes"] = floor
-        results["image_over_floor"] = round(ours.attrs["Size"] / floor, 4)
-
-        # The hand-written baseline, built from the same wheels with the same engine.
-        hand = Path(tmp) / "hand"
-        (hand / "wheels").mkdir(parents=True)
+            ours(work, args.base, tag, builder, env)
         subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "reprobuild",
-                "render",
-                str(work),
-                "--base",
-                args.base,
-                "-o",
-                str(Path(tmp) / "ctx"),
-            ],
-            check=True,
-            capture_output=True,
-            env=env,
-        )
-        shutil.copy(Path(tmp) / "ctx" / "requirements.lock", hand / "requirements.lock")
-        cache = Path(os.environ.get("REPROBUILD_CACHE_DIR", Path.home() / ".cache" / "reprobuild"))
-        for folder in (cache / "wheels").iterdir():
-            for wheel in folder.glob("*.whl"):
-                shutil.copy(wheel, hand / "wheels" / wheel.name)
-        shutil.copy(work / "train.py", hand / "train.py")
-        (hand / "Dockerfile").write_text(HAND_WRITTEN.format(base=args.base))
-        hand_tag = f"reprobuild-bench/hand:{run_id}"
-        tags.append(hand_tag)
-        hand_s = timed(
-            ["docker", "build", "--no-cache", "-q", "-t", hand_tag, str(hand)],
-            {**env, "DOCKER_BUILDKIT": "0"},
-        )
-        hand_size = client.images.get(hand_tag).attrs["Size"]
-        results["hand_written_build_s"] = round(hand_s, 2)
-        results["hand_written_bytes"] = hand_size
-        results["cold_over_hand_written"] = round(cold / hand_s, 4)
-        results["image_over_hand_written"] = round(ours.attrs["Size"] / hand_size, 4)
+            [sys.executable, "-m", "reprobuild", "render", str(work), "--base", args.base,
+             "-o", str(tmp / "ctx")],
+            check=True, capture_output=True, env=env,
+        )  # fmt: skip
+        lock, app = tmp / "ctx" / "requirements.lock", work / "train.py"
+        naive = hand_context(tmp / "naive", NAIVE, args.base, lock, cache, app)
+        best = hand_context(tmp / "best", BEST, args.base, lock, cache, app)
+        configs: dict[str, object] = {f"ours-{b}": b for b in builders}
+        configs["naive"] = "naive"
+        if shutil.which("buildah"):
+            configs["best-buildah"] = "best-buildah"
+        if buildkit_client():
+            configs["best-buildkit"] = "best-buildkit"
+        for n in range(args.rounds):
+            for name, what in configs.items():
+                tag = f"reprobuild-bench/{name}:{run_id}-{n}"
+                tags.append(tag)
+                if name.startswith("ours-"):
+                    seconds = ours(work, args.base, tag, str(what), env, "--no-cache")
+                elif name == "naive":
+                    seconds = timed(["docker", "build", "--no-cache", "-q", "-t", tag, str(naive)],
+                                    {**env, "DOCKER_BUILDKIT": "0"})  # fmt: skip
+                elif name == "best-buildah":
+                    seconds = buildah_into_engine(best, tag, tmp)
+                else:
+                    seconds = timed(["docker", "build", "--no-cache", "-q", "-t", tag, str(best)],
+                                    {**env, "DOCKER_BUILDKIT": "1"})  # fmt: skip
+                times.setdefault(name, []).append(round(seconds, 2))
+                print(f"round {n + 1}: {name:16s} {seconds:7.1f} s", flush=True)
+        cold = {name: statistics.median(values) for name, values in times.items()}
+        results["cold_s"] = {name: {"runs": times[name], "median": cold[name]} for name in times}
+        base_size = client.images.get(args.base).attrs["Size"]
+        per_builder: dict[str, dict[str, object]] = {}
+        app.write_text(app.read_text() + "\n# a code-only change\n")
+        for builder in builders:
+            last = f"reprobuild-bench/ours-{builder}:{run_id}-{args.rounds - 1}"
+            tag = f"reprobuild-bench/ours:{run_id}-rebuild-{builder}"
+            tags.append(tag)
+            rebuild = ours(work, args.base, tag, builder, env)
+            size = client.images.get(last).attrs["Size"]
+            floor = base_size + purelib_bytes(client, last, "/opt/venv/bin/python")
+            best_name = "best-buildah" if builder == "buildah" else "best-buildkit"
+            row: dict[str, object] = {
+                "cold_s": cold[f"ours-{builder}"],
+                "rebuild_code_change_s": round(rebuild, 2),
+                "rebuild_over_cold": round(rebuild / cold[f"ours-{builder}"], 4),
+                "image_bytes": size,
+                "floor_bytes": floor,
+                "image_over_floor": round(size / floor, 4),
+                "cold_over_naive": round(cold[f"ours-{builder}"] / cold["naive"], 4),
+            }
+            if best_name in cold:
+                row["best_practice"] = best_name
+                row["cold_over_best_practice"] = round(cold[f"ours-{builder}"] / cold[best_name], 4)
+            per_builder[builder] = row
+        results["builders"] = per_builder
+        repro = [b for b in builders if b in REPRODUCIBLE]
+        others = {n: s for n, s in cold.items() if not (n.startswith("ours-") and n[5:] in repro)}
+        if repro and others:
+            fastest = min(others, key=others.__getitem__)
+            ours_fastest = min(
+                (n for n in others if n.startswith("ours-")), key=others.__getitem__, default=None
+            )
+            results["reproducible"] = {
+                "builder": repro[0],
+                "fastest_non_reproducible": fastest,
+                "over_fastest_non_reproducible": round(cold[f"ours-{repro[0]}"] / cold[fastest], 4),
+                **(
+                    {
+                        "fastest_of_ours": ours_fastest,
+                        "over_fastest_of_ours": round(
+                            cold[f"ours-{repro[0]}"] / cold[ours_fastest], 4
+                        ),
+                    }
+                    if ours_fastest
+                    else {}
+                ),
+            }
     for tag in tags:
-        client.images.remove(tag, force=True)
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.remove(tag, force=True)
 
     out = HERE / "results" / "build.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     mb = 1e6
-    print(f"cold build (engine cache off, wheels cached)  {results['cold_build_s']:8.2f} s")
-    if "cold_build_empty_wheel_cache_s" in results:
-        empty_s = results["cold_build_empty_wheel_cache_s"]
-        print(f"cold build (wheel cache empty too)            {empty_s:8.2f} s")
-    print(
-        f"rebuild after a code-only change              {results['rebuild_code_change_s']:8.2f} s"
-        f"   {results['rebuild_over_cold']:.1%} of cold (goal < 10%)"
-    )
-    print(
-        f"image size                                    {ours.attrs['Size'] / mb:8.1f} MB"
-        f"   {results['image_over_floor']:.4f} x floor {floor / mb:.1f} MB (goal <= 1.05)"
-    )
-    print(
-        f"hand-written Dockerfile, same lock            {hand_s:8.2f} s  {hand_size / mb:8.1f} MB"
-        f"   ours: {results['cold_over_hand_written']:.2f} x time, "
-        f"{results['image_over_hand_written']:.2f} x size"
-    )
+    print(f"\ncold builds, median of {args.rounds} rounds:")
+    for name, seconds in sorted(cold.items(), key=lambda kv: kv[1]):
+        print(f"  {name:16s} {seconds:7.1f} s")
+    for builder, row in per_builder.items():
+        print(f"ours, {builder}:")
+        if "cold_over_best_practice" in row:
+            print(
+                f"  cold / {row['best_practice']}: "
+                f"{row['cold_over_best_practice']:.3f} (goal <= 1.05)"
+            )
+        print(f"  cold / naive:            {row['cold_over_naive']:.3f}")
+        print(
+            f"  code-only rebuild:       {row['rebuild_code_change_s']:.1f} s = "
+            f"{row['rebuild_over_cold']:.1%} of cold (goal < 5%)"
+        )
+        print(
+            f"  image:                   {int(row['image_bytes']) / mb:.1f} MB = "  # type: ignore[call-overload]
+            f"{row['image_over_floor']:.4f} x floor (goal <= 1.00)"
+        )
+    if "reproducible" in results:
+        r = results["reproducible"]
+        assert isinstance(r, dict)
+        print(
+            f"reproducible ({r['builder']}) / fastest non-reproducible "
+            f"({r['fastest_non_reproducible']}): "
+            f"{r['over_fastest_non_reproducible']:.3f} (goal <= 1.10)"
+        )
+        if "fastest_of_ours" in r:
+            print(f"  / fastest of ours ({r['fastest_of_ours']}): {r['over_fastest_of_ours']:.3f}")
     print(f"results: {out}")
     return 0
 

@@ -54,6 +54,17 @@ def main() -> int:
         help="--threads-table: which thread counts, of auto,default,nproc,1 (default: all)",
     )
     parser.add_argument(
+        "--scripts",
+        default="torch_cnn,keras_lstm",
+        help="--threads-table: which workloads, of torch_cnn,keras_lstm (default: both)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=HERE / "results" / "runtime-threads.json",
+        help="--threads-table: where to write the table (a subset belongs in its own file)",
+    )
+    parser.add_argument(
         "--host-venv",
         type=Path,
         default=HERE / "results" / "host-venv",
@@ -64,9 +75,15 @@ def main() -> int:
         parser.error("--rounds: at least 3 (a median of fewer says little)")
     counts = tuple(c.strip() for c in args.counts.split(",") if c.strip())
     from threads_table import COUNTS as allowed  # the thread counts the table knows
+    from threads_table import SCRIPTS as workloads
 
     if not counts or any(c not in allowed for c in counts):
         parser.error(f"--counts {args.counts!r}: use a comma-separated list of {','.join(allowed)}")
+    scripts = tuple(c.strip() for c in args.scripts.split(",") if c.strip())
+    if not scripts or any(c not in workloads for c in scripts):
+        parser.error(
+            f"--scripts {args.scripts!r}: use a comma-separated list of {','.join(workloads)}"
+        )
     image = args.image
     if image is None:
         image = "reprobuild-bench/runtime:latest"
@@ -89,8 +106,7 @@ def main() -> int:
     if args.threads_table:
         import threads_table
 
-        out = HERE / "results" / "runtime-threads.json"
-        return threads_table.main(image, args.host_venv, args.rounds, out, counts)
+        return threads_table.main(image, args.host_venv, args.rounds, args.out, counts, scripts)
     client = docker.from_env()
     if args.rng_state:
         return rng_state(client, image)

@@ -9,6 +9,8 @@ workloads/keras_lstm.py) run in these configurations:
   default; the runtime's default since issue 14), under op determinism;
 - ``strict-eigen`` (Keras only): strict with ``TF_ENABLE_ONEDNN_OPTS=0`` (Eigen's kernels, the
   runtime's default before issue 14);
+- ``strict-nocnr`` (torch only): strict with ``MKL_CBWR`` empty (oneMKL's conditional
+  numerical reproducibility off), to see what that costs and whether the bits still repeat;
 - ``strict-nofill`` (torch only): strict with ``fill_uninitialized_memory`` off, to see what
   that part of torch's deterministic mode costs;
 
@@ -89,7 +91,7 @@ def wait_quiet() -> float:
 @dataclass(frozen=True)
 class Config:
     script: str  # a workload's name, or a path in the image (the determinism suite's scripts)
-    mode: str  # bare | off | strict | strict-eigen | strict-nofill
+    mode: str  # bare | off | strict | strict-eigen | strict-nofill | strict-nocnr
     threads: int | None  # None: auto (bare and off only) / the runtime's default (strict)
     label_threads: str  # "auto", "default", "nproc" or "1"
     isa: str | None = None  # ONEDNN_MAX_CPU_ISA, for the determinism probes
@@ -104,16 +106,21 @@ class Config:
 COUNTS = ("auto", "default", "nproc", "1")
 
 
-def configs(default_threads: int, nproc: int, only: tuple[str, ...] = COUNTS) -> list[Config]:
+def configs(
+    default_threads: int,
+    nproc: int,
+    only: tuple[str, ...] = COUNTS,
+    scripts: tuple[str, ...] = SCRIPTS,
+) -> list[Config]:
     """One round, in order. The configurations compared with each other run side by side
     (bare, off, strict, strict-eigen at one thread count), so that a ratio compares runs a
     few seconds apart, whatever else the host is doing."""
     counts = [("auto", None), ("default", default_threads), ("nproc", nproc), ("1", 1)]
     counts = [(label, count) for label, count in counts if label in only]
     out: list[Config] = []
-    for script in SCRIPTS:
-        extra = "strict-eigen" if script == "keras_lstm" else "strict-nofill"
-        modes = ["bare", "off", "strict", extra]
+    for script in scripts:
+        extra = ["strict-eigen"] if script == "keras_lstm" else ["strict-nofill", "strict-nocnr"]
+        modes = ["bare", "off", "strict", *extra]
         for label, count in counts:
             for mode in modes:
                 if label != "auto" or mode in ("bare", "off"):
@@ -206,6 +213,8 @@ class Runner:
             env["TF_ENABLE_ONEDNN_OPTS"] = "0"
         if config.mode == "strict-nofill":
             env["BENCH_TORCH_NOFILL"] = "1"
+        if config.mode == "strict-nocnr":
+            env["MKL_CBWR"] = ""  # oneMKL's conditional numerical reproducibility left off
         busy0, total0 = cpu_seconds()
         if config.mode == "bare":
             host_env = {
@@ -270,6 +279,7 @@ def measure(
     raw_out: Path,
     log: Any = print,
     counts: tuple[str, ...] = COUNTS,
+    scripts: tuple[str, ...] = SCRIPTS,
 ) -> dict[str, Any]:
     runner = Runner(image, host_python)
     try:
@@ -285,10 +295,12 @@ def measure(
                 ]
             ).strip()
         )
-        table = configs(default, nproc, counts) + probes(default)
+        table = configs(default, nproc, counts, scripts)
+        if "keras_lstm" in scripts:  # the oneDNN probes belong to the Keras question
+            table += probes(default)
         samples: dict[str, list[dict[str, Any]]] = {c.label: [] for c in table}
         log(f"{len(table)} configurations x {rounds} rounds; container nproc {nproc}")
-        for script in SCRIPTS:  # warm the page cache on both sides; not measured
+        for script in scripts:  # warm the page cache on both sides; not measured
             for mode in ("bare", "strict"):
                 runner.run(Config(script, mode, default, "default"))
         started = time.time()
@@ -361,6 +373,8 @@ def summarise(
             if script == "torch_cnn":
                 r[f"strict-nofill/off @{t}"] = ratio(script, f"strict-nofill {t}", f"off {t}")
                 r[f"strict-nofill/strict @{t}"] = ratio(script, f"strict-nofill {t}", f"strict {t}")
+                r[f"strict-nocnr/off @{t}"] = ratio(script, f"strict-nocnr {t}", f"off {t}")
+                r[f"strict-nocnr/strict @{t}"] = ratio(script, f"strict-nocnr {t}", f"strict {t}")
             if script == "keras_lstm":
                 r[f"strict-eigen/off @{t}"] = ratio(script, f"strict-eigen {t}", f"off {t}")
                 r[f"strict-eigen/strict @{t}"] = ratio(script, f"strict-eigen {t}", f"strict {t}")
@@ -378,7 +392,7 @@ def summarise(
     for script in SCRIPTS:
         # bare and off runs are seeded by the script (BENCH_SEED): identical runs there mean
         # seeding alone was enough for this script on this host; strict runs are not seeded
-        for mode in ("bare", "off", "strict", "strict-eigen", "strict-nofill"):
+        for mode in ("bare", "off", "strict", "strict-eigen", "strict-nofill", "strict-nocnr"):
             per_count = {
                 t: rows[f"{script} {mode} {t}"]
                 for t in ("auto", "default", "nproc", "1")
@@ -488,7 +502,12 @@ def default_wheels() -> Path:
 
 
 def main(
-    image: str, host_venv: Path, rounds: int, out: Path, counts: tuple[str, ...] = COUNTS
+    image: str,
+    host_venv: Path,
+    rounds: int,
+    out: Path,
+    counts: tuple[str, ...] = COUNTS,
+    scripts: tuple[str, ...] = SCRIPTS,
 ) -> int:
     # SIGTERM/SIGHUP unwind like Ctrl-C, so measure()'s finally removes the bench container
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -502,6 +521,7 @@ def main(
         raw,
         log=lambda m: print(m, file=sys.stderr, flush=True),
         counts=counts,
+        scripts=scripts,
     )
     out.parent.mkdir(exist_ok=True)
     tmp = out.with_suffix(".tmp")

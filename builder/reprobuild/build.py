@@ -276,7 +276,11 @@ def _build_image(
     if builder == "buildah":
         leftovers.reap(buildah.Storage(), note)
     engine.ensure_base(spec.base, log)
-    spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec))
+    spec = replace(
+        spec,
+        base_entrypoint=base_entrypoint(engine, spec),
+        mount_install=builder == "buildah",
+    )
     files = render_context(spec)
     probe = base_probe(engine, spec)
     check_base_conflicts(spec, probe)

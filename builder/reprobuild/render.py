@@ -52,6 +52,10 @@ class RenderSpec:
     ca_cert: bytes | None = None
     epoch: int = 0
     revision: str | None = None
+    # Install the wheels straight into the image through RUN --mount (buildah; the lock and
+    # wheelhouse never reach a layer) instead of a build stage and a copy of its venv. Hermetic
+    # builds only: an --online build keeps the stage (its CA bundle, its index options).
+    mount_install: bool = False
     version: str | None = None
     # The base image's own ENTRYPOINT (NGC images have one): ours replaces it and chains it.
     # None: not known (a render without the base at hand); `image` always knows it.
@@ -123,6 +127,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         base_pinned=spec.base.by_digest(),
         epoch=spec.epoch,
         online=spec.online,
+        mount_install=spec.mount_install and not spec.online,
         ca_cert=spec.ca_cert is not None,
         apt=spec.apt,
         uid=UID,

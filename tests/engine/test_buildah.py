@@ -154,6 +154,11 @@ def test_same_inputs_same_image_on_any_day(
     # PEP 552: the flags word after the magic number; bit 0 set means hash-based
     assert [name for name, head in pycs.items() if not head[4] & 1] == []
     assert [n for n in names if n.startswith(("var/log/", "root/.cache/", "tmp/"))] == []
+    # The wheels went in through RUN --mount: no wheelhouse, no lock copy, no pip and no
+    # mount point reached a layer.
+    assert [n for n in names if n.startswith((".reprobuild", "tmp/reprobuild"))] == []
+    assert [n for n in names if n.endswith(".whl") or "site-packages/pip/" in n] == []
+    assert "opt/venv/bin/python" in names
     shadow = docker_client.containers.run(
         tags[0], ["-c", "grep ^repro: /etc/shadow"], entrypoint=["sh"], user="0", remove=True
     ).decode()

@@ -59,6 +59,16 @@ CASES = {
         base_entrypoint=("/opt/nvidia/nvidia_entrypoint.sh",),
         base=parse_pinned("registry.example.com:5000/team/base:1@sha256:" + "cd" * 32),
     ),
+    # buildah: the wheels go straight into the one stage through RUN --mount (issue 11)
+    "cpu-hermetic-mount": spec(mount_install=True),
+    "gpu-ngc-pytorch-25.01-mount": spec(
+        variant="gpu",
+        lock=load_lock(GPU_LOCK),
+        base=CATALOG.get("ngc-pytorch-25.01").ref,
+        base_entrypoint=CATALOG.get("ngc-pytorch-25.01").entrypoint,
+        mount_install=True,
+    ),
+    "cpu-online-mount-keeps-the-stage": spec(online=True, mount_install=True),
     # The shipped catalog's NGC entries, as a project naming them renders them: FROM by
     # digest, NGC's entrypoint chained, the GPU lock on top of the base's frameworks.
     **{

@@ -1,0 +1,71 @@
+# Rendered by reprobuild 0.0.0-golden from requirements.lock (sha256 96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4).
+# Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
+
+# ---- stage 1: install the locked distributions into a virtual environment ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS deps
+ENV SOURCE_DATE_EPOCH=1700000000 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_NO_INPUT=1
+# The target venv gets no pip of its own; pip comes from a throwaway bootstrap venv, or from
+# the base itself where it has no ensurepip (NGC images ship pip but no python3-venv).
+# SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
+# After the install, a .pth puts the in-image runtime on the venv's path and imports its
+# start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
+RUN python3 -m venv --without-pip /opt/venv \
+ && { python3 -m venv /tmp/reprobuild/bootstrap || python3 -m pip --version; }
+COPY requirements.lock /tmp/reprobuild/requirements.lock
+RUN pip=/tmp/reprobuild/bootstrap/bin/pip; [ -x "$pip" ] || pip="python3 -m pip"; \
+    $pip --python /opt/venv/bin/python install \
+      --require-hashes --only-binary=:all: \
+      -r /tmp/reprobuild/requirements.lock \
+ && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
+
+# ---- stage 2: the image that ships ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab
+# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
+# it (no password aging; the account has no password), so the image is the same on any day.
+RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
+ && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
+ && install -d -o 10001 -g 10001 /app \
+ && install -d /opt/reprobuild
+COPY --from=deps /opt/venv /opt/venv
+COPY runtime/ /opt/reprobuild/runtime/
+# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
+# every interpreter, so its modules must load from bytecode. -S: without site the hook does
+# not run here, which would first write timestamp-based .pyc files that compileall keeps.
+RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONUNBUFFERED=1 \
+    REPROBUILD_IMAGE_SEED=1234 \
+    REPROBUILD_IMAGE_DETERMINISM=strict \
+    REPROBUILD_VARIANT=cpu
+# Determinism environment (reprobuild_entrypoint.envplan.image_env): here so it holds when the
+# ENTRYPOINT is bypassed; the entrypoint re-plans it per run (REPRO_SEED, REPRO_DETERMINISM).
+ENV MKL_CBWR="AUTO,STRICT" \
+    MKL_DYNAMIC="FALSE" \
+    MKL_NUM_THREADS="4" \
+    OMP_DYNAMIC="FALSE" \
+    OMP_NUM_THREADS="4" \
+    OPENBLAS_NUM_THREADS="4" \
+    PYTHONHASHSEED="1234" \
+    TF_DETERMINISTIC_OPS="1" \
+    TF_ENABLE_ONEDNN_OPTS="1" \
+    TF_NUM_INTEROP_THREADS="4" \
+    TF_NUM_INTRAOP_THREADS="4" \
+    TORCHINDUCTOR_DETERMINISTIC="1"
+WORKDIR /app
+COPY app/ /app/
+USER 10001:10001
+ENTRYPOINT ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint"]
+CMD ["python", "hello.py"]
+LABEL io.reprobuild.builder.version="0.0.0-golden" \
+      io.reprobuild.determinism="strict" \
+      io.reprobuild.lock.sha256="96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4" \
+      io.reprobuild.seed="1234" \
+      io.reprobuild.variant="cpu" \
+      org.opencontainers.image.base.digest="sha256:abababababababababababababababababababababababababababababababab" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.title="example/golden"

@@ -1,0 +1,79 @@
+# Rendered by reprobuild 0.0.0-golden from requirements-gpu.lock (sha256 fec1c10bb781e085d8d03fce4e8fc772a37577861d86b751d13294ac9aff1e6d).
+# Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
+
+# ---- one stage: the image that ships ----
+FROM nvcr.io/nvidia/pytorch@sha256:96990c82825613c3bdeebb66675c7c91b0123f64a5895623316dc5b824e0d7a9
+# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
+# it (no password aging; the account has no password), so the image is the same on any day.
+RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
+ && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
+ && install -d -o 10001 -g 10001 /app \
+ && install -d /opt/reprobuild
+# The locked wheels go straight into this stage (RUN --mount: buildah, BuildKit). A tmpfs on
+# /.reprobuild holds the wheelhouse and the lock (bind-mounted from the context), pip's temp
+# files and the throwaway pip (or the base's own, where it has no ensurepip): none of them, and
+# no copy of the venv from another stage, ever reach a layer. buildah's layer cache does not
+# look into mounted files, so the lock's sha256 is part of the step's text: another lock, another
+# step. SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
+# runtime on the venv's path and imports its start-up hook at every interpreter start, so
+# determinism holds even without the ENTRYPOINT.
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=wheels,target=/.reprobuild/wheels \
+    --mount=type=bind,source=requirements.lock,target=/.reprobuild/requirements.lock \
+    export REPROBUILD_LOCK_SHA256=fec1c10bb781e085d8d03fce4e8fc772a37577861d86b751d13294ac9aff1e6d SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
+      PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1 \
+ && python3 -m venv --system-site-packages --without-pip /opt/venv \
+ && pip=/.reprobuild/bootstrap/bin/pip \
+ && { python3 -m venv /.reprobuild/bootstrap || pip="python3 -m pip"; } \
+ && $pip --python /opt/venv/bin/python install \
+      --no-index --find-links /.reprobuild/wheels \
+      --require-hashes --only-binary=:all: \
+      -r /.reprobuild/requirements.lock \
+ && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
+COPY runtime/ /opt/reprobuild/runtime/
+# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
+# every interpreter, so its modules must load from bytecode. -S: without site the hook does
+# not run here, which would first write timestamp-based .pyc files that compileall keeps.
+RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONUNBUFFERED=1 \
+    REPROBUILD_IMAGE_SEED=1234 \
+    REPROBUILD_IMAGE_DETERMINISM=strict \
+    REPROBUILD_VARIANT=gpu
+# The base's own entrypoint, run by ours before the command (see reprobuild_entrypoint.launch).
+ENV REPROBUILD_BASE_ENTRYPOINT="[\"/opt/nvidia/nvidia_entrypoint.sh\"]"
+# Determinism environment (reprobuild_entrypoint.envplan.image_env): here so it holds when the
+# ENTRYPOINT is bypassed; the entrypoint re-plans it per run (REPRO_SEED, REPRO_DETERMINISM).
+ENV CUBLAS_WORKSPACE_CONFIG=":4096:8" \
+    MKL_CBWR="AUTO,STRICT" \
+    MKL_DYNAMIC="FALSE" \
+    MKL_NUM_THREADS="4" \
+    NCCL_ALGO="Ring" \
+    NCCL_NVLS_ENABLE="0" \
+    NVIDIA_TF32_OVERRIDE="0" \
+    OMP_DYNAMIC="FALSE" \
+    OMP_NUM_THREADS="4" \
+    OPENBLAS_NUM_THREADS="4" \
+    PYTHONHASHSEED="1234" \
+    TF_CUDNN_DETERMINISTIC="1" \
+    TF_DETERMINISTIC_OPS="1" \
+    TF_ENABLE_ONEDNN_OPTS="1" \
+    TF_NUM_INTEROP_THREADS="4" \
+    TF_NUM_INTRAOP_THREADS="4" \
+    TORCHINDUCTOR_DETERMINISTIC="1" \
+    TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="0"
+WORKDIR /app
+COPY app/ /app/
+USER 10001:10001
+ENTRYPOINT ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint"]
+CMD ["python", "hello.py"]
+LABEL io.reprobuild.builder.version="0.0.0-golden" \
+      io.reprobuild.determinism="strict" \
+      io.reprobuild.lock.sha256="fec1c10bb781e085d8d03fce4e8fc772a37577861d86b751d13294ac9aff1e6d" \
+      io.reprobuild.seed="1234" \
+      io.reprobuild.variant="gpu" \
+      org.opencontainers.image.base.digest="sha256:96990c82825613c3bdeebb66675c7c91b0123f64a5895623316dc5b824e0d7a9" \
+      org.opencontainers.image.base.name="nvcr.io/nvidia/pytorch:25.01-py3" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.title="example/golden"
