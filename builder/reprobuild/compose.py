@@ -20,6 +20,10 @@ doubled. What it holds:
 - with ``--nodes N``: instead of ``train``/``verify-*``, a torchrun job (:func:`nodes_document`):
   ``node-0`` ... on an internal network ``job``, node 0 hosting the c10d rendezvous, records
   in ``runs/node-<i>``; the image must have torch (its manifest is read to check).
+- with ``--env NAME=VALUE`` (:mod:`reprobuild.userenv`): the user's own variables, after
+  reprobuild's, in every service that runs the program (not ``prepare``), ``$`` doubled; one
+  of the shell pass-throughs (``REPRO_THREADS``, ``REPRO_TRIAL``, ``REPRO_DIST_TIMEOUT_S``)
+  given this way is written as given instead.
 
 The format is the Compose Specification without a ``version:`` key, restricted to what both
 docker-compose 1.29 (1.28+ for device reservations and profiles) and Compose v2 accept.
