@@ -167,3 +167,31 @@ class FakeImageEngine:
     def read_file(self, image: str, path: str, *, max_bytes: int = 0) -> bytes:
         self.read.append(path)
         return self.raw
+
+
+# `--env` values that YAML or an expander could take for something else: each must reach the
+# container as the same string (tests/unit/test_userenv.py, test_kube.py, test_compose*.py).
+TRICKY_ENV_VALUES: dict[str, str] = {
+    "QUOTES": "it's \"quoted\" 'twice'",
+    "HASH": "a # not a comment",
+    "COLON": "key: value",
+    "DASH": "- leading dash",
+    "STAR": "*alias",
+    "AMP": "&anchor",
+    "BANG": "!!python/object:os.system",
+    "UNICODE": "h\u00e9llo \u2014 \u4e16\u754c \U0001f680 \u200b\u00a0",
+    "YES": "yes",
+    "NO": "no",
+    "NULL": "null",
+    "TILDE": "~",
+    "HEX": "0x10",
+    "OCTAL": "010",
+    "FLOAT": "1e3",
+    "EMPTY": "",
+    "SPACES": "  padded  ",
+    "DOLLARS": "$HOME ${X:?boom} $(whoami) $$ $",
+    "FLOW": "[a, {b: c}]",
+    "BLOCK": "| >- ? %TAG @at `tick`",
+    "BACKSLASH": "C:\\temp\\new \\n",
+    "EQUALS": "a=b=c",
+}

@@ -102,6 +102,17 @@ def _variant_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _env_option(parser: argparse.ArgumentParser, where: str) -> None:
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"set NAME to VALUE in {where}, after reprobuild's own variables; repeatable, a "
+        "later NAME wins; the value is literal text ($ is not expanded)",
+    )
+
+
 def _json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON on stdout")
 
@@ -310,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="M",
         help="with --nodes: training processes (ranks) per node (default: 1)",
     )
+    _env_option(compose, "every service that runs the program")
     compose.add_argument(
         "-o",
         "--output",
@@ -341,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     k8s.add_argument(
         "--name", metavar="NAME", type=_text, help="job name (default: from the project name)"
     )
+    _env_option(k8s, "every pod")
     k8s.add_argument(
         "-o",
         "--output",
@@ -764,6 +777,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
         variant=args.variant,
         nodes=args.nodes,
         nproc_per_node=args.nproc_per_node,
+        env=args.env,
     )
     write_output(result.text, args.output)
     if args.output is not None and str(args.output) != "-":
@@ -783,6 +797,7 @@ def cmd_k8s(args: argparse.Namespace) -> int:
         image=args.image,
         variant=args.variant,
         name=args.name,
+        env=args.env,
     )
     write_output(text, args.output)
     if args.output is not None and str(args.output) != "-":

@@ -20,6 +20,10 @@ doubled. What it holds:
 - with ``--nodes N``: instead of ``train``/``verify-*``, a torchrun job (:func:`nodes_document`):
   ``node-0`` ... on an internal network ``job``, node 0 hosting the c10d rendezvous, records
   in ``runs/node-<i>``; the image must have torch (its manifest is read to check).
+- with ``--env NAME=VALUE`` (:mod:`reprobuild.userenv`): the user's own variables, after
+  reprobuild's, in every service that runs the program (not ``prepare``), ``$`` doubled; one
+  of the shell pass-throughs (``REPRO_THREADS``, ``REPRO_TRIAL``, ``REPRO_DIST_TIMEOUT_S``)
+  given this way is written as given instead.
 
 The format is the Compose Specification without a ``version:`` key, restricted to what both
 docker-compose 1.29 (1.28+ for device reservations and profiles) and Compose v2 accept.
@@ -35,7 +39,7 @@ import hashlib
 import re
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +62,7 @@ from reprobuild.nodes import (
 )
 from reprobuild.plan import project_tag, variant_of
 from reprobuild.refs import parse_ref
+from reprobuild.userenv import UserEnv, check_env, merged, parse_env, shell_names
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
 
 # Mount points inside the container: the same as `reprobuild verify` uses.
@@ -214,8 +219,12 @@ class ComposeSpec:
     """How the image was named (the tag or ID asked for), for the header."""
     shape: JobShape | None = None
     """A multi-node torchrun job (``--nodes``); None: the single-container file."""
+    env: UserEnv = ()
+    """The user's own variables (``--env``), after reprobuild's in every service that runs
+    the program; one of the shell's pass-throughs (``REPRO_THREADS``) given here replaces it."""
 
     def __post_init__(self) -> None:
+        check_env(self.env)
         if self.image != IMAGE_PLACEHOLDER:
             check_pinned(self.image)
         if self.seed is not None and not 0 <= self.seed <= SEED_MAX:
@@ -258,13 +267,33 @@ def _env(spec: ComposeSpec) -> tuple[tuple[str, str], ...]:
     )
 
 
+def _with_user_env(
+    spec: ComposeSpec, own: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
+    """``own``, then the user's ``--env`` variables, their values literal (``$$``)."""
+    return merged(own, tuple((name, escape(value)) for name, value in spec.env))
+
+
+def _from_shell(spec: ComposeSpec, names: tuple[str, ...]) -> str:
+    """The header's list of the variables the shell overrides: those ``--env`` left."""
+    given = {name for name, _ in spec.env}
+    return shell_names([name for name in names if name not in given])
+
+
+def _env_note(spec: ComposeSpec) -> tuple[str, ...]:
+    """A header line naming the ``--env`` variables (not their values), when there are any."""
+    if not spec.env:
+        return ()
+    return (f"Set by --env for every run: {', '.join(name for name, _ in spec.env)}.",)
+
+
 def _run_service(spec: ComposeSpec, name: str, profiles: tuple[str, ...] = ()) -> Service:
     return Service(
         image=spec.image,
         profiles=profiles,
         depends_on=(DependsOn("prepare"),),
         command=tuple(escape(w) for w in spec.command) or None,
-        environment=_env(spec),
+        environment=_with_user_env(spec, _env(spec)),
         volumes=(
             f"{HOST_DATA}:{DATA_DIR}:ro",
             f"{HOST_RUNS}/{name}:{RECORD_DIR}",
@@ -320,12 +349,15 @@ def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
     program_args(spec.command)  # refuses a command torchrun cannot run, before anything else
     job_id = f"${{{JOB_ID_VAR}:-{DEFAULT_JOB_ID}}}"
     prepare = _prepare(spec, names)
-    env = (
-        *_env(spec),
-        ("REPRO_THREADS", "${REPRO_THREADS:-}"),
-        # the collective timeout when the program gives none (empty: torch's default)
-        ("REPRO_DIST_TIMEOUT_S", "${REPRO_DIST_TIMEOUT_S:-}"),
-        (BACKEND_VAR, shape.backend),
+    env = _with_user_env(
+        spec,
+        (
+            *_env(spec),
+            ("REPRO_THREADS", "${REPRO_THREADS:-}"),
+            # the collective timeout when the program gives none (empty: torch's default)
+            ("REPRO_DIST_TIMEOUT_S", "${REPRO_DIST_TIMEOUT_S:-}"),
+            (BACKEND_VAR, shape.backend),
+        ),
     )
     services: list[tuple[str, Service]] = [("prepare", prepare)]
     for name in names:
@@ -360,6 +392,10 @@ def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
     )
 
 
+_NODES_FROM_SHELL = ("REPRO_SEED", "REPRO_DETERMINISM", "REPRO_TRIAL", "REPRO_THREADS", JOB_ID_VAR)
+_FROM_SHELL = ("REPRO_SEED", "REPRO_DETERMINISM", "REPRO_TRIAL")
+
+
 def _nodes_header(spec: ComposeSpec, shape: JobShape) -> tuple[str, ...]:
     gpu = " --gpu" if spec.gpu else ""
     made = f" for {spec.project}" if spec.project else ""
@@ -387,8 +423,9 @@ def _nodes_header(spec: ComposeSpec, shape: JobShape) -> tuple[str, ...]:
         "  runs/<node>/     the node's run record and one framework record per rank "
         "(rank, rank seed, backend)",
         f"  out/<node>/      outputs ($REPRO_OUTPUT_DIR); global rank 0 runs on {names[0]}",
-        "REPRO_SEED, REPRO_DETERMINISM, REPRO_TRIAL, REPRO_THREADS and REPRO_JOB_ID (the "
-        "rendezvous id) from the shell override the defaults.",
+        f"{_from_shell(spec, _NODES_FROM_SHELL)} (the rendezvous id) from the shell override "
+        "the defaults.",
+        *_env_note(spec),
     )
 
 
@@ -426,8 +463,8 @@ def _header(spec: ComposeSpec) -> tuple[str, ...]:
         "  runs/<service>/  run records ($REPRO_RUN_DIR)",
         "  out/<service>/   outputs ($REPRO_OUTPUT_DIR)",
         "The one-shot `prepare` service makes runs/ and out/ writable for the image's user",
-        "(uid 10001). REPRO_SEED, REPRO_DETERMINISM and REPRO_TRIAL from the shell override "
-        "the defaults.",
+        f"(uid 10001). {_from_shell(spec, _FROM_SHELL)} from the shell override the defaults.",
+        *_env_note(spec),
     )
 
 
@@ -547,10 +584,13 @@ def compose_project(
     variant: str | None = None,
     nodes: int | None = None,
     nproc_per_node: int | None = None,
+    env: Sequence[str] = (),
 ) -> ComposeResult:
     """The compose file for the project in ``directory`` and its built image (the default
     tag ``reprobuild image DIR [--gpu | --variant NAME]`` gives, or ``image``), pinned. With
-    ``nodes``: a multi-node torchrun job (:func:`nodes_document`)."""
+    ``nodes``: a multi-node torchrun job (:func:`nodes_document`). ``env``: ``NAME=VALUE``
+    options (``--env``), checked before anything else."""
+    user_env = parse_env(env)
     config = load_config(directory)
     if variant is not None:
         gpu = config.variant(variant).gpu or gpu
@@ -569,7 +609,7 @@ def compose_project(
             require_torch(pinned.requested, image_distributions(engine, pinned))
             command = command or pinned.cmd
     spec = spec_for(config, reference, gpu=gpu, source=pinned.requested if pinned else None)
-    spec = replace(spec, command=command, shape=shape)
+    spec = replace(spec, command=command, shape=shape, env=user_env)
     return ComposeResult(render(document(spec)), spec, pinned)
 
 

@@ -20,13 +20,16 @@ volumes: replace them with a PersistentVolumeClaim to keep them past the pod.
 A Kubernetes node pulls by registry reference: an image known only by its local ID (built,
 never pushed) cannot be named, and is refused.
 
-Every ``$`` in a value is doubled: the kubelet expands ``$(VAR)`` in ``args`` and ``$$`` is
-its escape, so program words stay data.
+Every ``$`` in a value is doubled: the kubelet expands ``$(VAR)`` in ``args`` and ``env``
+values and ``$$`` is its escape, so program words and ``--env`` values stay data. The user's
+``--env`` variables follow reprobuild's own in the container's ``env`` (a manifest has no
+shell to pass ``REPRO_THREADS`` or ``REPRO_DIST_TIMEOUT_S`` through: ``--env`` sets them).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +52,10 @@ from reprobuild.config import load_config
 from reprobuild.errors import ImageRefError, ReprobuildError
 from reprobuild.nodes import BACKEND_VAR, JobShape, require_torch, torchrun_command
 from reprobuild.refs import parse_ref
+from reprobuild.userenv import INDEX_VAR, UserEnv, check_env, merged, parse_env
 
 KUBERNETES_VERSION = "1.34"
 """The Kubernetes release whose schemas the rendering is tested against (kubernetes-validate)."""
-INDEX_VAR = "NODE_INDEX"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 NAME_MAX = 50
 """A job name leaves room in the 63-character pod hostname for ``-<index>``."""
@@ -68,9 +71,12 @@ class KubeSpec:
     seed: int
     determinism: str
     project: str
+    env: UserEnv = ()
+    """The user's own variables (``--env``), after reprobuild's in every pod."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
+        check_env(self.env)
         if self.image.startswith("sha256:") or parse_ref(self.image).digest is None:
             raise ImageRefError(
                 f"image {self.image!r} is not pinned by a registry digest: a Kubernetes node "
@@ -129,16 +135,20 @@ def job(spec: KubeSpec) -> dict[str, Any]:
         endpoint=f"{spec.name}-0.{spec.name}",
         job_id=spec.name,
     )
-    env = [
+    own = (
+        ("REPRO_SEED", str(spec.seed)),
+        ("REPRO_DETERMINISM", spec.determinism),
+        ("REPRO_RUN_DIR", RECORD_DIR),
+        ("REPRO_OUTPUT_DIR", OUT_DIR),
+        (BACKEND_VAR, shape.backend),
+    )
+    user = tuple((name, escape(value)) for name, value in spec.env)
+    env: list[dict[str, Any]] = [
         {
             "name": INDEX_VAR,
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}},
         },
-        {"name": "REPRO_SEED", "value": str(spec.seed)},
-        {"name": "REPRO_DETERMINISM", "value": spec.determinism},
-        {"name": "REPRO_RUN_DIR", "value": RECORD_DIR},
-        {"name": "REPRO_OUTPUT_DIR", "value": OUT_DIR},
-        {"name": BACKEND_VAR, "value": shape.backend},
+        *({"name": name, "value": value} for name, value in merged(own, user)),
     ]
     container: dict[str, Any] = {
         "name": "node",
@@ -202,6 +212,11 @@ def render(spec: KubeSpec) -> str:
         "Run records and outputs are emptyDir volumes: mount a PersistentVolumeClaim at "
         f"{RECORD_DIR} and {OUT_DIR} to keep them;",
         f"data goes at {DATA_DIR} the same way.",
+        *(
+            (f"Set by --env in every pod: {', '.join(name for name, _ in spec.env)}.",)
+            if spec.env
+            else ()
+        ),
     )
     text = "".join(f"# {line}\n" for line in header)
     body = yaml.safe_dump_all(
@@ -220,8 +235,11 @@ def k8s_project(
     variant: str | None = None,
     name: str | None = None,
     engine: ImageLookup | None = None,
+    env: Sequence[str] = (),
 ) -> str:
-    """The manifests for the project in ``directory``: its image, pinned by repository digest."""
+    """The manifests for the project in ``directory``: its image, pinned by repository digest.
+    ``env``: ``NAME=VALUE`` options (``--env``), checked before anything else."""
+    user_env = parse_env(env)
     config = load_config(directory)
     if variant is not None:
         gpu = config.variant(variant).gpu or gpu
@@ -243,5 +261,6 @@ def k8s_project(
         seed=config.seed,
         determinism=config.determinism,
         project=config.name,
+        env=user_env,
     )
     return render(spec)

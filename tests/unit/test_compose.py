@@ -412,3 +412,47 @@ def test_variant_selects_the_matrix_image_and_its_kind() -> None:
         compose_project(matrix, variant="gpu-25.10", engine=FakeEngine({}))
     with pytest.raises(ConfigError, match="no variant 'nope'"):
         compose_project(matrix, variant="nope", engine=FakeEngine({}))
+
+
+# ---- --env: the user's own variables ---------------------------------------------------------
+
+
+def test_user_env_follows_reprobuild_s_in_every_run_but_not_prepare() -> None:
+    env = (("WANDB_MODE", "offline"), ("DDP_EPOCHS", "40"), ("REPRO_TRIAL", "3"))
+    data = load(render(document(ComposeSpec(ID, seed=7, determinism="warn", env=env))))
+    assert "environment" not in data["services"]["prepare"]
+    for name in ("train", "verify-a", "verify-b"):
+        assert list(data["services"][name]["environment"].items()) == [
+            ("REPRO_SEED", "${REPRO_SEED:-7}"),
+            ("REPRO_DETERMINISM", "${REPRO_DETERMINISM:-warn}"),
+            ("REPRO_RUN_DIR", "/reprobuild-run"),
+            ("REPRO_OUTPUT_DIR", "/out"),
+            ("WANDB_MODE", "offline"),
+            ("DDP_EPOCHS", "40"),
+            ("REPRO_TRIAL", "3"),  # replaces the shell's ${REPRO_TRIAL:-}
+        ]
+    text = render(document(ComposeSpec(ID, seed=7, determinism="warn", env=env)))
+    assert "# (uid 10001). REPRO_SEED and REPRO_DETERMINISM from the shell override" in text
+    assert "# Set by --env for every run: WANDB_MODE, DDP_EPOCHS, REPRO_TRIAL.\n" in text
+
+
+def test_user_env_values_are_data_for_yaml_and_compose() -> None:
+    from helpers import TRICKY_ENV_VALUES
+
+    spec = ComposeSpec(ID, env=tuple(TRICKY_ENV_VALUES.items()))
+    environment = load(render(document(spec)))["services"]["train"]["environment"]
+    got = {k: v for k, v in environment.items() if k in TRICKY_ENV_VALUES}
+    assert all(isinstance(v, str) for v in got.values())
+    assert got["DOLLARS"] == "$$HOME $${X:?boom} $$(whoami) $$$$ $$"  # compose reads `$`
+    assert {k: v.replace("$$", "$") for k, v in got.items()} == TRICKY_ENV_VALUES
+
+
+def test_cli_env_reaches_every_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ref = f"team/x@{DIGEST}"
+    argv = ["compose", str(TINY), "--image", ref, "--env", "A=1", "--env", "B=$x", "--env", "A=2"]
+    assert main(argv) == 0
+    data = load(capsys.readouterr().out)
+    for name in ("train", "verify-a", "verify-b"):
+        assert list(data["services"][name]["environment"])[-2:] == ["A", "B"]
+        assert data["services"][name]["environment"]["A"] == "2"
+        assert data["services"][name]["environment"]["B"] == "$$x"

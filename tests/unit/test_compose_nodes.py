@@ -213,3 +213,47 @@ def test_golden_2x2() -> None:
         GOLDEN.write_text(text)
     assert GOLDEN.is_file(), f"missing golden file {GOLDEN}; run with REPROBUILD_UPDATE_GOLDEN=1"
     assert text == GOLDEN.read_text()
+
+
+def test_user_env_reaches_every_node_after_reprobuild_s() -> None:
+    env = (("REPRO_DIST_TIMEOUT_S", "600"), ("WANDB_MODE", "offline"), ("REPRO_THREADS", "2"))
+    text = render(document(spec(JobShape(3, 1), env=env)))
+    data = yaml.safe_load(text)
+    for i in range(3):
+        environment = data["services"][f"node-{i}"]["environment"]
+        assert list(environment.items())[-4:] == [
+            ("REPRO_DIST_BACKEND", "gloo"),
+            ("REPRO_DIST_TIMEOUT_S", "600"),  # no longer ${REPRO_DIST_TIMEOUT_S:-}
+            ("WANDB_MODE", "offline"),
+            ("REPRO_THREADS", "2"),
+        ]
+        assert environment["REPRO_TRIAL"] == "${REPRO_TRIAL:-}"  # not given: still the shell's
+    assert "# REPRO_SEED, REPRO_DETERMINISM, REPRO_TRIAL and REPRO_JOB_ID (the rendezvous id)" in (
+        text
+    )
+    assert (
+        "# Set by --env for every run: REPRO_DIST_TIMEOUT_S, WANDB_MODE, REPRO_THREADS.\n" in text
+    )
+
+
+def test_user_env_values_round_trip_on_every_node() -> None:
+    from helpers import TRICKY_ENV_VALUES
+
+    data = yaml.safe_load(
+        render(document(spec(JobShape(2, 2), env=tuple(TRICKY_ENV_VALUES.items()))))
+    )
+    for i in range(2):
+        environment = data["services"][f"node-{i}"]["environment"]
+        got = {k: v.replace("$$", "$") for k, v in environment.items() if k in TRICKY_ENV_VALUES}
+        assert got == TRICKY_ENV_VALUES
+
+
+def test_project_job_takes_the_env_options(tmp_path: Path) -> None:
+    project = tiny_copy(tmp_path)
+    tag = project_tag(load_config(project), gpu=False)
+    engine = FakeEngine(tag, ("torch",))
+    options = ["DDP_EPOCHS=40", "REPRO_DIST_TIMEOUT_S=60", "DDP_EPOCHS=41"]
+    result = compose_project(project, nodes=2, engine=engine, env=options)
+    assert result.spec.env == (("DDP_EPOCHS", "41"), ("REPRO_DIST_TIMEOUT_S", "60"))
+    node = yaml.safe_load(result.text)["services"]["node-1"]["environment"]
+    assert (node["DDP_EPOCHS"], node["REPRO_DIST_TIMEOUT_S"]) == ("41", "60")

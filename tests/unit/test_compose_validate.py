@@ -126,3 +126,26 @@ def test_nodes_file_validates(tmp_path: Path) -> None:
     proc = compose_config(bad)
     assert proc.returncode != 0, proc.stdout
     assert "internal" in proc.stderr
+
+
+@pytest.mark.parametrize("nodes", [False, True], ids=["single", "nodes"])
+def test_env_values_survive_interpolation(tmp_path: Path, nodes: bool) -> None:
+    """``--env`` values YAML or compose could misread pass `config` and come back the same
+    (docker-compose 1.29 prints them with `$` still escaped as `$$`)."""
+    from helpers import TRICKY_ENV_VALUES
+    from reprobuild.nodes import JobShape
+
+    env = (*TRICKY_ENV_VALUES.items(), ("REPRO_THREADS", "3"))
+    shape = JobShape(2, 1) if nodes else None
+    spec = ComposeSpec(ID, command=("python", "t.py"), shape=shape, env=env)
+    path = tmp_path / "compose.yml"
+    path.write_text(render(document(spec)))
+    proc = compose_config(path, {"REPRO_THREADS": "99", "X": "shell"})
+    assert proc.returncode == 0, proc.stderr
+    services = yaml.safe_load(proc.stdout)["services"]
+    runs = ["node-0", "node-1"] if nodes else ["train", "verify-a", "verify-b"]
+    for name in runs:
+        environment = services[name]["environment"]
+        got = {k: v.replace("$$", "$") for k, v in environment.items() if k in TRICKY_ENV_VALUES}
+        assert got == TRICKY_ENV_VALUES
+        assert environment["REPRO_THREADS"] == "3"  # the file's, not the shell's 99

@@ -18,7 +18,14 @@ from helpers import FakeImageEngine as FakeEngine
 from reprobuild.cli import main
 from reprobuild.config import load_config
 from reprobuild.errors import ImageRefError, ReprobuildError
-from reprobuild.kube import KUBERNETES_VERSION, KubeSpec, default_name, documents, k8s_project
+from reprobuild.kube import (
+    KUBERNETES_VERSION,
+    KubeSpec,
+    default_name,
+    documents,
+    k8s_project,
+    render,
+)
 from reprobuild.nodes import JobShape
 from reprobuild.plan import project_tag
 
@@ -151,3 +158,71 @@ def test_cli_bad_nodes_is_one_line_and_no_file(
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("error: --nodes 0 is not allowed: use a whole number from 1 to 64")
     assert not out.exists()
+
+
+# ---- --env: the user's own variables ---------------------------------------------------------
+
+
+def env_spec(env: tuple[tuple[str, str], ...]) -> KubeSpec:
+    return KubeSpec("ddp", PUSHED, JobShape(3, 2), ("python", "t.py"), 7, "strict", "p", env=env)
+
+
+def test_user_env_follows_reprobuild_s_and_passes_the_schemas() -> None:
+    env = (("REPRO_DIST_TIMEOUT_S", "600"), ("WANDB_MODE", "offline"), ("REPRO_THREADS", "2"))
+    service, job = documents(env_spec(env))
+    validate(service)
+    validate(job)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert [e["name"] for e in container["env"]] == [
+        "NODE_INDEX",
+        "REPRO_SEED",
+        "REPRO_DETERMINISM",
+        "REPRO_RUN_DIR",
+        "REPRO_OUTPUT_DIR",
+        "REPRO_DIST_BACKEND",
+        "REPRO_DIST_TIMEOUT_S",
+        "WANDB_MODE",
+        "REPRO_THREADS",
+    ]
+    assert container["env"][-3:] == [
+        {"name": "REPRO_DIST_TIMEOUT_S", "value": "600"},
+        {"name": "WANDB_MODE", "value": "offline"},
+        {"name": "REPRO_THREADS", "value": "2"},
+    ]
+
+
+def test_user_env_values_are_data_for_yaml_and_the_kubelet() -> None:
+    from helpers import TRICKY_ENV_VALUES
+
+    text = render(env_spec(tuple(TRICKY_ENV_VALUES.items())))
+    assert "# Set by --env in every pod: QUOTES, HASH," in text
+    docs = list(yaml.safe_load_all(text))
+    for doc in docs:
+        validate(doc)
+    (container,) = docs[1]["spec"]["template"]["spec"]["containers"]
+    got = {e["name"]: e["value"] for e in container["env"] if e["name"] in TRICKY_ENV_VALUES}
+    assert all(isinstance(v, str) for v in got.values())
+    assert got["DOLLARS"] == "$$HOME $${X:?boom} $$(whoami) $$$$ $$"  # $$: the kubelet's `$`
+    assert {k: v.replace("$$", "$") for k, v in got.items()} == TRICKY_ENV_VALUES
+
+
+def test_no_env_adds_no_header_line() -> None:
+    assert "--env" not in render(env_spec(()))
+
+
+def test_project_rendering_takes_the_env_options(tmp_path: Path) -> None:
+    project = tmp_path / "tiny"
+    shutil.copytree(TINY, project)
+    tag = project_tag(load_config(project), gpu=False)
+    engine = FakeEngine(tag, ("torch",))
+    engine.attrs["RepoDigests"] = [PUSHED]
+    options = ["REPRO_DIST_TIMEOUT_S=600", "WANDB_MODE=online", "WANDB_MODE=offline"]
+    text = k8s_project(project, nodes=2, nproc_per_node=4, engine=engine, env=options)
+    docs = list(yaml.safe_load_all(text))
+    for doc in docs:
+        validate(doc)
+    env = docs[1]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[-2:] == [
+        {"name": "REPRO_DIST_TIMEOUT_S", "value": "600"},
+        {"name": "WANDB_MODE", "value": "offline"},
+    ]
