@@ -335,14 +335,18 @@ def _build_buildah(
     the engine for the probe, stamp it (with buildah too: a classic stamp would add the wall
     clock back), load the result under ``final`` and, with ``push``, push it. The scratch
     image stays untagged in buildah (the stamp's history would record a tag's name), so no
-    run-specific name reaches the image. Both
-    images are removed from buildah's storage and the scratch tag from the engine, whatever
-    happens; the layers stay in buildah's cache."""
+    run-specific name reaches the image. The run's names are removed from buildah's storage
+    and the scratch tag from the engine, whatever happens. A build that worked leaves its
+    stamped image under the project's cache name (:func:`buildah.keep`), so that its layers
+    stay buildah's cache for the next build; a failed one removes its images."""
     info = build_info(engine, "buildah", spec)
     stamp_tag = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
-    scratch_id = ""
+    scratch_id = final_id = ""
+    done = False
     try:
         buildah.pull(spec.base, log)
+        if no_cache:
+            buildah.forget(spec.name, spec.variant)
         scratch_id = buildah.bud(
             ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
         )
@@ -362,8 +366,11 @@ def _build_buildah(
             )
         # Into the engine last: the tag appears only once everything else worked.
         _into_engine(engine, final_id, final, log)
+        done = True
     finally:
-        buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id else [])])
+        if done:  # the stamped image keeps the layer cache; its run-specific name goes
+            buildah.keep(final_id, spec.name, spec.variant)
+        buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id and not done else [])])
         engine.untag(scratch)
     image_id = engine.image_id(final) or f"sha256:{final_id}"
     return ImageResult(final, image_id, manifest, pushed=push, digest=digest)

@@ -175,6 +175,48 @@ def push(image: str, destination: str, *, tls_verify: bool = True, log: Log = _q
         return digestfile.read_text().strip()
 
 
+CACHE_REPO = "reprobuild-cache/"
+
+
+def cache_name(project: str, variant: str) -> str:
+    return f"{CACHE_REPO}{project.replace('/', '-')}:{variant}"
+
+
+def keep(image_id: str, project: str, variant: str) -> None:
+    """Name a build's final (stamped) image ``reprobuild-cache/<project>:<variant>`` in
+    buildah's storage. ``buildah rmi`` also removes the parents it leaves without a name or a
+    child, and a build's cached layers are such parents: with no named image on top of the
+    chain, removing the build's images would take the whole layer cache with it, and every
+    build would be cold. The name goes on the stamped image, never on the scratch image under
+    it: buildah writes the name of the image a step is built FROM into the history ("FROM
+    <name>", else "FROM <short ID>"), so a named scratch image would change the next stamp.
+    The previous build's image under the name, if another, is removed first, down to the
+    layers the new one shares with it. Never fails: a cache."""
+    cli = binary()
+    if cli is None or not image_id:
+        return
+    name = cache_name(project, variant)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        held = subprocess.run(
+            [cli, "inspect", "--type", "image", "--format", "{{.FromImageID}}", name],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if held.returncode == 0 and held.stdout.strip() == image_id:
+            return  # a rebuild that changed nothing: the image is the one named already
+        if held.returncode == 0:
+            forget(project, variant)
+        subprocess.run([cli, "tag", image_id, name], capture_output=True, check=False, timeout=120)
+
+
+def forget(project: str, variant: str) -> None:
+    """Remove the project's cached chain (what ``--no-cache`` asks for): a build that commits
+    the same content again then gets the same IDs, not random ones. Never fails."""
+    remove_images([cache_name(project, variant)])
+
+
 def remove_images(names: Sequence[str]) -> None:
     """Remove images from buildah's storage (never fails: clean-up)."""
     cli = binary()

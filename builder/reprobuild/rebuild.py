@@ -205,7 +205,7 @@ def rebuild(
         try:
             result = build_image(
                 directory, gpu=gpu, tag=tag, base=manifest.base_ref, builder="buildah",
-                engine=engine, log=log,
+                engine=engine, log=log, no_cache=True,
             )  # fmt: skip
             if result.id == recorded_id:
                 return RebuildReport(image, recorded_id, result.id)

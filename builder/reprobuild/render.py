@@ -126,6 +126,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         lock_sha256=spec.lock.sha256,
         base_pinned=spec.base.by_digest(),
         epoch=spec.epoch,
+        created=epoch_iso(spec.epoch),
         online=spec.online,
         mount_install=spec.mount_install and not spec.online,
         ca_cert=spec.ca_cert is not None,

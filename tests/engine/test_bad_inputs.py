@@ -165,7 +165,7 @@ CASES: dict[str, Case] = {
         None, "is not a PEM certificate bundle", args=("--online", "--ca-cert", "/etc/hostname")
     ),
     "build-fails-midway": Case(
-        yaml_replace("seed: 7", "seed: 7\napt: ['no-such-package-xyz=1.0']"), "docker build failed"
+        yaml_replace("seed: 7", "seed: 7\napt: ['no-such-package-xyz=1.0']"), "build failed: "
     ),
     "render-bad-lock": Case(
         write("requirements.lock", "six==1.17.0\n"), "requirements.lock:1", command="render"

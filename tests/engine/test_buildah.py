@@ -172,6 +172,27 @@ def test_same_inputs_same_image_on_any_day(
     assert not [t for i in docker_client.images.list() for t in i.tags if f":{os.getpid()}-" in t]
 
 
+def test_a_cached_build_equals_a_clean_one(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag
+) -> None:
+    """buildah's layer cache keeps builds fast but must never change what they give: after a
+    new commit (another SOURCE_DATE_EPOCH; buildah's cache does not look at --timestamp) and
+    after a code-only change, a build that reuses cached layers gives the same image as a
+    --no-cache build of the same inputs."""
+    root = project("tiny")
+
+    def build(epoch: int, *extra: str) -> str:
+        env = {"SOURCE_DATE_EPOCH": str(epoch)}
+        args = ("--base", base_ref, "--builder", "buildah", "--tag", unique_tag("cached"))
+        return str(build_json(str(root), *args, *extra, env=env)["id"])
+
+    build(EPOCH)  # the cache, at one epoch
+    later = EPOCH + 86400
+    assert build(later) == build(later, "--no-cache")
+    (root / "hello.py").write_text((root / "hello.py").read_text() + "print('changed')\n")
+    assert build(later) == build(later, "--no-cache")
+
+
 def test_classic_builder_says_it_is_not_reproducible(
     project: MakeProject, base_ref: str, unique_tag: MakeTag
 ) -> None:
@@ -213,6 +234,9 @@ def test_auto_picks_buildah_says_so_and_reaps_a_killed_runs_stamp_image(
         names = buildah_names()
         assert f"localhost/{dead}" not in names
         assert f"localhost/{live}" in names  # its owner (this process) still runs
+        # the build's layers stay buildah's cache under the project's name (a chain without
+        # a name is what buildah rmi prunes with the stamp image)
+        assert "localhost/reprobuild-cache/reprobuild-test-tiny:cpu" in names
     finally:
         subprocess.run(["buildah", "rmi", dead, live], capture_output=True, check=False)
 

@@ -3,6 +3,10 @@
 
 # ---- one stage: the image that ships ----
 FROM nvcr.io/nvidia/pytorch@sha256:96990c82825613c3bdeebb66675c7c91b0123f64a5895623316dc5b824e0d7a9
+# The build's time (SOURCE_DATE_EPOCH) in the first step: buildah's layer cache does not look
+# at --timestamp, so a step cached for another epoch would be reused with that epoch's file
+# times. This way every later step's cache is the epoch's own.
+LABEL org.opencontainers.image.created="2023-11-14T22:13:20Z"
 # useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
 # it (no password aging; the account has no password), so the image is the same on any day.
 RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
