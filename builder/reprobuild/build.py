@@ -10,13 +10,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from reprobuild import buildah, jsonload, leftovers, plan
 from reprobuild import stack as stacklib
 from reprobuild.builders import REPRODUCIBLE, Builder
 from reprobuild.context import write_tree
-from reprobuild.engine import Engine
+from reprobuild.engine import Engine, RunResult
 from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
 from reprobuild.fsutil import write_atomic
 from reprobuild.lockfile import Lock
@@ -331,9 +331,9 @@ def _build_buildah(
     log: Log,
     push: str | None,
 ) -> ImageResult:
-    """Build with buildah, every time from SOURCE_DATE_EPOCH; load the scratch image into
-    the engine for the probe, stamp it (with buildah too: a classic stamp would add the wall
-    clock back), load the result under ``final`` and, with ``push``, push it. The scratch
+    """Build with buildah, every time from SOURCE_DATE_EPOCH; probe the scratch image in
+    buildah's storage (no docker-archive and load of the whole image for that), stamp it
+    (with buildah too: a classic stamp would add the wall clock back), load the result under ``final`` and, with ``push``, push it. The scratch
     image stays untagged in buildah (the stamp's history would record a tag's name), so no
     run-specific name reaches the image. The run's names are removed from buildah's storage
     and the scratch tag from the engine, whatever happens. A build that worked leaves its
@@ -350,8 +350,7 @@ def _build_buildah(
         scratch_id = buildah.bud(
             ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
         )
-        _into_engine(engine, scratch_id, scratch, log)
-        manifest = _manifest(engine, spec, scratch, info)
+        manifest = _manifest(buildah.Prober(), spec, scratch_id, info)
         stamp = ctx.parent / "stamp"
         stamp.mkdir()
         files = render_stamp(scratch_id, manifest.to_json(), manifest.labels())
@@ -387,7 +386,22 @@ def _into_engine(engine: Engine, image_id: str, name: str, log: Log) -> None:
         engine.load(archive)
 
 
-def _manifest(engine: Engine, spec: RenderSpec, image: str, build: dict[str, Any]) -> Manifest:
+class Prober(Protocol):
+    """Where the built image is probed: the engine, or buildah's storage (buildah.Prober)."""
+
+    def run(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        entrypoint: list[str] | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> RunResult: ...
+
+    def inspect(self, image: str) -> dict[str, Any]: ...
+
+
+def _manifest(engine: Prober, spec: RenderSpec, image: str, build: dict[str, Any]) -> Manifest:
     # One probe run: GPU images also report their frameworks' build facts (--stack), with the
     # runtime off so the start-up hook configures nothing while they are imported.
     gpu = spec.variant == "gpu"
@@ -432,7 +446,7 @@ def _manifest(engine: Engine, spec: RenderSpec, image: str, build: dict[str, Any
 
 
 def _gpu_stack(
-    engine: Engine, image: str, probe: dict[str, Any]
+    engine: Prober, image: str, probe: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, str] | None]:
     """CUDA, cuDNN, NCCL and framework versions as the base declares them (its ENV and
     labels) and as the frameworks report them (the --stack probe; no GPU needed), plus
