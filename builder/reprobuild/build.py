@@ -333,7 +333,8 @@ def _build_buildah(
 ) -> ImageResult:
     """Build with buildah, every time from SOURCE_DATE_EPOCH; probe the scratch image in
     buildah's storage (no docker-archive and load of the whole image for that), stamp it
-    (with buildah too: a classic stamp would add the wall clock back), load the result under ``final`` and, with ``push``, push it. The scratch
+    (with buildah too: a classic stamp would add the wall clock back), load the result
+    under ``final`` and, with ``push``, push it. The scratch
     image stays untagged in buildah (the stamp's history would record a tag's name), so no
     run-specific name reaches the image. The run's names are removed from buildah's storage
     and the scratch tag from the engine, whatever happens. A build that worked leaves its
