@@ -89,15 +89,16 @@ def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
     """``buildah bud --no-cache``, then into the engine the way reprobuild loads its images."""
     start = time.perf_counter()
     name = f"localhost/bench-best:{uuid.uuid4().hex[:8]}"
-    timed(["buildah", "bud", "--layers", "--no-cache", "--pull=never", "-q", "-t", name,
-           str(context)])  # fmt: skip
     archive = scratch / "best.tar"
-    timed(["buildah", "push", "--quiet", name, f"docker-archive:{archive}:{tag}"])
-    timed(["docker", "load", "-q", "-i", str(archive)])
-    elapsed = time.perf_counter() - start
-    archive.unlink()
-    subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
-    return elapsed
+    try:
+        timed(["buildah", "bud", "--layers", "--no-cache", "--pull=never", "-q", "-t", name,
+               str(context)])  # fmt: skip
+        timed(["buildah", "push", "--quiet", name, f"docker-archive:{archive}:{tag}"])
+        timed(["docker", "load", "-q", "-i", str(archive)])
+        return time.perf_counter() - start
+    finally:
+        archive.unlink(missing_ok=True)
+        subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
 
 
 def buildkit_client() -> bool:
@@ -149,6 +150,23 @@ def main() -> int:
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
     }
+    try:
+        return _measure(args, builders, client, run_id, tags, times, results)
+    finally:  # a failed step leaves no tag behind either (an image of 1.3 GB each)
+        for tag in tags:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                client.images.remove(tag, force=True)
+
+
+def _measure(
+    args: argparse.Namespace,
+    builders: list[str],
+    client: docker.DockerClient,
+    run_id: str,
+    tags: list[str],
+    times: dict[str, list[float]],
+    results: dict[str, object],
+) -> int:
     with tempfile.TemporaryDirectory(prefix="reprobuild-bench-") as tmp_name:
         tmp = Path(tmp_name)
         work = tmp / "project"
@@ -238,10 +256,6 @@ def main() -> int:
                     else {}
                 ),
             }
-    for tag in tags:
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            client.images.remove(tag, force=True)
-
     out = HERE / "results" / "build.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
