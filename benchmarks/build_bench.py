@@ -101,14 +101,18 @@ def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
         subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
 
 
-def buildkit_client() -> bool:
-    """A Docker client that still builds with DOCKER_BUILDKIT=1 without buildx (< 23)."""
-    proc = subprocess.run(
-        ["docker", "version", "--format", "{{.Client.Version}}"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    major = proc.stdout.strip().split(".", 1)[0]
-    return proc.returncode == 0 and major.isdigit() and int(major) < 23
+def buildkit_client() -> str | None:
+    """A Docker client that still builds with DOCKER_BUILDKIT=1 without buildx (< 23): the
+    one on PATH or Debian's /usr/bin/docker, as reprobuild's ``--builder buildkit`` looks."""
+    for cli in dict.fromkeys(filter(None, (shutil.which("docker"), "/usr/bin/docker"))):
+        proc = subprocess.run(
+            [cli, "version", "--format", "{{.Client.Version}}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        major = proc.stdout.strip().split(".", 1)[0]
+        if proc.returncode == 0 and major.isdigit() and int(major) < 23:
+            return cli
+    return None
 
 
 def purelib_bytes(client: docker.DockerClient, tag: str, python: str) -> int:
@@ -189,8 +193,9 @@ def _measure(
         configs["naive"] = "naive"
         if shutil.which("buildah"):
             configs["best-buildah"] = "best-buildah"
-        if buildkit_client():
-            configs["best-buildkit"] = "best-buildkit"
+        legacy = buildkit_client()
+        if legacy:
+            configs["best-buildkit"] = legacy
         for n in range(args.rounds):
             for name, what in configs.items():
                 tag = f"reprobuild-bench/{name}:{run_id}-{n}"
@@ -203,7 +208,7 @@ def _measure(
                 elif name == "best-buildah":
                     seconds = buildah_into_engine(best, tag, tmp)
                 else:
-                    seconds = timed(["docker", "build", "--no-cache", "-q", "-t", tag, str(best)],
+                    seconds = timed([str(what), "build", "--no-cache", "-q", "-t", tag, str(best)],
                                     {**env, "DOCKER_BUILDKIT": "1"})  # fmt: skip
                 times.setdefault(name, []).append(round(seconds, 2))
                 print(f"round {n + 1}: {name:16s} {seconds:7.1f} s", flush=True)
