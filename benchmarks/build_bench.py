@@ -89,15 +89,18 @@ def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
     """``buildah bud --no-cache``, then into the engine the way reprobuild loads its images."""
     start = time.perf_counter()
     name = f"localhost/bench-best:{uuid.uuid4().hex[:8]}"
-    archive = scratch / "best.tar"
+    archive, iid = scratch / "best.tar", scratch / "best.iid"
     try:
         timed(["buildah", "bud", "--layers", "--no-cache", "--pull=never", "-q", "-t", name,
-               str(context)])  # fmt: skip
-        timed(["buildah", "push", "--quiet", name, f"docker-archive:{archive}:{tag}"])
+               "--iidfile", str(iid), str(context)])  # fmt: skip
+        # by ID: pushed by name, the archive would carry buildah's name into the engine too
+        image_id = iid.read_text().strip().removeprefix("sha256:")
+        timed(["buildah", "push", "--quiet", image_id, f"docker-archive:{archive}:{tag}"])
         timed(["docker", "load", "-q", "-i", str(archive)])
         return time.perf_counter() - start
     finally:
         archive.unlink(missing_ok=True)
+        iid.unlink(missing_ok=True)
         subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
 
 
