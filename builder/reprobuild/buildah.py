@@ -59,15 +59,10 @@ def usable() -> bool:
     if cli is None:
         return False
     try:
-        proc = subprocess.run(
-            [cli, "info", "--format", "{{.store.GraphDriverName}}"],
-            capture_output=True,
-            check=False,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
+        _capture([cli, "info", "--format", "{{.store.GraphDriverName}}"], "buildah info", 30)
+    except EngineError:
         return False
-    return proc.returncode == 0
+    return True
 
 
 def version() -> str:
@@ -98,14 +93,20 @@ def _tls(ref: ImageRef) -> list[str]:
     return ["--tls-verify=false"] if insecure(ref) else []
 
 
+def image_id(name: str) -> str | None:
+    """The ID of the image ``name`` in buildah's storage, or None when there is none."""
+    try:
+        out = _capture(
+            [require(), "inspect", "--type", "image", "--format", "{{.FromImageID}}", name],
+            "buildah inspect",
+        )
+    except EngineError:
+        return None
+    return out.strip()
+
+
 def has_image(name: str) -> bool:
-    cli = require()
-    proc = subprocess.run(
-        [cli, "inspect", "--type", "image", "--format", "{{.FromImageID}}", name],
-        capture_output=True,
-        check=False,
-    )
-    return proc.returncode == 0
+    return image_id(name) is not None
 
 
 def pull(ref: ImageRef, log: Log = _quiet) -> None:
@@ -183,7 +184,7 @@ def cache_name(project: str, variant: str) -> str:
     return f"{CACHE_REPO}{project.replace('/', '-')}:{variant}"
 
 
-def keep(image_id: str, project: str, variant: str) -> None:
+def keep(image: str, project: str, variant: str) -> None:
     """Name a build's final (stamped) image ``reprobuild-cache/<project>:<variant>`` in
     buildah's storage. ``buildah rmi`` also removes the parents it leaves without a name or a
     child, and a build's cached layers are such parents: with no named image on top of the
@@ -194,22 +195,16 @@ def keep(image_id: str, project: str, variant: str) -> None:
     The previous build's image under the name, if another, is removed first, down to the
     layers the new one shares with it. Never fails: a cache."""
     cli = binary()
-    if cli is None or not image_id:
+    if cli is None or not image:
         return
     name = cache_name(project, variant)
+    held = image_id(name)
+    if held == image:
+        return  # a rebuild that changed nothing: the image is the one named already
+    if held is not None:
+        forget(project, variant)
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        held = subprocess.run(
-            [cli, "inspect", "--type", "image", "--format", "{{.FromImageID}}", name],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
-        if held.returncode == 0 and held.stdout.strip() == image_id:
-            return  # a rebuild that changed nothing: the image is the one named already
-        if held.returncode == 0:
-            forget(project, variant)
-        subprocess.run([cli, "tag", image_id, name], capture_output=True, check=False, timeout=120)
+        subprocess.run([cli, "tag", image, name], capture_output=True, check=False, timeout=120)
 
 
 def forget(project: str, variant: str) -> None:
@@ -293,25 +288,19 @@ class Storage:
         if cli is None:
             return []
         try:
-            proc = subprocess.run(
-                [cli, "images", "--format", "{{.Name}}:{{.Tag}}"],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=60,
-            )
-        except (OSError, subprocess.SubprocessError):
+            out = _capture([cli, "images", "--format", "{{.Name}}:{{.Tag}}"], "buildah images")
+        except EngineError:
             return []
-        names = (line.strip().removeprefix("localhost/") for line in proc.stdout.splitlines())
+        names = (line.strip().removeprefix("localhost/") for line in out.splitlines())
         return [name for name in names if name.startswith(prefix)]
 
     def untag(self, ref: str) -> None:
         remove_images([ref])
 
 
-def _capture(argv: list[str], what: str) -> str:
+def _capture(argv: list[str], what: str, timeout: float = 60) -> str:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as exc:
         raise EngineError(f"{what} failed: {exc}") from None
     if proc.returncode != 0:
