@@ -75,20 +75,22 @@ def build_info(engine: Engine, tool: Builder, spec: RenderSpec) -> dict[str, Any
 
 
 def choose_builder(engine: Engine, builder: Builder, note: Log) -> Builder:
-    """``auto``: buildah where it is installed and works (the builder whose output is a
-    function of the inputs), else what the engine offers (buildx, else classic); the choice
-    is said in one line of the build log (and recorded in the manifest's ``build``). Any
-    other name is returned as it is."""
-    if builder != "auto":
+    """The builder to use, checked once, before the base is pulled. ``auto``: buildah where
+    it is installed and works (the builder whose output is a function of the inputs), else
+    what the engine offers (buildx, else classic); the choice is said in one line of the
+    build log (and recorded in the manifest's ``build``). An engine builder asked for by name
+    must be there (:meth:`Engine.resolve_builder`)."""
+    if builder == "buildah":
         return builder
-    if buildah.usable():
+    if builder == "auto" and buildah.usable():
         note("builder: buildah (auto: reproducible, the same inputs give the same image ID)")
         return "buildah"
-    chosen = engine.resolve_builder("auto")
-    note(
-        f"builder: {chosen} (auto: buildah is not installed or not usable here, so this "
-        "image is not reproducible; see `reprobuild image --help`)"
-    )
+    chosen = engine.resolve_builder(builder)
+    if builder == "auto":
+        note(
+            f"builder: {chosen} (auto: buildah is not installed or not usable here, so this "
+            "image is not reproducible; see `reprobuild image --help`)"
+        )
     return chosen
 
 
@@ -306,9 +308,8 @@ def _build_image(
                 push=push,
             )
         try:
-            tool = engine.resolve_builder(builder)
-            engine.build(ctx, scratch, builder=tool, log=log, no_cache=no_cache, network=network)
-            manifest = _manifest(engine, spec, scratch, build_info(engine, tool, spec))
+            engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache, network=network)
+            manifest = _manifest(engine, spec, scratch, build_info(engine, builder, spec))
             stamp = Path(tmp) / "stamp"
             stamp.mkdir()
             labels = manifest.labels()

@@ -17,10 +17,11 @@ from reprobuild.build import choose_builder
 class FakeEngine:
     def __init__(self, offers: str) -> None:
         self.offers = offers
+        self.asked: list[str] = []
 
     def resolve_builder(self, builder: str) -> str:
-        assert builder == "auto"
-        return self.offers
+        self.asked.append(builder)
+        return self.offers if builder == "auto" else builder
 
 
 def _choose(builder: str, offers: str = "classic") -> tuple[str, list[str]]:
@@ -51,8 +52,13 @@ def test_auto_without_buildah_says_the_image_is_not_reproducible(
 
 @pytest.mark.parametrize("named", ["buildah", "buildx", "buildkit", "classic"])
 def test_a_named_builder_is_taken_as_it_is(monkeypatch: pytest.MonkeyPatch, named: str) -> None:
+    """...and an engine builder is checked with the engine, once (buildah by build.py)."""
     monkeypatch.setattr(buildah, "usable", lambda: pytest.fail("not asked"))
-    assert _choose(named) == (named, [])
+    said: list[str] = []
+    engine = FakeEngine("classic")
+    assert choose_builder(engine, named, said.append) == named  # type: ignore[arg-type]
+    assert said == []
+    assert engine.asked == ([] if named == "buildah" else [named])
 
 
 def _fake_buildah(folder: Path, exit_code: int) -> None:
