@@ -42,6 +42,8 @@ from pathlib import Path
 
 import docker
 
+from reprobuild.engine import legacy_buildkit_client
+
 HERE = Path(__file__).resolve().parent
 NAIVE = """\
 FROM {base}
@@ -102,20 +104,6 @@ def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
         archive.unlink(missing_ok=True)
         iid.unlink(missing_ok=True)
         subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
-
-
-def buildkit_client() -> str | None:
-    """A Docker client that still builds with DOCKER_BUILDKIT=1 without buildx (< 23): the
-    one on PATH or Debian's /usr/bin/docker, as reprobuild's ``--builder buildkit`` looks."""
-    for cli in dict.fromkeys(filter(None, (shutil.which("docker"), "/usr/bin/docker"))):
-        proc = subprocess.run(
-            [cli, "version", "--format", "{{.Client.Version}}"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        major = proc.stdout.strip().split(".", 1)[0]
-        if proc.returncode == 0 and major.isdigit() and int(major) < 23:
-            return cli
-    return None
 
 
 def purelib_bytes(client: docker.DockerClient, tag: str, python: str) -> int:
@@ -196,7 +184,7 @@ def _measure(
         configs["naive"] = "naive"
         if shutil.which("buildah"):
             configs["best-buildah"] = "best-buildah"
-        legacy = buildkit_client()
+        legacy = legacy_buildkit_client()  # the client --builder buildkit uses
         if legacy:
             configs["best-buildkit"] = legacy
         for n in range(args.rounds):

@@ -528,7 +528,7 @@ class Engine:
                 "builder 'buildx' asked for, but `docker buildx` is not installed",
                 hint="install the buildx plugin or use --builder classic",
             )
-        if builder == "buildkit" and not _legacy_buildkit_client():
+        if builder == "buildkit" and not legacy_buildkit_client():
             raise EngineError(
                 "builder 'buildkit' needs a Docker CLI older than 23 (no buildx); none found",
                 hint="use --builder buildx (with the plugin) or --builder classic",
@@ -604,7 +604,7 @@ class Engine:
             assert cli is not None
             argv = [cli, "buildx", "build", "--load", "--provenance=false"]
         else:
-            cli = _legacy_buildkit_client()
+            cli = legacy_buildkit_client()
             assert cli is not None
             argv = [cli, "build"]
             env["DOCKER_BUILDKIT"] = "1"
@@ -646,7 +646,7 @@ def _buildx_client() -> str | None:
     return None
 
 
-def _legacy_buildkit_client() -> str | None:
+def legacy_buildkit_client() -> str | None:
     for cli in _docker_clients():
         probe = subprocess.run(
             [cli, "version", "--format", "{{json .Client.Version}}"],
