@@ -54,6 +54,7 @@ from reprobuild.nodes import (
     BACKEND_VAR,
     DEFAULT_JOB_ID,
     JOB_ID_VAR,
+    NODES_VAR,
     JobShape,
     JobShapeError,
     program_args,
@@ -357,6 +358,7 @@ def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
             # the collective timeout when the program gives none (empty: torch's default)
             ("REPRO_DIST_TIMEOUT_S", "${REPRO_DIST_TIMEOUT_S:-}"),
             (BACKEND_VAR, shape.backend),
+            (NODES_VAR, ",".join(names)),
         ),
     )
     services: list[tuple[str, Service]] = [("prepare", prepare)]
@@ -392,7 +394,14 @@ def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
     )
 
 
-_NODES_FROM_SHELL = ("REPRO_SEED", "REPRO_DETERMINISM", "REPRO_TRIAL", "REPRO_THREADS", JOB_ID_VAR)
+_NODES_FROM_SHELL = (
+    "REPRO_SEED",
+    "REPRO_DETERMINISM",
+    "REPRO_TRIAL",
+    "REPRO_THREADS",
+    "REPRO_DIST_TIMEOUT_S",
+    JOB_ID_VAR,  # last: the header says "(the rendezvous id)" after it
+)
 _FROM_SHELL = ("REPRO_SEED", "REPRO_DETERMINISM", "REPRO_TRIAL")
 
 

@@ -50,7 +50,7 @@ from reprobuild.compose import (
 )
 from reprobuild.config import load_config
 from reprobuild.errors import ImageRefError, ReprobuildError
-from reprobuild.nodes import BACKEND_VAR, JobShape, require_torch, torchrun_command
+from reprobuild.nodes import BACKEND_VAR, NODES_VAR, JobShape, require_torch, torchrun_command
 from reprobuild.refs import parse_ref
 from reprobuild.userenv import INDEX_VAR, UserEnv, check_env, merged, parse_env
 
@@ -141,6 +141,7 @@ def job(spec: KubeSpec) -> dict[str, Any]:
         ("REPRO_RUN_DIR", RECORD_DIR),
         ("REPRO_OUTPUT_DIR", OUT_DIR),
         (BACKEND_VAR, shape.backend),
+        (NODES_VAR, ",".join(f"{spec.name}-{i}.{spec.name}" for i in range(shape.nodes))),
     )
     user = tuple((name, escape(value)) for name, value in spec.env)
     env: list[dict[str, Any]] = [

@@ -31,6 +31,10 @@ JOIN_TIMEOUT_S = 300
 """How long node 0's rendezvous waits for every node to join before the job fails."""
 BACKEND_VAR = "REPRO_DIST_BACKEND"
 JOB_ID_VAR = "REPRO_JOB_ID"
+NODES_VAR = "REPRO_DIST_NODES"
+"""Every node's host name, comma-separated: the runtime looks their addresses up once the
+process group is up, so that a rank which loses a peer can name its node (the runtime's
+``distinfo.NODES_VAR``)."""
 DEFAULT_JOB_ID = "reprobuild"
 _PYTHON_RE = re.compile(r"python(?:3(?:\.\d+)?)?")
 

@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 
 from reprobuild.errors import UsageError, shorten
-from reprobuild.nodes import BACKEND_VAR, JOB_ID_VAR
+from reprobuild.nodes import BACKEND_VAR, JOB_ID_VAR, NODES_VAR
 
 MAX_OPTIONS = 256
 MAX_VALUE_BYTES = 32 * 1024
@@ -36,6 +36,7 @@ RESERVED: dict[str, str] = {
     BACKEND_VAR: "--gpu picks nccl, else gloo",
     JOB_ID_VAR: "the rendezvous id is --name (k8s) or REPRO_JOB_ID from the shell (compose)",
     INDEX_VAR: "Kubernetes sets it from the pod's completion index",
+    NODES_VAR: "reprobuild lists the job's nodes there",
 }
 """Names reprobuild sets in the renderings, and what to do instead."""
 

@@ -118,6 +118,7 @@ def watch_init_process_group(torch: "Any") -> bool:
         elif kwargs.get("timeout") is not None:
             BACKEND["timeout_source"] = "program"
         result = original(*args, **kwargs)
+        learn_peers(os.environ)
         try:
             BACKEND["backend"] = str(dist.get_backend())
         except Exception as exc:  # never fail the program over its record
@@ -135,6 +136,62 @@ def watch_init_process_group(torch: "Any") -> bool:
 # A gloo/NCCL transport error names the peer it lost by address: "[172.20.0.3]:6563".
 _PEER = re.compile(r"\[(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+)\]:(\d+)")
 RESOLVE_TIMEOUT_S = 3.0
+
+
+NODES_VAR = "REPRO_DIST_NODES"
+"""The job's node names, comma-separated, as the renderers write them (``node-0,node-1`` in
+compose; ``<job>-0.<job>,...`` in Kubernetes)."""
+NODES_MAX = 1024
+_NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
+PEERS: "dict[str, str]" = {}
+"""Address -> node name, learnt once the process group is up (every node is then on the
+network). A lost node's name must come from here: once its container stops, Docker's DNS no
+longer knows it, and a reverse lookup at failure time gives nothing."""
+_LEARNING: "list[Any]" = []
+
+
+def node_names(environ: "Mapping[str, str]") -> "tuple[str, ...]":
+    """The names in ``REPRO_DIST_NODES`` that look like host names (others are skipped:
+    the variable is a hint, never a reason to fail a rank)."""
+    words = environ.get(NODES_VAR, "").split(",")[:NODES_MAX]
+    return tuple(w.strip() for w in words if _NODE_NAME.fullmatch(w.strip()))
+
+
+def _forward(name: str) -> "list[str]":
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    return [str(info[4][0]) for info in infos]
+
+
+def learn_peers(
+    environ: "Mapping[str, str]", resolve: "Callable[[str], list[str]]" = _forward
+) -> None:
+    """Look up every node's address in a daemon thread (the rank does not wait for it) and
+    remember which name each address belongs to, for :func:`lost_peer_line`."""
+    names = node_names(environ)
+    if not names:
+        return
+    import threading
+
+    def learn() -> None:
+        for name in names:
+            for address in resolve(name):
+                PEERS.setdefault(address, name)
+
+    worker = threading.Thread(target=learn, name="reprobuild-peers", daemon=True)
+    _LEARNING.append(worker)
+    worker.start()
+
+
+def _known(address: str) -> "str | None":
+    """The node name learnt for ``address``, waiting (bounded) for a lookup still running."""
+    for worker in _LEARNING:
+        worker.join(RESOLVE_TIMEOUT_S)
+    return PEERS.get(address)
 
 
 def _reverse(address: str) -> "str | None":
@@ -161,17 +218,19 @@ def lost_peer_line(
     exc: "BaseException | None",
     environ: "Mapping[str, str]",
     resolve: "Callable[[str], str | None]" = _reverse,
+    known: "Callable[[str], str | None]" = _known,
 ) -> "str | None":
     """One line naming the peer a rank lost, when ``exc`` (or its cause) is a collective that
     failed on a connection to another address; None otherwise. torchrun's own summary names
-    only the ranks on this node that failed, not the node that went away."""
+    only the ranks on this node that failed, not the node that went away. The name is the
+    node's as learnt at start (``known``), else what a reverse lookup gives now."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         match = _PEER.search(str(exc)) if isinstance(exc, RuntimeError) else None
         if match is not None:
             address, port = match.groups()
-            name = resolve(address)
+            name = known(address) or resolve(address)
             where = f"{name} at {address}:{port}" if name else f"{address}:{port} (no name)"
             rank = environ.get("RANK", "?")
             import platform

@@ -221,8 +221,9 @@ def test_user_env_reaches_every_node_after_reprobuild_s() -> None:
     data = yaml.safe_load(text)
     for i in range(3):
         environment = data["services"][f"node-{i}"]["environment"]
-        assert list(environment.items())[-4:] == [
+        assert list(environment.items())[-5:] == [
             ("REPRO_DIST_BACKEND", "gloo"),
+            ("REPRO_DIST_NODES", "node-0,node-1,node-2"),
             ("REPRO_DIST_TIMEOUT_S", "600"),  # no longer ${REPRO_DIST_TIMEOUT_S:-}
             ("WANDB_MODE", "offline"),
             ("REPRO_THREADS", "2"),

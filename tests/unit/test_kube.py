@@ -90,6 +90,7 @@ def test_indexed_job_and_headless_service_shape() -> None:
     assert args[-1] == "train.py"
     env = {e["name"]: e for e in container["env"]}
     assert env["REPRO_DIST_BACKEND"]["value"] == "gloo"
+    assert env["REPRO_DIST_NODES"]["value"] == "ddp-0.ddp,ddp-1.ddp,ddp-2.ddp"  # pod DNS names
     assert env["REPRO_SEED"]["value"] == "7"
     index = env["NODE_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
     assert index == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -180,6 +181,7 @@ def test_user_env_follows_reprobuild_s_and_passes_the_schemas() -> None:
         "REPRO_RUN_DIR",
         "REPRO_OUTPUT_DIR",
         "REPRO_DIST_BACKEND",
+        "REPRO_DIST_NODES",
         "REPRO_DIST_TIMEOUT_S",
         "WANDB_MODE",
         "REPRO_THREADS",

@@ -78,6 +78,52 @@ def test_lost_peer_line_names_the_node_behind_the_address() -> None:
     assert distinfo.lost_peer_line(chained, {"RANK": "0"}, names.get) is not None
 
 
+def test_a_lost_node_is_named_from_what_was_learnt_at_start() -> None:
+    """Once its container stops, Docker's DNS forgets a node, so the reverse lookup at
+    failure time gives nothing: the name comes from the addresses learnt after
+    ``init_process_group``, when every node was up."""
+    err = RuntimeError("Connection closed by peer [10.213.3.1]:9409")
+    looked_up: list[str] = []
+
+    def forward(name: str) -> list[str]:
+        looked_up.append(name)
+        return {"node-0": ["10.213.3.2"], "node-1": ["10.213.3.1"]}.get(name, [])
+
+    environ = {"RANK": "1", "HOSTNAME": "node-0", "REPRO_DIST_NODES": "node-0,node-1"}
+    distinfo.PEERS.clear()
+    try:
+        distinfo.learn_peers(environ, forward)
+        line = distinfo.lost_peer_line(err, environ, lambda a: None)
+        assert looked_up == ["node-0", "node-1"]
+        assert line is not None and "lost its connection to node-1 at 10.213.3.1:9409" in line
+        # an address nobody learnt still falls back to the reverse lookup
+        other = RuntimeError("Connection closed by peer [10.213.3.9]:9409")
+        line = distinfo.lost_peer_line(other, environ, {"10.213.3.9": "late"}.get)
+        assert line is not None and "to late at 10.213.3.9:9409" in line
+    finally:
+        distinfo.PEERS.clear()
+        distinfo._LEARNING.clear()
+
+
+def test_the_node_list_is_a_hint_never_a_failure() -> None:
+    names = distinfo.node_names(
+        {"REPRO_DIST_NODES": " node-0 ,,job-1.job,$(rm -rf /),-x," + "a" * 300}
+    )
+    assert names == ("node-0", "job-1.job")
+    assert distinfo.node_names({}) == ()
+    many = ",".join(f"n{i}" for i in range(5000))
+    assert len(distinfo.node_names({"REPRO_DIST_NODES": many})) == distinfo.NODES_MAX
+    distinfo.learn_peers({}, lambda name: pytest.fail("nothing to look up"))
+    assert distinfo._forward("no-such-node.invalid") == []
+    assert "127.0.0.1" in distinfo._forward("localhost") or "::1" in distinfo._forward("localhost")
+
+
+def test_the_builder_and_the_runtime_name_the_same_variable() -> None:
+    from reprobuild import nodes
+
+    assert nodes.NODES_VAR == distinfo.NODES_VAR
+
+
 def test_reverse_lookup_is_real_and_bounded() -> None:
     assert distinfo._reverse("127.0.0.1") is not None  # /etc/hosts names loopback
     assert distinfo.lost_peer_line(None, {}) is None

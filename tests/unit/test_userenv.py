@@ -106,6 +106,7 @@ def test_more_than_256_options_are_refused_before_any_is_read() -> None:
         ("REPRO_DIST_BACKEND", "--gpu picks nccl"),
         ("REPRO_JOB_ID", "--name (k8s)"),
         ("NODE_INDEX", "completion index"),
+        ("REPRO_DIST_NODES", "lists the job's nodes"),
     ],
 )
 def test_names_reprobuild_sets_are_refused(name: str, instead: str) -> None:

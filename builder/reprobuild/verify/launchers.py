@@ -352,7 +352,7 @@ class _NodesLauncher(_DockerLauncher):
 
     def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run:
         from reprobuild.engine import Bind, Gpus
-        from reprobuild.nodes import BACKEND_VAR, program_args, torchrun_command
+        from reprobuild.nodes import BACKEND_VAR, NODES_VAR, program_args, torchrun_command
 
         spec, shape = self._spec, self._shape
         program_args(spec.command)
@@ -380,6 +380,7 @@ class _NodesLauncher(_DockerLauncher):
                         "REPRO_RUN_DIR": RECORD_DIR,
                         "REPRO_OUTPUT_DIR": OUT_DIR,
                         BACKEND_VAR: shape.backend,
+                        NODES_VAR: ",".join(names),
                         **_run_env(spec),
                     },
                     binds=[
