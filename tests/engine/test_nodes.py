@@ -91,6 +91,15 @@ class Job:
             client.close()
         return "\n".join(parts)
 
+    def with_env(self, **variables: str) -> Job:
+        """Add variables to every node's environment in the generated file (the program's
+        own knobs, which the file does not pass through from the shell)."""
+        document = yaml.safe_load(self.file.read_text())
+        for node in NODES:
+            document["services"][node]["environment"].update(variables)
+        self.file.write_text(yaml.safe_dump(document, sort_keys=False))
+        return self
+
     def containers(self, docker_client: DockerClient) -> dict[str, Any]:
         found = docker_client.containers.list(
             all=True, filters={"label": f"com.docker.compose.project={self.name}"}
@@ -198,10 +207,13 @@ def test_two_node_job_repeats_bit_for_bit_and_off_does_not(
             assert dist["restart_count"] == 0 and dist["max_restarts"] == 0
             assert dist["master_addr"] == "node-0"
 
-    # the control: without the runtime, the same job gives other numbers each time
+    # the control: without the runtime, the same job gives other numbers each time. Its ranks
+    # end with os._exit (DDP_HARD_EXIT): without the runtime, torch's gloo aborted a rank at
+    # interpreter exit in 3 of 40 such jobs here, and the other node's torchrun then waited
+    # 300 s in its exit barrier; the control is about the numbers, printed before that exit
     off = {"REPRO_DETERMINISM": "off"}
-    c = make_job("off-a").run(docker_client, off)
-    d = make_job("off-b").run(docker_client, off)
+    c = make_job("off-a").with_env(DDP_HARD_EXIT="1").run(docker_client, off)
+    d = make_job("off-b").with_env(DDP_HARD_EXIT="1").run(docker_client, off)
     assert final_line(c) != final_line(d)
     assert final_line(c) != final_line(a)
 
@@ -214,10 +226,7 @@ def test_losing_a_node_fails_the_job_in_bounded_time_naming_it(
     # program reads these from its environment, which the generated file does not pass
     # through: add them to every node. (Without them the job ended after 3 epochs before
     # node-1 was stopped, and node-0's torchrun then waited in its exit barrier, 300 s.)
-    document = yaml.safe_load(job.file.read_text())
-    for node in NODES:
-        document["services"][node]["environment"].update(DDP_EPOCHS="40", DDP_SLEEP="0.05")
-    job.file.write_text(yaml.safe_dump(document, sort_keys=False))
+    job.with_env(DDP_EPOCHS="40", DDP_SLEEP="0.05")
     # REPRO_DIST_TIMEOUT_S bounds the wait even when the lost node's connections are not
     # closed (its FIN never arrives): gloo's own default is 30 minutes
     job.compose("up", "-d", env={"REPRO_DIST_TIMEOUT_S": "30"})
@@ -276,7 +285,10 @@ def test_verify_nodes_runs_two_jobs_side_by_side(determinism_image: str, tmp_pat
     report = json.loads(same.stdout)
     assert report["result"] == "identical", report
     off = run_cli(
-        *args, "--mode", "off", "--report", str(tmp_path / "off.json"), *program, timeout=600
+        *args,
+        *("--mode", "off", "-e", "DDP_HARD_EXIT=1"),  # see the compose control above
+        *("--report", str(tmp_path / "off.json"), *program),
+        timeout=600,
     )
     assert off.returncode == 1, off.stderr[-3000:]
     assert json.loads(off.stdout)["result"] == "diverged"
