@@ -381,7 +381,15 @@ def _into_engine(engine: Engine, image_id: str, name: str, log: Log) -> None:
     """Load a buildah image into the engine under ``name``, keeping its image ID. Through a
     docker-archive file and the engine's API, not buildah's ``docker-daemon:`` transport: that
     one always dials /var/run/docker.sock and ignores ``DOCKER_HOST`` (a rootless or remote
-    engine, a second daemon), so the image would land in another engine than the one used."""
+    engine, a second daemon), so the image would land in another engine than the one used.
+
+    An engine that already holds the image (the same ID: the same config, so the same layers
+    by their digests) only gets the tag: a rebuild of an unchanged project skips the archive
+    of the whole image and its load (about 11 s of 13 for a 1.3 GB image here)."""
+    if engine.image_id(f"sha256:{image_id}") is not None:
+        log(f"the engine already holds sha256:{image_id[:12]}: tagging it {name}")
+        engine.tag(f"sha256:{image_id}", name)
+        return
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("load")) as tmp:
         archive = Path(tmp) / "image.tar"
         buildah.push(image_id, f"docker-archive:{archive}:{name}", log=log)

@@ -193,6 +193,34 @@ def test_a_cached_build_equals_a_clean_one(
     assert build(later) == build(later, "--no-cache")
 
 
+def test_an_image_the_engine_holds_is_tagged_not_loaded_again(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """A rebuild that gives an image the engine already holds (same ID) only tags it: no
+    archive of the whole image, no load. Once the engine lost it, the next build loads it."""
+    root = project("tiny")
+    tags = [unique_tag("held"), unique_tag("held"), unique_tag("held")]
+
+    def build(tag: str) -> str:
+        args = ("--base", base_ref, "--builder", "buildah", "--tag", tag)
+        proc = run_cli("image", str(root), *args, env=ENV)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
+
+    build(tags[0])  # loaded, or tagged: an earlier test may have left this very image
+    held = docker_client.images.get(tags[0]).id
+    log = build(tags[1])
+    assert f"the engine already holds {held[:19]}: tagging it {tags[1]}" in log, log[-2000:]
+    assert docker_client.images.get(tags[1]).id == held
+    for tag in tags[:2]:
+        docker_client.images.remove(tag, force=True)
+    log = build(tags[2])
+    assert "the engine already holds" not in log, log[-2000:]
+    assert docker_client.images.get(tags[2]).id == held
+    run = docker_client.containers.run(tags[2], remove=True)
+    assert b"hello from tiny" in run
+
+
 def test_classic_builder_says_it_is_not_reproducible(
     project: MakeProject, base_ref: str, unique_tag: MakeTag
 ) -> None:
