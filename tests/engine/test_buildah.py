@@ -281,6 +281,27 @@ def test_missing_buildah_says_how_to_install_it(project: MakeProject, tmp_path: 
     ]
 
 
+def test_push_with_auto_and_no_buildah_says_how_to_install_it(
+    project: MakeProject, base_ref: str, tmp_path: Path
+) -> None:
+    """--push with the default --builder auto where buildah is missing: one error line naming
+    the builder auto picked and how to get buildah, before anything is built."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = run_cli(
+        "image", str(project("tiny")), "--base", base_ref, "--push", f"{REGISTRY}/x/y:z",
+        env={"PATH": str(empty)},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: --push needs the buildah builder, and --builder auto picked classic (buildah "
+        "is not installed or not usable here)"
+    ], proc.stderr
+    assert "hint: install it (Debian/Ubuntu: `apt-get install buildah`" in proc.stderr
+    assert "STEP" not in proc.stderr and "Step " not in proc.stderr
+
+
 def test_push_needs_buildah(project: MakeProject) -> None:
     proc = run_cli(
         "image", str(project("tiny")), "--builder", "classic", "--push", f"{REGISTRY}/x/y:z"
