@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from reprobuild import buildah, jsonload, leftovers, plan
+from reprobuild import buildah, jsonload, layerload, leftovers, plan
 from reprobuild import stack as stacklib
 from reprobuild.builders import REPRODUCIBLE, Builder
 from reprobuild.context import write_tree
@@ -390,10 +390,37 @@ def _into_engine(engine: Engine, image_id: str, name: str, log: Log) -> None:
         log(f"the engine already holds sha256:{image_id[:12]}: tagging it {name}")
         engine.tag(f"sha256:{image_id}", name)
         return
+    try:
+        if _load_new_layers(engine, image_id, name, log):
+            return
+    except (EngineError, OSError) as exc:
+        log(f"loading only the new layers did not work ({exc}); loading the whole image")
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("load")) as tmp:
         archive = Path(tmp) / "image.tar"
         buildah.push(image_id, f"docker-archive:{archive}:{name}", log=log)
         engine.load(archive)
+
+
+def _load_new_layers(engine: Engine, image_id: str, name: str, log: Log) -> bool:
+    """Ship only the layers the engine lacks (:mod:`reprobuild.layerload`), when the engine
+    holds an earlier build of the same lock beyond the base: a code-only change. Otherwise
+    (a new lock, a first build) the new layers are most of the image, and the whole archive
+    is the faster way in (plain tar over a local HTTP push is not)."""
+    config = buildah.config(image_id)
+    diff_ids = [str(d) for d in (config.get("rootfs") or {}).get("diff_ids") or []]
+    labels = (config.get("config") or {}).get("Labels") or {}
+    lock = labels.get(layerload.LOCK_LABEL)
+    base = labels.get("org.opencontainers.image.base.name")
+    digest = labels.get("org.opencontainers.image.base.digest")
+    if not diff_ids or not lock:
+        return False
+    if base and ":" in base.rsplit("/", 1)[-1]:
+        base = base.rsplit(":", 1)[0]  # name:tag -> name; the digest names the image
+    base_layers = engine.layers(f"{base}@{digest}") if base and digest else []
+    chains = engine.layer_chains(layerload.LOCK_LABEL, lock)
+    if layerload.held_prefix(diff_ids, chains) <= len(base_layers):
+        return False
+    return layerload.load(engine, image_id, name, diff_ids, chains, log)
 
 
 class Prober(Protocol):

@@ -105,6 +105,18 @@ def image_id(name: str) -> str | None:
     return out.strip()
 
 
+def config(image: str) -> dict[str, Any]:
+    """The OCI config of ``image`` in buildah's storage (labels, ``rootfs.diff_ids``)."""
+    out = _capture([require(), "inspect", "--type", "image", image], "buildah inspect")
+    try:
+        found = json.loads(out)["OCIv1"]
+    except (ValueError, KeyError, TypeError):
+        raise EngineError(f"cannot read the config of {image} from buildah") from None
+    if not isinstance(found, dict):
+        raise EngineError(f"cannot read the config of {image} from buildah")
+    return found
+
+
 def has_image(name: str) -> bool:
     return image_id(name) is not None
 
@@ -160,14 +172,23 @@ def bud(
         return iid.read_text().strip().removeprefix("sha256:")
 
 
-def push(image: str, destination: str, *, tls_verify: bool = True, log: Log = _quiet) -> str:
+def push(
+    image: str,
+    destination: str,
+    *,
+    tls_verify: bool = True,
+    compress: bool = True,
+    log: Log = _quiet,
+) -> str:
     """Push ``image`` to ``destination`` (``docker-archive:FILE:NAME:TAG`` or ``docker://REF``);
-    return the pushed manifest's digest."""
+    return the pushed manifest's digest. ``compress=False``: layers go as plain tar."""
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
         digestfile = Path(tmp) / "digest"
         argv = [require(), "push", "--quiet", "--digestfile", str(digestfile)]
         if not tls_verify:
             argv.append("--tls-verify=false")
+        if not compress:
+            argv.append("--disable-compression")
         _stream(
             [*argv, image, destination],
             f"pushing to {destination}",
@@ -263,12 +284,8 @@ class Prober:
     def inspect(self, image: str) -> dict[str, Any]:
         """The image's config as the engine's inspect names it: ``{"Config": {"Env": [...],
         "Labels": {...}}}`` (what the GPU stack is read from)."""
-        out = _capture([require(), "inspect", "--type", "image", image], "buildah inspect")
-        try:
-            config = json.loads(out)["OCIv1"]["config"]
-        except (ValueError, KeyError, TypeError):
-            raise EngineError(f"cannot read the config of {image} from buildah") from None
-        return {"Config": config if isinstance(config, dict) else {}}
+        found = config(image).get("config")
+        return {"Config": found if isinstance(found, dict) else {}}
 
 
 class Storage:

@@ -207,6 +207,25 @@ class Engine:
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot inspect image {ref!r}: {_short(exc)}") from None
 
+    def layer_chains(self, label: str, value: str) -> list[list[str]]:
+        """The layers (diff IDs, bottom first) of every image labelled ``label=value``."""
+        try:
+            images = self.client.images.list(filters={"label": f"{label}={value}"})
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list images: {_short(exc)}") from None
+        chains = [(image.attrs.get("RootFS") or {}).get("Layers") or [] for image in images]
+        return [[str(layer) for layer in chain] for chain in chains]
+
+    def layers(self, ref: str) -> list[str]:
+        """The layers of image ``ref`` (diff IDs, bottom first); empty when it is not here."""
+        try:
+            rootfs = self.client.images.get(ref).attrs.get("RootFS") or {}
+        except docker.errors.ImageNotFound:
+            return []
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot inspect image {ref!r}: {_short(exc)}") from None
+        return [str(layer) for layer in rootfs.get("Layers") or []]
+
     def inspect(self, ref: str) -> dict[str, Any]:
         try:
             attrs: dict[str, Any] = self.client.images.get(ref).attrs

@@ -221,6 +221,47 @@ def test_an_image_the_engine_holds_is_tagged_not_loaded_again(
     assert b"hello from tiny" in run
 
 
+def test_a_code_only_change_loads_only_the_new_layers(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """After a code-only change, buildah pushes to reprobuild's one-push registry only the
+    layers the engine lacks, and the engine gets the image under buildah's ID (the same as a
+    --no-cache build's) with the new code in it. Without an earlier build of the lock in the
+    engine, the whole image goes in."""
+    root = project("tiny")
+    first, second, clean = unique_tag("inc"), unique_tag("inc"), unique_tag("inc")
+
+    def build(tag: str, *extra: str) -> str:
+        args = ("--base", base_ref, "--builder", "buildah", "--tag", tag, *extra)
+        proc = run_cli("image", str(root), *args, env=ENV)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stderr
+
+    build(first)
+    layers = docker_client.images.get(first).attrs["RootFS"]["Layers"]
+    (root / "hello.py").write_text(
+        (root / "hello.py").read_text() + f"print('changed {uuid.uuid4().hex}')\n"
+    )
+    log = build(second)
+    found = re.search(r"loaded (\d+) new layer\(s\) into the engine; it already held the first "
+                      r"(\d+) of (\d+)", log)  # fmt: skip
+    assert found, log[-3000:]
+    new, held, total = (int(g) for g in found.groups())
+    assert total == len(layers) and held + new == total and 1 <= new <= 3
+    image = docker_client.images.get(second)
+    assert image.attrs["RootFS"]["Layers"][:held] == layers[:held]
+    assert b"changed" in docker_client.containers.run(second, remove=True)
+    assert build(clean, "--no-cache") and docker_client.images.get(clean).id == image.id
+    # no engine image of this lock: the whole archive, as before
+    lock = image.labels["io.reprobuild.lock.sha256"]
+    for tag in (first, second, clean):
+        docker_client.images.remove(tag, force=True)
+    assert docker_client.images.list(filters={"label": f"io.reprobuild.lock.sha256={lock}"}) == []
+    (root / "hello.py").write_text((root / "hello.py").read_text() + "print('again')\n")
+    assert "new layer(s)" not in build(first)
+    assert b"again" in docker_client.containers.run(first, remove=True)
+
+
 def test_classic_builder_says_it_is_not_reproducible(
     project: MakeProject, base_ref: str, unique_tag: MakeTag
 ) -> None:
