@@ -194,6 +194,19 @@ def _known(address: str) -> "str | None":
     return PEERS.get(address)
 
 
+def _only_other(environ: "Mapping[str, str]", host: str) -> "str | None":
+    """In a job of two nodes, the node that is not this one (by its first DNS label: k8s
+    lists ``job-1.job``, the pod's host name is ``job-1``): a peer lost at an address nobody
+    learnt (a network that masquerades its members, say) can only be that one. None with
+    more nodes, or when this node is not in the list."""
+    names = node_names(environ)
+    mine = host.split(".", 1)[0]
+    others = [n for n in names if n.split(".", 1)[0] != mine]
+    if len(names) == 2 and len(others) == 1:
+        return f"{others[0]} (the only other node)"
+    return None
+
+
 def _reverse(address: str) -> "str | None":
     """The name the network gives ``address`` (Docker's DNS answers with the container's
     name, ``<project>_node-1_1.<project>_job``); None when it has none. Bounded: a resolver
@@ -230,12 +243,12 @@ def lost_peer_line(
         match = _PEER.search(str(exc)) if isinstance(exc, RuntimeError) else None
         if match is not None:
             address, port = match.groups()
-            name = known(address) or resolve(address)
-            where = f"{name} at {address}:{port}" if name else f"{address}:{port} (no name)"
-            rank = environ.get("RANK", "?")
             import platform
 
             host = environ.get("HOSTNAME") or platform.node() or "this node"
+            name = known(address) or resolve(address) or _only_other(environ, host)
+            where = f"{name} at {address}:{port}" if name else f"{address}:{port} (no name)"
+            rank = environ.get("RANK", "?")
             return (
                 f"reprobuild: rank {rank} on {host} lost its connection to {where}: that node "
                 "stopped or its rank failed first; see its log"

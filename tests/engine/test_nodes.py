@@ -257,7 +257,8 @@ def test_losing_a_node_fails_the_job_in_bounded_time_naming_it(
     # reverse lookup now would find nothing: "10.x.y.z:port (no name)" in an earlier run)
     named = [line for line in log.splitlines() if "lost its connection to" in line]
     assert named, log[-3000:]
-    assert any("lost its connection to node-1 at " in line for line in named), named
+    # (or, where the network masquerades its members, as "the only other node")
+    assert any("lost its connection to node-1 " in line for line in named), named
 
 
 def test_verify_nodes_runs_two_jobs_side_by_side(determinism_image: str, tmp_path: Path) -> None:

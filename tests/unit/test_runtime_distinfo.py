@@ -105,6 +105,24 @@ def test_a_lost_node_is_named_from_what_was_learnt_at_start() -> None:
         distinfo._LEARNING.clear()
 
 
+def test_in_a_two_node_job_an_unknown_address_is_the_other_node() -> None:
+    err = RuntimeError("Connection closed by peer [10.213.4.1]:1748")  # masqueraded
+    nobody = {"10.0.0.9": "x"}.get
+    for nodes, host, expected in (
+        ("node-0,node-1", "node-0", "node-1 (the only other node) at 10.213.4.1:1748"),
+        ("job-0.job,job-1.job", "job-1", "job-0.job (the only other node) at 10.213.4.1:1748"),
+        ("node-0,node-1,node-2", "node-0", "10.213.4.1:1748 (no name)"),
+        ("node-0,node-1", "elsewhere", "10.213.4.1:1748 (no name)"),
+        ("", "node-0", "10.213.4.1:1748 (no name)"),
+    ):
+        environ = {"RANK": "0", "HOSTNAME": host, "REPRO_DIST_NODES": nodes}
+        line = distinfo.lost_peer_line(err, environ, nobody, nobody)
+        assert line is not None and f"lost its connection to {expected}: that node" in line, (
+            nodes,
+            line,
+        )
+
+
 def test_the_node_list_is_a_hint_never_a_failure() -> None:
     names = distinfo.node_names(
         {"REPRO_DIST_NODES": " node-0 ,,job-1.job,$(rm -rf /),-x," + "a" * 300}
