@@ -137,11 +137,15 @@ def test_checkpoint_is_caught_through_output(image: str, tmp_path: Path) -> None
     )
     assert code == 1, err  # ... the checkpoint is not
     div = report["divergence"]
-    assert (div["where"], div["file"], div["offset"]) == ("output", "ckpt.bin", 6)
+    # after the 6-byte header come 64 random bytes: the first differs from the other run's
+    # at offset 6, except 1 time in 256 when the two draws begin with the same byte (a fresh
+    # CI run saw offset 7)
+    assert (div["where"], div["file"]) == ("output", "ckpt.bin")
+    assert 6 <= div["offset"] < 70
     first, second = (r["outputs"]["ckpt.bin"] for r in report["runs"])
     assert first["size"] == second["size"] == 70 and first["sha256"] != second["sha256"]
     assert f"sha256 {first['sha256'][:12]}... vs {second['sha256'][:12]}..." in div["detail"]
-    assert "  first differing byte at offset 6" in out.splitlines()
+    assert f"  first differing byte at offset {div['offset']}" in out.splitlines()
 
 
 def test_json_metrics_differing_in_one_key(image: str, tmp_path: Path) -> None:
