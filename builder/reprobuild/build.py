@@ -22,8 +22,15 @@ from reprobuild.fsutil import write_atomic
 from reprobuild.lockfile import Lock
 from reprobuild.manifest import Distribution, Manifest
 from reprobuild.plan import make_spec
-from reprobuild.refs import parse_ref
-from reprobuild.render import ENTRYPOINT, RenderSpec, epoch_iso, render_context, render_stamp
+from reprobuild.refs import ImageRef, parse_ref
+from reprobuild.render import (
+    ENTRYPOINT,
+    LOCK_LABEL,
+    RenderSpec,
+    epoch_iso,
+    render_context,
+    render_stamp,
+)
 from reprobuild.wheels import Target, cache_root, fetch_wheels
 
 Log = Callable[[str], None]
@@ -366,7 +373,7 @@ def _build_buildah(
                 final_id, f"docker://{push}", tls_verify=not buildah.insecure(pushed), log=log
             )
         # Into the engine last: the tag appears only once everything else worked.
-        _into_engine(engine, final_id, final, log)
+        _into_engine(engine, final_id, final, log, lock=spec.lock.sha256, base=spec.base)
         done = True
     finally:
         if done:  # the stamped image keeps the layer cache; its run-specific name goes
@@ -377,7 +384,9 @@ def _build_buildah(
     return ImageResult(final, image_id, manifest, pushed=push, digest=digest)
 
 
-def _into_engine(engine: Engine, image_id: str, name: str, log: Log) -> None:
+def _into_engine(
+    engine: Engine, image_id: str, name: str, log: Log, *, lock: str, base: ImageRef
+) -> None:
     """Load a buildah image into the engine under ``name``, keeping its image ID. Through a
     docker-archive file and the engine's API, not buildah's ``docker-daemon:`` transport: that
     one always dials /var/run/docker.sock and ignores ``DOCKER_HOST`` (a rootless or remote
@@ -391,7 +400,7 @@ def _into_engine(engine: Engine, image_id: str, name: str, log: Log) -> None:
         engine.tag(f"sha256:{image_id}", name)
         return
     try:
-        if _load_new_layers(engine, image_id, name, log):
+        if _load_new_layers(engine, image_id, name, log, lock=lock, base=base):
             return
     except (EngineError, OSError) as exc:
         log(f"loading only the new layers did not work ({exc}); loading the whole image")
@@ -401,26 +410,20 @@ def _into_engine(engine: Engine, image_id: str, name: str, log: Log) -> None:
         engine.load(archive)
 
 
-def _load_new_layers(engine: Engine, image_id: str, name: str, log: Log) -> bool:
+def _load_new_layers(
+    engine: Engine, image_id: str, name: str, log: Log, *, lock: str, base: ImageRef
+) -> bool:
     """Ship only the layers the engine lacks (:mod:`reprobuild.layerload`), when the engine
     holds an earlier build of the same lock beyond the base: a code-only change. Otherwise
     (a new lock, a first build) the new layers are most of the image, and the whole archive
     is the faster way in (plain tar over a local HTTP push is not)."""
-    config = buildah.config(image_id)
-    diff_ids = [str(d) for d in (config.get("rootfs") or {}).get("diff_ids") or []]
-    labels = (config.get("config") or {}).get("Labels") or {}
-    lock = labels.get(layerload.LOCK_LABEL)
-    base = labels.get("org.opencontainers.image.base.name")
-    digest = labels.get("org.opencontainers.image.base.digest")
-    if not diff_ids or not lock:
+    rootfs = buildah.config(image_id).get("rootfs") or {}
+    diff_ids = [str(d) for d in rootfs.get("diff_ids") or []]
+    chains = engine.layer_chains(LOCK_LABEL, lock)
+    held = layerload.held_prefix(diff_ids, chains)
+    if held <= len(engine.layers(base.by_digest())):
         return False
-    if base and ":" in base.rsplit("/", 1)[-1]:
-        base = base.rsplit(":", 1)[0]  # name:tag -> name; the digest names the image
-    base_layers = engine.layers(f"{base}@{digest}") if base and digest else []
-    chains = engine.layer_chains(layerload.LOCK_LABEL, lock)
-    if layerload.held_prefix(diff_ids, chains) <= len(base_layers):
-        return False
-    return layerload.load(engine, image_id, name, diff_ids, chains, log)
+    return layerload.load(engine, image_id, name, diff_ids, held, log)
 
 
 class Prober(Protocol):

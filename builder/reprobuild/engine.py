@@ -213,18 +213,16 @@ class Engine:
             images = self.client.images.list(filters={"label": f"{label}={value}"})
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot list images: {_short(exc)}") from None
-        chains = [(image.attrs.get("RootFS") or {}).get("Layers") or [] for image in images]
-        return [[str(layer) for layer in chain] for chain in chains]
+        return [_rootfs_layers(image.attrs) for image in images]
 
     def layers(self, ref: str) -> list[str]:
         """The layers of image ``ref`` (diff IDs, bottom first); empty when it is not here."""
         try:
-            rootfs = self.client.images.get(ref).attrs.get("RootFS") or {}
+            return _rootfs_layers(self.client.images.get(ref).attrs)
         except docker.errors.ImageNotFound:
             return []
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot inspect image {ref!r}: {_short(exc)}") from None
-        return [str(layer) for layer in rootfs.get("Layers") or []]
 
     def inspect(self, ref: str) -> dict[str, Any]:
         try:
@@ -663,6 +661,11 @@ def _buildx_client() -> str | None:
         if probe.returncode == 0:
             return cli
     return None
+
+
+def _rootfs_layers(attrs: dict[str, Any]) -> list[str]:
+    """An image's layers (diff IDs, bottom first) from its inspect attributes."""
+    return [str(layer) for layer in (attrs.get("RootFS") or {}).get("Layers") or []]
 
 
 def legacy_buildkit_client() -> str | None:

@@ -38,7 +38,6 @@ from reprobuild import buildah, leftovers
 from reprobuild.errors import EngineError
 
 Log = Callable[[str], None]
-LOCK_LABEL = "io.reprobuild.lock.sha256"
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CHUNK_LINE = 1024
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -245,16 +244,16 @@ def _archive(
     if config is None or len(digests) != len(diff_ids):
         raise EngineError("the push gave no config or another number of layers")
     files = [f"{d.removeprefix('sha256:')}.tar" for d in diff_ids]
-    sent = 0
+    added: set[str] = set()
     with tarfile.open(out, "w") as tar:
         tar.add(config, arcname=f"{image_id}.json")
         for index in range(held, len(diff_ids)):
             blob = registry.blobs.get(str(digests[index]))
             if blob is None:
                 raise EngineError(f"the push did not send layer {index + 1}")
-            if files[index] not in tar.getnames():
+            if files[index] not in added:  # a layer twice in the image: one file
                 tar.add(blob, arcname=files[index])
-                sent += 1
+                added.add(files[index])
         index_json = json.dumps(
             [{"Config": f"{image_id}.json", "RepoTags": [name], "Layers": files}]
         )
@@ -262,7 +261,7 @@ def _archive(
         data = index_json.encode()
         info.size = len(data)
         tar.addfile(info, fileobj=io.BytesIO(data))
-    return sent
+    return len(added)
 
 
 def load(
@@ -270,14 +269,14 @@ def load(
     image_id: str,
     name: str,
     diff_ids: Sequence[str],
-    chains: Iterable[Sequence[str]],
+    held: int,
     log: Log,
 ) -> bool:
     """Load buildah's ``image_id`` into ``engine`` as ``name`` with only the layers the engine
-    lacks. False (the caller loads the whole image) when the engine holds none of its layers;
-    EngineError or OSError when the shortcut failed."""
-    held = held_prefix(diff_ids, chains)
-    if held == 0:
+    lacks: it holds the first ``held`` of ``diff_ids`` as a chain (:func:`held_prefix`).
+    False (the caller loads the whole image) when it holds none; EngineError or OSError when
+    the shortcut failed."""
+    if held <= 0:
         return False
     prefix, rest = set(diff_ids[:held]), set(diff_ids[held:])
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("layers")) as tmp:

@@ -27,6 +27,7 @@ ENTRYPOINT = ("/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint")
 DEFAULT_COMMAND = ("python",)
 # Keys of labels that render sets; the stamp step adds the manifest-derived ones.
 LABEL_PREFIX = "io.reprobuild."
+LOCK_LABEL = f"{LABEL_PREFIX}lock.sha256"
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def static_labels(spec: RenderSpec) -> dict[str, str]:
         + (f":{spec.base.tag}" if spec.base.tag else ""),
         "org.opencontainers.image.base.digest": spec.base.digest or "",
         f"{LABEL_PREFIX}builder.version": spec.builder_version,
-        f"{LABEL_PREFIX}lock.sha256": spec.lock.sha256,
+        LOCK_LABEL: spec.lock.sha256,
         f"{LABEL_PREFIX}seed": str(spec.seed),
         f"{LABEL_PREFIX}determinism": spec.determinism,
         f"{LABEL_PREFIX}variant": spec.variant,

@@ -17,6 +17,7 @@ import pytest
 
 from reprobuild import layerload
 from reprobuild.errors import EngineError
+from reprobuild.refs import parse_ref
 
 A, B, C, D = (f"sha256:{c * 64}" for c in "abcd")
 
@@ -150,7 +151,11 @@ def test_nothing_held_means_the_whole_archive(tmp_path: Path) -> None:
         def load(self, archive: Path) -> None:
             raise AssertionError("not called")
 
-    assert not layerload.load(NoEngine(), "0" * 64, "x:y", [A, B], [[C]], print)
+    held = layerload.held_prefix([A, B], [[C]])
+    assert not layerload.load(NoEngine(), "0" * 64, "x:y", [A, B], held, print)
+
+
+BASE = {"lock": "f" * 64, "base": parse_ref(f"team/base@sha256:{'e' * 64}")}
 
 
 class _Engine:
@@ -184,12 +189,12 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
 
     monkeypatch.setattr(buildah, "push", push)
 
-    def broken(*args: object) -> bool:
+    def broken(*args: object, **kwargs: object) -> bool:
         raise EngineError("the engine did not get sha256:0000 under team/app:v1")
 
     monkeypatch.setattr(build, "_load_new_layers", broken)
     engine, said = _Engine(), list[str]()
-    build._into_engine(engine, "0" * 64, "team/app:v1", said.append)  # type: ignore[arg-type]
+    build._into_engine(engine, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
     assert said == [
         "loading only the new layers did not work (the engine did not get sha256:0000 under "
         "team/app:v1); loading the whole image"
@@ -201,5 +206,5 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     # an engine that holds the image: only the tag, nothing pushed or loaded
     pushed.clear()
     held = _Engine(holds=True)
-    build._into_engine(held, "0" * 64, "team/app:v1", said.append)  # type: ignore[arg-type]
+    build._into_engine(held, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
     assert pushed == [] and held.calls[-1] == ("tag", "sha256:" + "0" * 64, "team/app:v1")
