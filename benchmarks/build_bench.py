@@ -42,6 +42,8 @@ from pathlib import Path
 
 import docker
 
+from reprobuild import buildah
+from reprobuild.config import load_config
 from reprobuild.engine import legacy_buildkit_client
 
 HERE = Path(__file__).resolve().parent
@@ -166,6 +168,7 @@ def _measure(
         tmp = Path(tmp_name)
         work = tmp / "project"
         shutil.copytree(args.project, work)
+        project_name = load_config(work).name
         cache = tmp / "cache"  # this lock's wheels only: the baselines copy all of them
         env = {**os.environ, "SOURCE_DATE_EPOCH": "0", "REPROBUILD_CACHE_DIR": str(cache)}
         for builder in builders:  # fills the wheel cache, pulls the base into each builder
@@ -196,6 +199,12 @@ def _measure(
                     # give the same image ID, and an image the engine already holds is only
                     # tagged, so a round at the warm-up's epoch would time no build at all
                     at = {**env, "SOURCE_DATE_EPOCH": str(n + 1)}
+                    if what == "buildah":
+                        # cold as on a new machine: buildah's storage holds no build of this
+                        # project (best-buildah's image is removed after each of its rounds,
+                        # untimed, and so is ours here; with the previous round's image still
+                        # there, --no-cache would time its removal, about 5 s)
+                        buildah.forget(project_name, "cpu")
                     seconds = ours(work, args.base, tag, str(what), at, "--no-cache")
                 elif name == "naive":
                     seconds = timed(["docker", "build", "--no-cache", "-q", "-t", tag, str(naive)],
