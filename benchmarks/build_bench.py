@@ -15,8 +15,8 @@ rounds. The image ends in the Docker engine in every configuration, as a user ne
   venv), the engine's classic builder;
 - ``best-buildah`` / ``best-buildkit``: the best-practice hand-written Dockerfile: one stage,
   the wheels and the lock bind-mounted (``RUN --mount``), no pip cache; built by ``buildah bud``
-  (then ``buildah push docker-archive:`` and ``docker load``, as ours) and by BuildKit (where the
-  Docker client has it).
+  (then ``buildah push docker-archive:`` into a pipe read by ``docker load``, as ours) and by
+  BuildKit (where the Docker client has it).
 
 Then, per builder of ours: a rebuild after a code-only change (cache on) and the image's size
 against the floor (the base plus the installed site-packages). Goals (issue 11): cold build at
@@ -93,17 +93,18 @@ def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
     """``buildah bud --no-cache``, then into the engine the way reprobuild loads its images."""
     start = time.perf_counter()
     name = f"localhost/bench-best:{uuid.uuid4().hex[:8]}"
-    archive, iid = scratch / "best.tar", scratch / "best.iid"
+    iid = scratch / "best.iid"
     try:
         timed(["buildah", "bud", "--layers", "--no-cache", "--pull=never", "-q", "-t", name,
                "--iidfile", str(iid), str(context)])  # fmt: skip
-        # by ID: pushed by name, the archive would carry buildah's name into the engine too
+        # by ID: pushed by name, the archive would carry buildah's name into the engine too;
+        # through a pipe that `docker load` reads while buildah writes, as ours goes
         image_id = iid.read_text().strip().removeprefix("sha256:")
-        timed(["buildah", "push", "--quiet", image_id, f"docker-archive:{archive}:{tag}"])
-        timed(["docker", "load", "-q", "-i", str(archive)])
+        timed(["bash", "-c", 'set -o pipefail; buildah push --quiet "$0" '
+               '"docker-archive:/dev/fd/3:$1" 3>&1 >/dev/null | docker load -q',
+               image_id, tag])  # fmt: skip
         return time.perf_counter() - start
     finally:
-        archive.unlink(missing_ok=True)
         iid.unlink(missing_ok=True)
         subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
 

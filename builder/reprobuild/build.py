@@ -404,10 +404,8 @@ def _into_engine(
             return
     except (EngineError, OSError) as exc:
         log(f"loading only the new layers did not work ({exc}); loading the whole image")
-    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("load")) as tmp:
-        archive = Path(tmp) / "image.tar"
-        buildah.push(image_id, f"docker-archive:{archive}:{name}", log=log)
-        engine.load(archive)
+    with buildah.archive_stream(image_id, name) as chunks:
+        engine.load(chunks)
 
 
 def _load_new_layers(

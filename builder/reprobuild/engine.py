@@ -268,16 +268,19 @@ class Engine:
         except (docker.errors.DockerException, requests.RequestException) as exc:
             raise EngineError(f"cannot save image {image!r}: {_short(exc)}") from None
 
-    def load(self, archive: Path) -> None:
-        """``docker load`` of a docker-archive file, into the engine this client talks to
-        (``DOCKER_HOST`` included)."""
+    def load(self, archive: Path | Iterable[bytes]) -> None:
+        """``docker load`` of a docker-archive, into the engine this client talks to
+        (``DOCKER_HOST`` included): a file, or chunks of one as they are written (sent
+        chunked, so the engine reads while the writer writes)."""
+        what = archive.name if isinstance(archive, Path) else "the image archive"
         try:
-            with archive.open("rb") as data:
-                self.client.images.load(data)
+            if isinstance(archive, Path):
+                with archive.open("rb") as data:
+                    self.client.images.load(data)
+            else:
+                self.client.images.load(archive)
         except (OSError, docker.errors.DockerException, requests.RequestException) as exc:
-            raise EngineError(
-                f"cannot load {archive.name} into the engine: {_short(exc)}"
-            ) from None
+            raise EngineError(f"cannot load {what} into the engine: {_short(exc)}") from None
 
     def entrypoint_of(self, image: str) -> tuple[str, ...]:
         """The image's ENTRYPOINT as configured (empty when it has none)."""
