@@ -404,8 +404,15 @@ def _into_engine(
             return
     except (EngineError, OSError) as exc:
         log(f"loading only the new layers did not work ({exc}); loading the whole image")
-    with buildah.archive_stream(image_id, name) as chunks:
-        engine.load(chunks)
+    try:
+        with buildah.archive_stream(image_id, name) as chunks:
+            engine.load(chunks)
+    except BaseException:
+        # The load names the image as it registers it: a push that failed after the archive
+        # was whole, or Ctrl-C right after the load, must not leave the tag on it.
+        if engine.image_id(name) == f"sha256:{image_id}":
+            engine.untag(name)
+        raise
 
 
 def _load_new_layers(

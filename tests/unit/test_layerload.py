@@ -176,6 +176,55 @@ class _Engine:
     def load(self, archive: Iterable[bytes]) -> None:
         self.calls.append(("load", b"".join(archive)))
 
+    def untag(self, ref: str) -> None:
+        self.calls.append(("untag", ref))
+
+
+class _LoadingEngine(_Engine):
+    """An engine whose load registers the image under its name, as docker load does."""
+
+    def __init__(self, image: str, name: str) -> None:
+        super().__init__()
+        self.image, self.name, self.names = image, name, dict[str, str]()
+
+    def image_id(self, ref: str) -> str | None:
+        self.calls.append(("image_id", ref))
+        return self.names.get(ref)
+
+    def load(self, archive: Iterable[bytes]) -> None:
+        super().load(archive)
+        self.names[self.name] = self.image
+
+
+@pytest.mark.parametrize(
+    "fault", [EngineError("buildah push failed: exit 125"), KeyboardInterrupt()]
+)
+def test_a_push_that_fails_after_the_load_leaves_no_tag(
+    monkeypatch: pytest.MonkeyPatch, fault: BaseException
+) -> None:
+    from reprobuild import build, buildah
+
+    @contextlib.contextmanager
+    def archive_stream(image: str, name: str, **options: object) -> Iterator[Iterator[bytes]]:
+        yield iter([b"the whole archive"])
+        raise fault  # buildah's exit status, read after the engine loaded the archive
+
+    monkeypatch.setattr(buildah, "archive_stream", archive_stream)
+    monkeypatch.setattr(build, "_load_new_layers", lambda *a, **k: False)
+    image = "1" * 64
+    engine = _LoadingEngine(f"sha256:{image}", "team/app:v1")
+    with pytest.raises(type(fault)):
+        build._into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+    assert ("load", b"the whole archive") in engine.calls
+    assert engine.calls[-1] == ("untag", "team/app:v1")
+
+    # a load that failed (the name is not on this image): the tag is not touched
+    engine = _LoadingEngine(f"sha256:{image}", "team/app:v1")
+    engine.load = lambda archive: (_ for _ in ()).throw(EngineError("cannot load"))  # type: ignore[method-assign]
+    with pytest.raises(EngineError):
+        build._into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+    assert not any(call[0] == "untag" for call in engine.calls)
+
 
 def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     monkeypatch: pytest.MonkeyPatch,
