@@ -388,9 +388,10 @@ def _into_engine(
     engine: Engine, image_id: str, name: str, log: Log, *, lock: str, base: ImageRef
 ) -> None:
     """Load a buildah image into the engine under ``name``, keeping its image ID. Through a
-    docker-archive file and the engine's API, not buildah's ``docker-daemon:`` transport: that
-    one always dials /var/run/docker.sock and ignores ``DOCKER_HOST`` (a rootless or remote
-    engine, a second daemon), so the image would land in another engine than the one used.
+    docker-archive streamed to the engine's API (:func:`buildah.archive_stream`), not buildah's
+    ``docker-daemon:`` transport: that one always dials /var/run/docker.sock and ignores
+    ``DOCKER_HOST`` (a rootless or remote engine, a second daemon), so the image would land in
+    another engine than the one used.
 
     An engine that already holds the image (the same ID: the same config, so the same layers
     by their digests) only gets the tag: a rebuild of an unchanged project skips the archive

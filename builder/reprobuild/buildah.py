@@ -250,8 +250,10 @@ def archive_stream(
 
         with os.fdopen(read_end, "rb") as reader:
             try:
-                yield iter(lambda: reader.read1(chunk), b"")
-                reader.read()  # whatever the load left (it stops at the archive's end)
+                chunks = iter(lambda: reader.read1(chunk), b"")
+                yield chunks
+                for _ in chunks:  # whatever the load left, a chunk at a time (never all at once)
+                    pass
                 proc.wait()
             except BaseException:
                 failed = None
