@@ -12,7 +12,13 @@ entrypoint does not ``exec``; it forks:
   process group, reaps every child that exits (``waitpid(-1)``), and when the command exits,
   reaps what is left and exits with its status: the exit code, or 128 + the signal number.
 
-The signals are blocked across ``fork`` so none is lost or handled by the wrong process.
+The parent never handles a signal asynchronously: it keeps the forwarded signals and SIGCHLD
+blocked and takes them one at a time with ``sigwaitinfo`` (as tini does). A Python handler
+runs only between bytecodes, so a signal that lands after the interpreter's last check and
+before a blocking ``waitpid`` would wait for the next child to exit (``docker stop`` would
+then SIGKILL a job that had a SIGTERM handler to save its checkpoint); a blocked signal stays
+pending until ``sigwaitinfo`` takes it, so none is late or lost. The child restores the mask
+it inherited before it ``exec``s.
 Outside PID 1 the same loop runs when forced (``REPROBUILD_FORCE_INIT=1``, for tests); it then
 also makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``), so orphans come to it as they
 would to PID 1.
@@ -24,8 +30,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from types import FrameType
+from collections.abc import Sequence
 
 from reprobuild_entrypoint.launch import exec_command
 
@@ -88,23 +93,26 @@ def _take_terminal() -> None:
         pass
 
 
-def _forwarder(child: int) -> Callable[[int, FrameType | None], None]:
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        RECEIVED.append(signum)
-        try:
-            os.killpg(child, signum)
-        except OSError:  # the group is gone, or not made yet: the child itself
-            with contextlib.suppress(OSError):
-                os.kill(child, signum)
-
-    return forward
+def _forward(child: int, signum: int) -> None:
+    RECEIVED.append(signum)
+    try:
+        os.killpg(child, signum)
+    except OSError:  # the group is gone, or not made yet: the child itself
+        with contextlib.suppress(OSError):
+            os.kill(child, signum)
 
 
 def supervise(command: Sequence[str]) -> int:
     """Run ``command`` as our child and act as its init; returns its exit status."""
     if os.getpid() != 1:
         become_subreaper()
-    saved_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    waited = {*FORWARDED, signal.SIGCHLD}
+    saved_mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    # no handlers: blocked, they wait for sigwaitinfo (the kernel queues a blocked signal even
+    # for PID 1). SIGCHLD too: an inherited SIG_IGN would have the kernel reap our children
+    # before we learn their status
+    for signum in waited:
+        signal.signal(signum, signal.SIG_DFL)
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
@@ -112,21 +120,29 @@ def supervise(command: Sequence[str]) -> int:
         _child(command, saved_mask)
     with contextlib.suppress(OSError):  # the child does it too; whoever is first wins
         os.setpgid(child, child)
-    forward = _forwarder(child)
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
-    signal.pthread_sigmask(signal.SIG_SETMASK, saved_mask)
-    status = 1
-    while True:
-        try:
-            pid, wait_status = os.waitpid(-1, 0)
-        except ChildProcessError:  # pragma: no cover - the command is our child until it exits
-            break
-        if pid == child:
-            status = exit_status(wait_status)
-            break
+    status = _reap(child)
+    while status is None:
+        signum = signal.sigwaitinfo(waited).si_signo
+        if signum == signal.SIGCHLD:
+            status = _reap(child)
+        else:
+            _forward(child, signum)
     _reap_remaining()
     return status
+
+
+def _reap(child: int) -> int | None:
+    """Reap every child that has exited (SIGCHLD coalesces, so one signal may stand for many);
+    the command's exit status once it is among them, else None."""
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:  # pragma: no cover - the command is our child until reaped
+            return 1
+        if pid == 0:
+            return None
+        if pid == child:
+            return exit_status(wait_status)
 
 
 def _reap_remaining() -> None:

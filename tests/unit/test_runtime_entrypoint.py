@@ -302,6 +302,7 @@ PROGRAM = textwrap.dedent(
         sys.exit(7)
 
     signal.signal(signal.SIGTERM, on_term)
+    print("pid", os.getpid(), flush=True)
     read, write = os.pipe()
     if os.fork() == 0:            # a child that orphans a grandchild, then exits
         grandchild = os.fork()
@@ -323,7 +324,11 @@ PROGRAM = textwrap.dedent(
         time.sleep(0.05)
     print("grandchild", state, flush=True)
     print("ready", flush=True)
-    time.sleep(60)
+    # short sleeps, not one sleep(60): Python runs a handler between bytecodes, so a SIGTERM
+    # that lands after the interpreter's last check and before the sleep's syscall would
+    # wait out the whole sleep (this test once hung on it in CI)
+    for _ in range(600):
+        time.sleep(0.1)
     """
 )
 
@@ -341,6 +346,16 @@ def start_supervised(
         text=True,
         start_new_session=True,
     )
+
+
+def signal_mask(pid: int, field: str = "SigBlk") -> set[int]:
+    """A signal set of ``pid`` from /proc/PID/status (a hex bit mask): ``SigBlk`` the blocked
+    signals, ``SigCgt`` those with a handler."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(
+        next(line for line in status.splitlines() if line.startswith(f"{field}:")).split()[1], 16
+    )
+    return {signum for signum in range(1, 65) if mask >> (signum - 1) & 1}
 
 
 def wait_for_ready(proc: subprocess.Popen[str]) -> list[str]:
@@ -364,10 +379,16 @@ def test_forced_init_forwards_sigterm_and_reaps_orphans(tmp_path: Path) -> None:
     try:
         lines = wait_for_ready(proc)
         assert "grandchild gone" in lines, lines  # reaped, not left a zombie ("Z")
+        program = int(lines[0].split()[-1])
+        init_caught, program_blocked = signal_mask(proc.pid, "SigCgt"), signal_mask(program)
         proc.send_signal(signal.SIGTERM)  # what `docker stop` sends to PID 1
         out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
+    # init takes its signals with sigwaitinfo, so it has no handler that could run late; the
+    # program gets back the mask init started with, so its own handlers run
+    assert not init_caught & {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+    assert not program_blocked & {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
     assert out.strip() == "handled 15", (out, err)
     assert proc.returncode == 7, (out, err)  # the program's own exit status
     assert "running as init" in err
