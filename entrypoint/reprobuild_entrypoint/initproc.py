@@ -111,8 +111,8 @@ def supervise(command: Sequence[str]) -> int:
     # no handlers: blocked, they wait for sigwaitinfo (the kernel queues a blocked signal even
     # for PID 1). SIGCHLD too: an inherited SIG_IGN would have the kernel reap our children
     # before we learn their status
-    for signum in waited:
-        signal.signal(signum, signal.SIG_DFL)
+    for waited_signal in waited:
+        signal.signal(waited_signal, signal.SIG_DFL)
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
