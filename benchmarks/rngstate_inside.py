@@ -5,7 +5,10 @@ when installed), or directly under the runtime: ``python benchmarks/rngstate_ins
 For three torch models (the digits MLP of the tests, about 5 k parameters, a 1 M-parameter MLP,
 and a 25 M-parameter one, the size of a ResNet-50) it times, in the same process:
 ``torch.save(model.state_dict())`` to a file, capture, restore, and capture + restore as a
-share of that save time (goal: under 5%). Prints one JSON line.
+share of that save time (goal: under 5%). With ``--keras`` it also times a Keras program's own
+checkpoint, ``model.save_weights()`` (what ``ModelCheckpoint(save_weights_only=True)``
+writes), of Keras models of the same three sizes: a program that loads TensorFlow saves its
+model that way, not with ``torch.save``. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -37,6 +40,26 @@ def median_ms(action: Callable[[], object]) -> float:
     return statistics.median(times)
 
 
+KERAS_SIZES = {
+    "keras_mlp_5k": (64, 64),
+    "keras_mlp_1m": (1000, 1000),
+    "keras_mlp_25m": (5000, 5000),
+}
+"""The torch MLPs' shapes (inputs, hidden width; 10 outputs), as Keras models."""
+
+
+def keras_mlp(inputs: int, width: int) -> object:
+    import keras
+
+    return keras.Sequential(
+        [
+            keras.Input((inputs,)),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
+
+
 def main() -> None:
     models = {
         "digits_mlp_5k": nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)),
@@ -61,16 +84,26 @@ def main() -> None:
     capture = median_ms(lambda: capture_rng_state(epochs_done=1, models=keras_models))
     restore = median_ms(lambda: restore_rng_state(state, models=keras_models))
     out["capture_ms"], out["restore_ms"] = capture, restore
+
+    def share(parameters: int, save: float, key: str = "torch_save_ms") -> dict[str, object]:
+        return {
+            "parameters": parameters,
+            key: save,
+            "capture_share": capture / save,
+            "capture_and_restore_share": (capture + restore) / save,
+        }
+
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "ckpt.pt")
         for name, model in models.items():
             save = median_ms(lambda m=model: torch.save(m.state_dict(), path))
-            out[name] = {
-                "parameters": sum(p.numel() for p in model.parameters()),
-                "torch_save_ms": save,
-                "capture_share": capture / save,
-                "capture_and_restore_share": (capture + restore) / save,
-            }
+            out[name] = share(sum(p.numel() for p in model.parameters()), save)
+        if keras_models:
+            path = os.path.join(folder, "ckpt.weights.h5")
+            for name, (inputs, width) in KERAS_SIZES.items():
+                model = keras_mlp(inputs, width)
+                save = median_ms(lambda m=model: m.save_weights(path))
+                out[name] = share(model.count_params(), save, "keras_save_weights_ms")
     print(json.dumps(out))
 
 
