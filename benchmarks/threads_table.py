@@ -13,6 +13,10 @@ workloads/keras_lstm.py) run in these configurations:
   numerical reproducibility off), to see what that costs and whether the bits still repeat;
 - ``strict-nofill`` (torch only): strict with ``fill_uninitialized_memory`` off, to see what
   that part of torch's deterministic mode costs;
+- ``off-mklfixed`` (torch only): ``off`` with ``MKL_DYNAMIC=FALSE``, as strict sets it (and as
+  ``torch.set_num_threads``, which strict calls, forces). ``off`` leaves oneMKL's dynamic
+  adjustment on, and oneMKL then may run fewer threads than it was given: this row tells the
+  cost of strict from the cost of oneMKL really running the thread count it was given;
 
 each at the runtime's default thread count, at the container's CPU count and at 1, plus
 ``auto`` (no count set: each framework picks its own) for bare and off. In ``off`` and bare
@@ -91,7 +95,7 @@ def wait_quiet() -> float:
 @dataclass(frozen=True)
 class Config:
     script: str  # a workload's name, or a path in the image (the determinism suite's scripts)
-    mode: str  # bare | off | strict | strict-eigen | strict-nofill | strict-nocnr
+    mode: str  # bare | off | off-mklfixed | strict | strict-eigen | strict-nofill | strict-nocnr
     threads: int | None  # None: auto (bare and off only) / the runtime's default (strict)
     label_threads: str  # "auto", "default", "nproc" or "1"
     isa: str | None = None  # ONEDNN_MAX_CPU_ISA, for the determinism probes
@@ -119,8 +123,10 @@ def configs(
     counts = [(label, count) for label, count in counts if label in only]
     out: list[Config] = []
     for script in scripts:
-        extra = ["strict-eigen"] if script == "keras_lstm" else ["strict-nofill", "strict-nocnr"]
-        modes = ["bare", "off", "strict", *extra]
+        if script == "keras_lstm":
+            modes = ["bare", "off", "strict", "strict-eigen"]
+        else:
+            modes = ["bare", "off", "off-mklfixed", "strict", "strict-nofill", "strict-nocnr"]
         for label, count in counts:
             for mode in modes:
                 if label != "auto" or mode in ("bare", "off"):
@@ -201,14 +207,16 @@ class Runner:
         env = dict(QUIET)
         if config.isa:
             env["ONEDNN_MAX_CPU_ISA"] = config.isa
-        if config.mode in ("bare", "off"):
+        if config.mode in ("bare", "off", "off-mklfixed"):
             env["BENCH_SEED"] = "0"  # the runtime's seed in strict: the same trajectory
             if config.threads is not None:
                 env["BENCH_THREADS"] = str(config.threads)
         if config.mode.startswith("strict") and config.label_threads != "default":
             env["REPRO_THREADS"] = str(config.threads)
-        if config.mode == "off":
+        if config.mode in ("off", "off-mklfixed"):
             env["REPRO_DETERMINISM"] = "off"
+        if config.mode == "off-mklfixed":
+            env["BENCH_MKL_FIXED"] = "1"
         if config.mode == "strict-eigen":
             env["TF_ENABLE_ONEDNN_OPTS"] = "0"
         if config.mode == "strict-nofill":
@@ -375,6 +383,11 @@ def summarise(
                 r[f"strict-nofill/strict @{t}"] = ratio(script, f"strict-nofill {t}", f"strict {t}")
                 r[f"strict-nocnr/off @{t}"] = ratio(script, f"strict-nocnr {t}", f"off {t}")
                 r[f"strict-nocnr/strict @{t}"] = ratio(script, f"strict-nocnr {t}", f"strict {t}")
+                r[f"off-mklfixed/off @{t}"] = ratio(script, f"off-mklfixed {t}", f"off {t}")
+                r[f"strict/off-mklfixed @{t}"] = ratio(script, f"strict {t}", f"off-mklfixed {t}")
+                r[f"strict/off-mklfixed @{t} (CPU time)"] = ratio(
+                    script, f"strict {t}", f"off-mklfixed {t}", "cpu_s"
+                )
             if script == "keras_lstm":
                 r[f"strict-eigen/off @{t}"] = ratio(script, f"strict-eigen {t}", f"off {t}")
                 r[f"strict-eigen/strict @{t}"] = ratio(script, f"strict-eigen {t}", f"strict {t}")
@@ -392,7 +405,15 @@ def summarise(
     for script in SCRIPTS:
         # bare and off runs are seeded by the script (BENCH_SEED): identical runs there mean
         # seeding alone was enough for this script on this host; strict runs are not seeded
-        for mode in ("bare", "off", "strict", "strict-eigen", "strict-nofill", "strict-nocnr"):
+        for mode in (
+            "bare",
+            "off",
+            "off-mklfixed",
+            "strict",
+            "strict-eigen",
+            "strict-nofill",
+            "strict-nocnr",
+        ):
             per_count = {
                 t: rows[f"{script} {mode} {t}"]
                 for t in ("auto", "default", "nproc", "1")
@@ -417,6 +438,18 @@ def summarise(
             rows["keras_lstm strict nproc"]["output"]
             == rows["keras_lstm strict-eigen nproc"]["output"]
         )
+    for t in ("default", "nproc", "1"):
+        fixed, off = rows.get(f"torch_cnn off-mklfixed {t}"), rows.get(f"torch_cnn off {t}")
+        strict = rows.get(f"torch_cnn strict {t}")
+        if fixed and off and strict:
+            # does oneMKL's dynamic adjustment change the bits, and is it all that tells
+            # strict's bits from off's (both train from seed 0)?
+            determinism[f"torch_cnn @{t}: off-mklfixed == off (same bits)"] = (
+                fixed["output"] == off["output"]
+            )
+            determinism[f"torch_cnn @{t}: off-mklfixed == strict (same bits)"] = (
+                fixed["output"] == strict["output"]
+            )
     probe_rows = {label: row for label, row in rows.items() if label.startswith("keras_conv ")}
     if probe_rows:
         determinism["keras_conv (suite) bit_identical_run_to_run"] = {

@@ -9,6 +9,8 @@
   runtime does in strict mode, so that every configuration trains the same trajectory and a
   time ratio compares settings, not two random initialisations (a trajectory with more
   denormal numbers, say, runs slower).
+- ``BENCH_MKL_FIXED=1``: ``MKL_DYNAMIC=FALSE`` and ``OMP_DYNAMIC=FALSE``, as the runtime sets
+  them (an attribution run: ``off`` with oneMKL held to the thread count it was given).
 - ``BENCH_TORCH_NOFILL=1``: strict without ``torch.utils.deterministic.fill_uninitialized_memory``
   (an attribution run: what that setting of the runtime costs).
 """
@@ -27,6 +29,8 @@ THREAD_VARIABLES = (
 _threads = os.environ.get("BENCH_THREADS", "")
 if _threads:
     os.environ.update(dict.fromkeys(THREAD_VARIABLES, _threads))
+if os.environ.get("BENCH_MKL_FIXED") == "1":
+    os.environ.update(MKL_DYNAMIC="FALSE", OMP_DYNAMIC="FALSE")
 
 
 def seed(set_seed: Callable[[int], object]) -> None:
