@@ -33,7 +33,9 @@ Choices, with reasons:
   all x86 CPUs), which hardly matters when GPU kernels already tie results to one architecture.
 - ``MKL_DYNAMIC=FALSE``, ``OMP_DYNAMIC=FALSE``: oneMKL's reproducibility conditions; with
   dynamic adjustment on (oneMKL's default) the library may use fewer threads than it was given,
-  and a different split gives other bits.
+  and a different split gives other bits. Measured for issue 14 (README): with it on, a torch
+  CNN "at 4 threads" on 2 CPUs ran oneMKL at 2 and printed the 2-thread bits; held to 4 it
+  printed the 4-thread bits and ran about 1.10x slower there (4 threads on 2 CPUs).
 - ``TF_ENABLE_ONEDNN_OPTS``: ``1`` (TensorFlow's own default on x86) in strict mode, ``0``
   (Eigen's kernels) in warn mode. Measured for issue 14 (README, "Determinism on CPU by thread
   count"): under op determinism, oneDNN was bit-identical run to run at 4, 2 and 1 threads, and
