@@ -768,8 +768,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_compose(args: argparse.Namespace) -> int:
-    from reprobuild.compose import compose_project, write_output
+    from reprobuild.compose import check_output, compose_project, write_output
 
+    check_output(args.output)
     result = compose_project(
         args.directory,
         gpu=args.gpu,
@@ -786,9 +787,10 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 
 def cmd_k8s(args: argparse.Namespace) -> int:
-    from reprobuild.compose import write_output
+    from reprobuild.compose import check_output, write_output
     from reprobuild.kube import k8s_project
 
+    check_output(args.output)
     text = k8s_project(
         args.directory,
         nodes=args.nodes,

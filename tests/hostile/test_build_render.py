@@ -145,6 +145,21 @@ def _compose_fifo(root: Path, tmp: Path) -> list[str]:
     return ["--image", PINNED, "-o", str(tmp / "compose.yml")]
 
 
+def _compose_over_own(root: Path, tmp: Path) -> list[str]:
+    (tmp / "compose.yml").write_text("services:\n  train:\n    image: hand-written\n")
+    return ["--image", PINNED, "-o", str(tmp / "compose.yml")]
+
+
+def _k8s_over_own(root: Path, tmp: Path) -> list[str]:
+    (tmp / "job.yml").write_text("apiVersion: batch/v1\nkind: Job\n")
+    return ["--nodes", "2", "--image", PINNED, "-o", str(tmp / "job.yml")]
+
+
+def _compose_over_symlink(root: Path, tmp: Path) -> list[str]:
+    (tmp / "compose.yml").symlink_to("/etc/passwd")
+    return ["--image", PINNED, "-o", str(tmp / "compose.yml")]
+
+
 def _compose_dir(root: Path, tmp: Path) -> list[str]:
     return ["--image", PINNED, "-o", str(tmp)]
 
@@ -203,6 +218,9 @@ CASES: dict[str, Case] = {
     ),
     "compose-o-fifo": Case(_compose_fifo, "is not a regular file", "compose"),
     "compose-o-is-dir": Case(_compose_dir, "is a directory", "compose"),
+    "compose-o-hand-written": Case(_compose_over_own, "reprobuild did not write it", "compose"),
+    "compose-o-symlink": Case(_compose_over_symlink, "is a symlink", "compose"),
+    "k8s-o-hand-written": Case(_k8s_over_own, "reprobuild did not write it", "k8s"),
     "compose-o-under-a-file": Case(_compose_under_file, "precious.txt", "compose"),
     "compose-o-empty": Case(_args("-o", ""), "--output is empty", "compose", 2),
     "compose-image-empty": Case(_args("--image", ""), "--image is empty", "compose", 2),
