@@ -113,6 +113,9 @@ def test_nul_bytes_are_refused(option: str, value: str, expected: str) -> None:
         ("missing-dir/deeper/r.json", "cannot write the report"),
         ("a-file.txt/r.json", "cannot write the report"),
         ("a-dir", "is a directory"),
+        ("results.json", "is not a reprobuild verify report"),  # the program's own results
+        ("a-file.txt", "is not a reprobuild verify report"),
+        ("passwd-link", "is a symlink"),
     ],
 )
 def test_unwritable_report_is_found_before_any_run(
@@ -121,6 +124,8 @@ def test_unwritable_report_is_found_before_any_run(
     cwd, reports = workspace
     (reports / "a-file.txt").write_text("x")
     (reports / "a-dir").mkdir()
+    (reports / "results.json").write_text('{"loss": 0.25}\n')
+    (reports / "passwd-link").symlink_to("/etc/passwd")
     marker = cwd.parent / f"ran-{uuid.uuid4().hex[:8]}"
     snap = Snapshot.take([cwd, reports])
     proc = _verify(

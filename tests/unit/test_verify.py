@@ -18,7 +18,7 @@ import pytest
 from reprobuild.cli import build_parser, main
 from reprobuild.compare import Divergence, JsonDifference, numeric_distance
 from reprobuild.engine import Engine
-from reprobuild.errors import ReprobuildError, VerifyError, VerifyUsageError
+from reprobuild.errors import OutputError, ReprobuildError, VerifyError, VerifyUsageError
 from reprobuild.runrecords import RunRecords, compare_run_records
 from reprobuild.verify import (
     DataMount,
@@ -29,6 +29,7 @@ from reprobuild.verify import (
     VerifyReport,
     _DockerLauncher,
     _LocalLauncher,
+    check_writable,
     collect_outputs,
     compare_outputs,
     default_report_path,
@@ -419,6 +420,53 @@ def test_report_describes_the_divergence() -> None:
     ]
     assert "  run records differ at: host.cpu.model" in lines
     assert lines[-1] == "  stopped early: runs killed after 2.5 s"
+
+
+def test_report_path_may_hold_an_earlier_report_or_nothing(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    check_writable(report)  # nothing there
+    report.touch()
+    check_writable(report)
+    report.write_text(sample_report().to_json())
+    check_writable(report)
+    report.write_text(json.dumps({"kind": "reprobuild.verify_resume", "result": "identical"}))
+    check_writable(report)  # a `verify --resume-at` report
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b'{"loss": 0.25}\n', "is not a reprobuild verify report"),  # the program's results
+        (b"root:x:0:0:root:/root:/bin/bash\n", "is not a reprobuild verify report"),
+        (b'{"kind": "reprobuild.run"}', "is not a reprobuild verify report"),
+        (b'[{"kind": "reprobuild.verify"}]', "is not a reprobuild verify report"),
+        (b"\xff\xfe", "is not a reprobuild verify report"),
+        (b"[" * 100_000, "is not a reprobuild verify report"),
+    ],
+    ids=["results", "passwd", "run-record", "list", "not-utf8", "deep"],
+)
+def test_report_path_never_replaces_other_files(
+    tmp_path: Path, content: bytes, expected: str
+) -> None:
+    report = tmp_path / "r.json"
+    report.write_bytes(content)
+    with pytest.raises(OutputError, match=expected) as info:
+        check_writable(report)
+    assert "\n" not in info.value.message
+    assert report.read_bytes() == content
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_report_path_never_replaces_a_symlink_or_a_fifo(tmp_path: Path) -> None:
+    target = tmp_path / "earlier.json"
+    target.write_text(sample_report().to_json())
+    (tmp_path / "link.json").symlink_to(target)
+    with pytest.raises(OutputError, match="is a symlink"):
+        check_writable(tmp_path / "link.json")
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(OutputError, match="is not a regular file"):
+        check_writable(tmp_path / "fifo.json")
 
 
 def test_default_report_path() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -359,6 +360,7 @@ def check_writable(path: Path, *, create_parent: bool = False) -> None:
     try:
         if path.is_dir():
             raise OutputError(f"--report {shown} is a directory: give a file path")
+        _refuse_foreign_report(path, shown)
         if create_parent:
             parent.mkdir(parents=True, exist_ok=True)
         fd, scratch = tempfile.mkstemp(prefix=".reprobuild-verify-check-", dir=parent)
@@ -369,6 +371,43 @@ def check_writable(path: Path, *, create_parent: bool = False) -> None:
         ) from None
     os.close(fd)
     os.unlink(scratch)
+
+
+def _refuse_foreign_report(path: Path, shown: str) -> None:
+    """An existing file at ``path`` is replaced only when it is a verify report (its ``kind``
+    is ``reprobuild.verify...``) or empty: ``--report`` onto the program's own results, or onto
+    /etc/passwd as root, must not replace them after the runs. Symlinks, FIFOs and devices are
+    refused (the rename would replace the link or the device itself)."""
+    hint = "give --report a new file name, or remove the file first"
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise OutputError(f"--report {shown} is a symlink; it replaces only a report", hint=hint)
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"--report {shown} is not a regular file", hint=hint)
+    try:
+        raw = jsonload.read_file(path, f"--report {shown}", error=OutputError, nofollow=True)
+    except OutputError:  # over the limit (or swapped for a FIFO since the lstat)
+        raise OutputError(
+            f"--report {shown} exists and is not a reprobuild verify report (over "
+            f"{jsonload.MAX_DOCUMENT_BYTES >> 20} MiB, or not a regular file)",
+            hint=hint,
+        ) from None
+    if not raw:
+        return
+    try:
+        data = jsonload.loads(raw, f"--report {shown}")
+    except ReprobuildError:
+        data = None
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if not (isinstance(kind, str) and kind.startswith(REPORT_KIND)):
+        raise OutputError(
+            f'--report {shown} exists and is not a reprobuild verify report (no "kind": '
+            f'"{REPORT_KIND}..."); it replaces only a report',
+            hint=hint,
+        )
 
 
 def write_report(path: Path, report: VerifyReport) -> None:
