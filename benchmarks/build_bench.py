@@ -42,9 +42,9 @@ from pathlib import Path
 
 import docker
 
-from reprobuild import buildah
-from reprobuild.config import load_config
-from reprobuild.engine import legacy_buildkit_client
+from reprobuild.backends import buildah
+from reprobuild.backends.engine import legacy_buildkit_client
+from reprobuild.project.config import load_config
 
 HERE = Path(__file__).resolve().parent
 NAIVE = """\

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprobuild.lockfile import load_lock
+from reprobuild.locks.lockfile import load_lock
 
 
 def _hex(*parts: object) -> str:

@@ -526,7 +526,7 @@ def print_table(data: dict[str, Any]) -> None:
 
 
 def default_wheels() -> Path:
-    from reprobuild.wheels import cache_root
+    from reprobuild.locks.wheels import cache_root
 
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}-{platform.machine()}"
     libc, version = platform.libc_ver()

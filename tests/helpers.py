@@ -140,10 +140,10 @@ def fake_manifest(*names: str) -> bytes:
 
 
 class FakeImageEngine:
-    """Stands in for reprobuild.engine.Engine: one image, its labels, CMD and manifest file."""
+    """Stands in for reprobuild.backends.engine.Engine: one image, its labels, CMD, manifest."""
 
     def __init__(self, tag: str, dists: tuple[str, ...], variant: str = "cpu") -> None:
-        from reprobuild.manifest import MANIFEST_LABEL
+        from reprobuild.build.manifest import MANIFEST_LABEL
 
         self.tag = tag
         self.raw = fake_manifest(*dists)

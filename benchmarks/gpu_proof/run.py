@@ -541,7 +541,7 @@ def _from_runtime(done: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], dict[
 
 
 def driver_check(kit: Kit, facts: dict[str, Any], done: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    from reprobuild.stack import reported
+    from reprobuild.bases.gpustack import reported
     from reprobuild_entrypoint import drivercheck
 
     readings = driver_readings()

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reprobuild import __version__
-from reprobuild.builders import BUILDERS
+from reprobuild.backends.builders import BUILDERS
 from reprobuild_entrypoint.settings import MODES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from reprobuild.render import RenderSpec
-    from reprobuild.verify.spec import VerifySpec
+    from reprobuild.build.render import RenderSpec
+    from reprobuild.checks.verify.spec import VerifySpec
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -504,9 +504,9 @@ def _err(line: str) -> None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from reprobuild.context import write_context
-    from reprobuild.plan import make_spec
-    from reprobuild.render import render_context
+    from reprobuild.build.context import write_context
+    from reprobuild.build.plan import make_spec
+    from reprobuild.build.render import render_context
 
     config, spec = make_spec(
         args.directory,
@@ -536,8 +536,8 @@ def _with_local_base_entrypoint(spec: RenderSpec) -> RenderSpec:
     from the base's config: read it when a local engine has the base, else say so."""
     from dataclasses import replace
 
-    from reprobuild.build import base_entrypoint
-    from reprobuild.engine import Engine
+    from reprobuild.backends.engine import Engine
+    from reprobuild.build.image import base_entrypoint
     from reprobuild.errors import EngineError
 
     if spec.base_entrypoint is not None:
@@ -557,7 +557,7 @@ def _with_local_base_entrypoint(spec: RenderSpec) -> RenderSpec:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from reprobuild.build import build_image
+    from reprobuild.build.image import build_image
 
     log = (lambda _: None) if args.quiet or args.json else _err
     result = build_image(
@@ -582,7 +582,7 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    from reprobuild.rebuild import rebuild, render_table
+    from reprobuild.checks.rebuild import rebuild, render_table
 
     log = (lambda _: None) if args.quiet or args.json else _err
     report = rebuild(args.image, args.directory, log=log)
@@ -594,8 +594,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from reprobuild.config import load_config
-    from reprobuild.matrix import dumps, matrix
+    from reprobuild.build.matrix import dumps, matrix
+    from reprobuild.project.config import load_config
 
     document = matrix(load_config(args.directory), trials=args.trials, seed=args.seed)
     print(dumps(document, args.format))
@@ -603,8 +603,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from reprobuild.engine import Engine
-    from reprobuild.imageinfo import read_image
+    from reprobuild.backends.engine import Engine
+    from reprobuild.checks.imageinfo import read_image
 
     info = read_image(Engine(), args.image)
     if args.json:
@@ -628,8 +628,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
+    from reprobuild.bases.registry import resolve
     from reprobuild.errors import UsageError
-    from reprobuild.registry import resolve
 
     usage = "usage: reprobuild resolve REF | reprobuild resolve --refresh NAME [--dry-run]"
     if (args.ref is None) == (args.refresh is None):
@@ -651,8 +651,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 def _refresh(args: argparse.Namespace) -> int:
-    from reprobuild.refresh import refresh_catalog
-    from reprobuild.registry import RegistryClient
+    from reprobuild.bases.refresh import refresh_catalog
+    from reprobuild.bases.registry import RegistryClient
 
     with RegistryClient() as client:
         done = refresh_catalog(args.catalog, args.refresh, client, dry_run=args.dry_run)
@@ -675,9 +675,9 @@ def _refresh(args: argparse.Namespace) -> int:
 
 
 def cmd_bases(args: argparse.Namespace) -> int:
-    from reprobuild import baselock
-    from reprobuild.catalog import load_catalog
-    from reprobuild.config import load_config
+    from reprobuild.bases import baselock
+    from reprobuild.bases.catalog import load_catalog
+    from reprobuild.project.config import load_config
 
     config = load_config(args.directory)
     catalog = load_catalog()
@@ -698,7 +698,7 @@ def _verify_resume(spec: VerifySpec, args: argparse.Namespace, log: Callable[[st
     """``verify --resume-at K``: straight, stopped after epoch K, resumed (verify/resume.py)."""
     import json
 
-    from reprobuild.verify.resume import run_resume_check
+    from reprobuild.checks.verify.resume import run_resume_check
 
     report, path = run_resume_check(
         spec, args.resume_at, report_path=args.report, keep=args.keep, log=log
@@ -712,8 +712,8 @@ def _verify_resume(spec: VerifySpec, args: argparse.Namespace, log: Callable[[st
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from reprobuild.checks.verify import verify, verify_spec_from_args
     from reprobuild.errors import RunFailedError
-    from reprobuild.verify import verify, verify_spec_from_args
 
     spec = verify_spec_from_args(
         args.image,
@@ -757,7 +757,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from reprobuild.diff import diff
+    from reprobuild.checks.diff import diff
 
     result = diff(args.a, args.b)
     if args.json:
@@ -768,7 +768,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_compose(args: argparse.Namespace) -> int:
-    from reprobuild.compose import check_output, compose_project, write_output
+    from reprobuild.cluster.compose import check_output, compose_project, write_output
 
     check_output(args.output)
     result = compose_project(
@@ -787,8 +787,8 @@ def cmd_compose(args: argparse.Namespace) -> int:
 
 
 def cmd_k8s(args: argparse.Namespace) -> int:
-    from reprobuild.compose import check_output, write_output
-    from reprobuild.kube import k8s_project
+    from reprobuild.cluster.compose import check_output, write_output
+    from reprobuild.cluster.k8s import k8s_project
 
     check_output(args.output)
     text = k8s_project(

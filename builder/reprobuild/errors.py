@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from reprobuild.verify import VerifyReport
+    from reprobuild.checks.verify import VerifyReport
 
 
 class ReprobuildError(Exception):

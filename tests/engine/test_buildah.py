@@ -34,7 +34,7 @@ from helpers import (
     run_cli,
     tar_context,
 )
-from reprobuild import leftovers
+from reprobuild._util import leftovers
 
 if TYPE_CHECKING:
     from docker import DockerClient

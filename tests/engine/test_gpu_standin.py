@@ -214,7 +214,7 @@ def test_resolve_refresh_reads_the_standin_from_the_registry(
 ) -> None:
     """A catalog entry with a stale digest and stale versions, refreshed from the loopback
     registry: the digest from the Registry API, the versions from the image's own config."""
-    from reprobuild.catalog import load_catalog, parse_catalog, write_catalog
+    from reprobuild.bases.catalog import load_catalog, parse_catalog, write_catalog
 
     stale = "sha256:" + "00" * 32
     fact = {"value": "0.0", "source": "stale"}

@@ -22,8 +22,8 @@ import pytest
 import requests
 from docker.errors import DockerException
 
+from reprobuild.bases.registry import ACCEPT_MANIFESTS, DOCKER_MANIFEST, OCI_INDEX, RegistryClient
 from reprobuild.errors import RegistryError
-from reprobuild.registry import ACCEPT_MANIFESTS, DOCKER_MANIFEST, OCI_INDEX, RegistryClient
 
 pytestmark = pytest.mark.registry
 

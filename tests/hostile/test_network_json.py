@@ -5,7 +5,7 @@ threaded HTTP server on 127.0.0.1 that misbehaves: trickles, stalls, sends endle
 bodies, malformed JSON, redirect loops, a token realm that stalls. Each must fail within the
 deadline plus a margin, measured here with time.monotonic, with one error line.
 
-JSON cases check the one bounded loader (reprobuild.jsonload) directly, then through
+JSON cases check the one bounded loader (reprobuild._util.jsonload) directly, then through
 ``reprobuild diff`` on files, and through ``reprobuild inspect``/``diff`` on images whose
 manifest file is hostile (built FROM scratch on the real engine, removed afterwards).
 """
@@ -30,7 +30,7 @@ import yaml
 
 from helpers import run_cli
 from hostile_harness import Snapshot, assert_clean_failure
-from reprobuild import jsonload
+from reprobuild._util import jsonload
 from reprobuild.errors import ReprobuildError
 
 DEADLINE = 2.0
@@ -520,9 +520,9 @@ class _StallingImages:
 
 
 def test_base_pull_has_an_overall_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reprobuild.engine import PULL_DEADLINE_ENV, Engine
+    from reprobuild.backends.engine import PULL_DEADLINE_ENV, Engine
+    from reprobuild.bases.refs import parse_ref
     from reprobuild.errors import EngineError
-    from reprobuild.refs import parse_ref
 
     stop = threading.Event()
     client = type("Client", (), {"images": _StallingImages(stop)})()
@@ -540,7 +540,7 @@ def test_base_pull_has_an_overall_deadline(monkeypatch: pytest.MonkeyPatch) -> N
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1"])
 def test_bad_pull_deadline_setting(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    from reprobuild.engine import PULL_DEADLINE_ENV, pull_deadline
+    from reprobuild.backends.engine import PULL_DEADLINE_ENV, pull_deadline
     from reprobuild.errors import EngineError
 
     monkeypatch.setenv(PULL_DEADLINE_ENV, value)
@@ -551,7 +551,7 @@ def test_bad_pull_deadline_setting(monkeypatch: pytest.MonkeyPatch, value: str) 
 @pytest.mark.engine
 @pytest.mark.registry
 def test_container_wait_has_a_deadline(docker_client: Any, base_ref: str) -> None:
-    from reprobuild.engine import Engine
+    from reprobuild.backends.engine import Engine
     from reprobuild.errors import EngineError
 
     snap = Snapshot.take([], docker_client)

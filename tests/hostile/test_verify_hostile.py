@@ -24,17 +24,17 @@ import pytest
 
 from helpers import run_cli
 from hostile_harness import Snapshot, assert_clean_failure
-from reprobuild.compare import Divergence
-from reprobuild.errors import VerifyUsageError
-from reprobuild.runrecords import MAX_DEPTH, compare_run_records, read_run_dir
-from reprobuild.verify import (
+from reprobuild.checks.runrecords import MAX_DEPTH, compare_run_records, read_run_dir
+from reprobuild.checks.streams import Divergence
+from reprobuild.checks.verify import (
     FileDigest,
     UnsafeOutputError,
     collect_outputs,
     file_divergence,
     verify_spec_from_args,
 )
-from reprobuild.verify.run import _killed_how
+from reprobuild.checks.verify.run import _killed_how
+from reprobuild.errors import VerifyUsageError
 
 OWNER_LABEL = "io.reprobuild.owner"
 
@@ -207,7 +207,7 @@ def test_links_inside_a_declared_directory_are_skipped(workspace: tuple[Path, Pa
 def test_collect_outputs_refuses_too_many_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reprobuild.verify.outputs as outputs
+    import reprobuild.checks.verify.outputs as outputs
 
     monkeypatch.setattr(outputs, "MAX_OUTPUT_FILES", 10)
     (tmp_path / "many").mkdir()
@@ -221,7 +221,7 @@ def test_collect_outputs_refuses_too_many_files(
 def test_collect_outputs_refuses_a_huge_file_before_reading_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import reprobuild.verify.outputs as outputs
+    import reprobuild.checks.verify.outputs as outputs
 
     monkeypatch.setattr(outputs, "MAX_FILE_BYTES", 1 << 20)
     with (tmp_path / "big.bin").open("wb") as fh:

@@ -2,7 +2,7 @@
 
 - The in-image runtime (reprobuild_entrypoint) uses the standard library only and never
   imports reprobuild: it is copied into images that have neither.
-- engine.py is the only module that imports the Docker SDK (others may name its types under
+- backends/engine.py is the only module that imports the Docker SDK (others may name its types under
   TYPE_CHECKING only).
 - The CLI loads neither docker nor requests before a command needs them, so
   ``reprobuild --help`` and ``--version`` stay fast and work without them.
@@ -128,19 +128,19 @@ def test_runtime_imports_only_the_standard_library(path: Path) -> None:
 
 @pytest.mark.parametrize("path", _modules(BUILDER), ids=lambda p: p.name)
 def test_only_engine_imports_docker(path: Path) -> None:
-    if path == BUILDER / "engine.py":
+    if path == BUILDER / "backends" / "engine.py":
         return
     bad = [
         f"{path.name}:{i.line}: {i.module}"
         for i in imports_of(path, BUILDER)
         if i.top == "docker" and not i.type_checking
     ]
-    assert not bad, "only reprobuild/engine.py imports the Docker SDK: " + ", ".join(bad)
+    assert not bad, "only reprobuild/backends/engine.py imports the Docker SDK: " + ", ".join(bad)
 
 
 def test_engine_is_where_docker_is_imported() -> None:
-    """The contract above is about a real import: engine.py does hold it."""
-    assert any(i.top == "docker" for i in imports_of(BUILDER / "engine.py", BUILDER))
+    """The contract above is about a real import: backends/engine.py does hold it."""
+    assert any(i.top == "docker" for i in imports_of(BUILDER / "backends" / "engine.py", BUILDER))
 
 
 def test_cli_does_not_import_docker_or_the_engine_at_module_level() -> None:
@@ -149,7 +149,7 @@ def test_cli_does_not_import_docker_or_the_engine_at_module_level() -> None:
         for i in imports_of(BUILDER / "cli.py", BUILDER)
         if i.module_level
         and not i.type_checking
-        and (i.top in {"docker", "requests"} or i.within("reprobuild.engine"))
+        and (i.top in {"docker", "requests"} or i.within("reprobuild.backends.engine"))
     ]
     assert not bad, "cli.py loads these lazily, inside the command that needs them: " + str(bad)
 
@@ -179,7 +179,7 @@ def test_help_and_version_do_not_load_docker_or_requests(args: list[str]) -> Non
 
 # Each shared value is written once, in the module named here; the others import it.
 OWNERS = {
-    "io.reprobuild.manifest.sha256": BUILDER / "manifest.py",
+    "io.reprobuild.manifest.sha256": BUILDER / "build" / "manifest.py",
     "/opt/reprobuild/manifest.json": RUNTIME / "__init__.py",
 }
 
@@ -204,7 +204,7 @@ def test_shared_value_has_one_owner(value: str) -> None:
 def test_determinism_modes_and_seed_range_are_the_runtimes() -> None:
     from typing import get_args
 
-    from reprobuild import config
+    from reprobuild.project import config
     from reprobuild_entrypoint import settings
 
     assert config.MODES is settings.MODES and config.SEED_MAX is settings.SEED_MAX

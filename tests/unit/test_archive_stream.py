@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild import buildah
+from reprobuild.backends import buildah
 from reprobuild.errors import EngineError
 
 FAKE = """#!/bin/sh

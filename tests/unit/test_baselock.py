@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild import baselock
-from reprobuild.catalog import Catalog, load_catalog
+from reprobuild.bases import baselock
+from reprobuild.bases.catalog import Catalog, load_catalog
+from reprobuild.bases.refs import parse_ref
+from reprobuild.build.plan import make_spec
 from reprobuild.cli import main
 from reprobuild.errors import CatalogError
-from reprobuild.plan import make_spec
-from reprobuild.refs import parse_ref
 
 NAME = "python-3.11-slim-bookworm"
 OTHER = "sha256:" + "ee" * 32

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from reprobuild import buildah
-from reprobuild.build import choose_builder
+from reprobuild.backends import buildah
+from reprobuild.build.image import choose_builder
 
 
 class FakeEngine:

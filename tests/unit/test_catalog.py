@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reprobuild.catalog import (
+from reprobuild.bases.catalog import (
     SCHEMA_VERSION,
     BaseEntry,
     Catalog,
@@ -24,8 +24,8 @@ from reprobuild.catalog import (
     schema,
     write_catalog,
 )
+from reprobuild.bases.refs import parse_pinned, parse_ref
 from reprobuild.errors import CatalogError, ImageRefError
-from reprobuild.refs import parse_pinned, parse_ref
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32

@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from reprobuild import compose, verify
+from reprobuild.build.plan import make_spec, project_tag
+from reprobuild.checks import verify
 from reprobuild.cli import main
-from reprobuild.compose import (
+from reprobuild.cluster import compose
+from reprobuild.cluster.compose import (
     IMAGE_PLACEHOLDER,
     ComposeSpec,
     compose_project,
@@ -37,7 +39,6 @@ from reprobuild.errors import (
     OutputError,
     ReprobuildError,
 )
-from reprobuild.plan import make_spec, project_tag
 
 TESTS = Path(__file__).parent.parent
 REPO = TESTS.parent
@@ -53,7 +54,7 @@ def load(text: str) -> dict[str, Any]:
 
 
 class FakeEngine:
-    """Stands in for reprobuild.engine.Engine: images by reference, as inspect returns them."""
+    """Stands in for reprobuild.backends.engine.Engine: images by reference, as inspected."""
 
     def __init__(self, images: dict[str, dict[str, Any]]) -> None:
         self.images = images
@@ -75,7 +76,7 @@ def attrs(
 
 
 def tiny_tag(gpu: bool = False) -> str:
-    from reprobuild.config import load_config
+    from reprobuild.project.config import load_config
 
     return project_tag(load_config(TINY), gpu=gpu)
 
@@ -234,7 +235,7 @@ def test_unbuilt_image_names_the_tag_and_the_build_command() -> None:
 
 
 def test_default_tag_is_the_one_reprobuild_image_gives() -> None:
-    from reprobuild.plan import spec_tag
+    from reprobuild.build.plan import spec_tag
 
     _, spec = make_spec(TINY)
     assert tiny_tag() == spec_tag(spec)
@@ -288,7 +289,7 @@ def test_write_output_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     def broken(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("reprobuild.fsutil.os.replace", broken)
+    monkeypatch.setattr("reprobuild._util.fsutil.os.replace", broken)
     with pytest.raises(OutputError, match=r"cannot write .*No space left"):
         write_output("new\n", out)
     assert out.read_text() == old
@@ -434,8 +435,8 @@ def test_compose_file_matches_golden(path: Path) -> None:
 def test_variant_selects_the_matrix_image_and_its_kind() -> None:
     """--variant NAME looks up the tag `reprobuild image --variant NAME` gives; a GPU variant
     gets the GPU reservation without --gpu."""
-    from reprobuild.lockfile import load_lock
-    from reprobuild.plan import spec_tag
+    from reprobuild.build.plan import spec_tag
+    from reprobuild.locks.lockfile import load_lock
 
     matrix = TINY.parent / "matrix"
     six = (

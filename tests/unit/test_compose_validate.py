@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprobuild.compose import ComposeSpec, document, render
+from reprobuild.cluster.compose import ComposeSpec, document, render
 
 TESTS = Path(__file__).parent.parent
 REPO = TESTS.parent
@@ -133,7 +133,7 @@ def test_env_values_survive_interpolation(tmp_path: Path, nodes: bool) -> None:
     """``--env`` values YAML or compose could misread pass `config` and come back the same
     (docker-compose 1.29 prints them with `$` still escaped as `$$`)."""
     from helpers import TRICKY_ENV_VALUES
-    from reprobuild.nodes import JobShape
+    from reprobuild.cluster.nodes import JobShape
 
     env = (*TRICKY_ENV_VALUES.items(), ("REPRO_THREADS", "3"))
     shape = JobShape(2, 1) if nodes else None

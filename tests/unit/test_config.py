@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprobuild.config import KEYS, SEED_MAX, ProjectConfig, load_config
 from reprobuild.errors import ConfigError
+from reprobuild.project.config import KEYS, SEED_MAX, ProjectConfig, load_config
 
 MINIMAL = "name: demo\nlock: requirements.lock\nbase:\n  cpu: python-3.11-slim-bookworm\n"
 PINNED = "registry.example.com:5000/team/base:1@sha256:" + "ab" * 32

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild.config import load_config
-from reprobuild.context import MARKER, write_context, write_tree
+from reprobuild._util.fsutil import replace_dir, write_atomic
+from reprobuild.build.context import MARKER, write_context, write_tree
+from reprobuild.build.plan import app_files, source_date_epoch
+from reprobuild.build.render import FileEntry
 from reprobuild.errors import ConfigError, OutputError, ReprobuildError
-from reprobuild.fsutil import replace_dir, write_atomic
-from reprobuild.plan import app_files, source_date_epoch
-from reprobuild.render import FileEntry
+from reprobuild.project.config import load_config
 
 EPOCH = 1234567890
 FILES = {

@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 
 from helpers import DATA
-from reprobuild.cli import main
-from reprobuild.diff import (
+from reprobuild.checks.diff import (
     _cudnn,
     compare,
     from_document,
@@ -31,6 +30,7 @@ from reprobuild.diff import (
     load,
     load_image,
 )
+from reprobuild.cli import main
 from reprobuild.errors import DiffInputError
 
 DIFF = DATA / "diff"

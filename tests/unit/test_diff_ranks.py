@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reprobuild.diff import diff
+from reprobuild.checks.diff import diff
 
 DATA = Path(__file__).parent.parent / "data" / "diff"
 

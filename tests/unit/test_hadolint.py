@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from reprobuild.build.render import render_stamp
 from reprobuild.cli import main
-from reprobuild.config import load_config
-from reprobuild.render import render_stamp
+from reprobuild.project.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / ".hadolint.yaml"

@@ -15,10 +15,9 @@ import yaml
 
 from helpers import FAKE_ID as ID
 from helpers import FakeImageEngine as FakeEngine
+from reprobuild.build.plan import project_tag
 from reprobuild.cli import main
-from reprobuild.config import load_config
-from reprobuild.errors import ImageRefError, ReprobuildError
-from reprobuild.kube import (
+from reprobuild.cluster.k8s import (
     KUBERNETES_VERSION,
     KubeSpec,
     default_name,
@@ -26,8 +25,9 @@ from reprobuild.kube import (
     k8s_project,
     render,
 )
-from reprobuild.nodes import JobShape
-from reprobuild.plan import project_tag
+from reprobuild.cluster.nodes import JobShape
+from reprobuild.errors import ImageRefError, ReprobuildError
+from reprobuild.project.config import load_config
 
 DIGEST = "sha256:" + "cd" * 32
 TINY = Path(__file__).parent.parent / "data" / "projects" / "tiny"

@@ -1,5 +1,5 @@
-"""The incremental load of a buildah image (reprobuild.layerload), without buildah: the held
-prefix, the one-push registry spoken to over real HTTP as a push speaks it (HEAD, POST, a
+"""The incremental load of a buildah image (reprobuild.backends.layerload), without buildah: the
+held prefix, the one-push registry spoken to over real HTTP as a push speaks it (HEAD, POST, a
 chunked PATCH, PUT with the digest, the manifest), and the archive `docker load` reads. The
 real push and load are in tests/engine/test_buildah.py."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild import layerload
+from reprobuild.backends import layerload
+from reprobuild.bases.refs import parse_ref
 from reprobuild.errors import EngineError
-from reprobuild.refs import parse_ref
 
 A, B, C, D = (f"sha256:{c * 64}" for c in "abcd")
 
@@ -202,7 +202,8 @@ class _LoadingEngine(_Engine):
 def test_a_push_that_fails_after_the_load_leaves_no_tag(
     monkeypatch: pytest.MonkeyPatch, fault: BaseException
 ) -> None:
-    from reprobuild import build, buildah
+    from reprobuild.backends import buildah
+    from reprobuild.build import image as build_image
 
     @contextlib.contextmanager
     def archive_stream(image: str, name: str, **options: object) -> Iterator[Iterator[bytes]]:
@@ -210,11 +211,11 @@ def test_a_push_that_fails_after_the_load_leaves_no_tag(
         raise fault  # buildah's exit status, read after the engine loaded the archive
 
     monkeypatch.setattr(buildah, "archive_stream", archive_stream)
-    monkeypatch.setattr(build, "_load_new_layers", lambda *a, **k: False)
+    monkeypatch.setattr(build_image, "_load_new_layers", lambda *a, **k: False)
     image = "1" * 64
     engine = _LoadingEngine(f"sha256:{image}", "team/app:v1")
     with pytest.raises(type(fault)):
-        build._into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+        build_image._into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
     assert ("load", b"the whole archive") in engine.calls
     assert engine.calls[-1] == ("untag", "team/app:v1")
 
@@ -222,14 +223,15 @@ def test_a_push_that_fails_after_the_load_leaves_no_tag(
     engine = _LoadingEngine(f"sha256:{image}", "team/app:v1")
     engine.load = lambda archive: (_ for _ in ()).throw(EngineError("cannot load"))  # type: ignore[method-assign]
     with pytest.raises(EngineError):
-        build._into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+        build_image._into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
     assert not any(call[0] == "untag" for call in engine.calls)
 
 
 def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from reprobuild import build, buildah
+    from reprobuild.backends import buildah
+    from reprobuild.build import image as build_image
 
     pushed: list[tuple[str, str]] = []
 
@@ -243,9 +245,9 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     def broken(*args: object, **kwargs: object) -> bool:
         raise EngineError("the engine did not get sha256:0000 under team/app:v1")
 
-    monkeypatch.setattr(build, "_load_new_layers", broken)
+    monkeypatch.setattr(build_image, "_load_new_layers", broken)
     engine, said = _Engine(), list[str]()
-    build._into_engine(engine, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
+    build_image._into_engine(engine, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
     assert said == [
         "loading only the new layers did not work (the engine did not get sha256:0000 under "
         "team/app:v1); loading the whole image"
@@ -256,5 +258,5 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     # an engine that holds the image: only the tag, nothing pushed or loaded
     pushed.clear()
     held = _Engine(holds=True)
-    build._into_engine(held, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
+    build_image._into_engine(held, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
     assert pushed == [] and held.calls[-1] == ("tag", "sha256:" + "0" * 64, "team/app:v1")

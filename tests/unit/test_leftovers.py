@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from reprobuild import leftovers
+from reprobuild._util import leftovers
 
 
 def test_own_token_is_alive_and_names_this_process() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild.errors import LockfileError
-from reprobuild.lockfile import (
+from reprobuild.locks.lockfile import (
     IndexOptions,
     Lock,
     Requirement,
@@ -352,7 +352,7 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     def deny(name: object, *args: object, **kwargs: object) -> int:
         raise PermissionError(13, "Permission denied", str(name))
 
-    monkeypatch.setattr("reprobuild.boundedread.os.open", deny)
+    monkeypatch.setattr("reprobuild._util.boundedread.os.open", deny)
     with pytest.raises(LockfileError, match="cannot read: Permission denied"):
         load_lock(path)
 

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import yaml
 
-from reprobuild.baselock import load_base_lock
-from reprobuild.catalog import load_catalog
+from reprobuild.bases.baselock import load_base_lock
+from reprobuild.bases.catalog import load_catalog
+from reprobuild.build.matrix import matrix
+from reprobuild.build.plan import default_tag
 from reprobuild.cli import main
-from reprobuild.config import DEFAULT_RUNNER_CPU, DEFAULT_RUNNER_GPU, load_config
 from reprobuild.errors import ConfigError, LockfileError
-from reprobuild.lockfile import load_lock
-from reprobuild.matrix import matrix
-from reprobuild.plan import default_tag
+from reprobuild.locks.lockfile import load_lock
+from reprobuild.project.config import DEFAULT_RUNNER_CPU, DEFAULT_RUNNER_GPU, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

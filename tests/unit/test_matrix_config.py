@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from reprobuild.config import (
+from reprobuild.errors import ConfigError, ReprobuildError
+from reprobuild.project.config import (
     DEFAULT_RUNNER_CPU,
     DEFAULT_RUNNER_GPU,
     ProjectConfig,
@@ -17,7 +18,6 @@ from reprobuild.config import (
     load_config,
     select_variant,
 )
-from reprobuild.errors import ConfigError, ReprobuildError
 
 LOCK_TEXT = "six==1.17.0 --hash=sha256:" + "0" * 64 + "\n"
 PINNED_GPU = "registry.example.com:5000/nvidia/pytorch:25.01-py3@sha256:" + "cd" * 32

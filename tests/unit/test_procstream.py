@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild import procstream
+from reprobuild.backends import procstream
 from reprobuild.errors import BuildError, EngineError
 
 

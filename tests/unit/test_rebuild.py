@@ -8,8 +8,7 @@ import tarfile
 
 import pytest
 
-from reprobuild.errors import RebuildInputError
-from reprobuild.rebuild import (
+from reprobuild.checks.rebuild import (
     FileFacts,
     LayerDiff,
     RebuildReport,
@@ -18,6 +17,7 @@ from reprobuild.rebuild import (
     epoch_of,
     render_table,
 )
+from reprobuild.errors import RebuildInputError
 
 
 def test_epoch_round_trips_the_manifest_created() -> None:
@@ -67,7 +67,7 @@ def test_files_that_differ_in_content_time_or_presence_are_named() -> None:
 
 def test_table_escapes_control_characters_in_paths_and_steps() -> None:
     facts = FileFacts("file", 1, "0644", "0:0", "1970-01-01T00:00:00Z", "ab" * 32)
-    from reprobuild.rebuild import FileDiff
+    from reprobuild.checks.rebuild import FileDiff
 
     evil = "app/x\n  + app/forged.py\x1b[2J"
     layer = LayerDiff(2, 3, "COPY\nforged", "sha256:a", "sha256:b", (FileDiff(evil, facts, None),))
@@ -83,7 +83,7 @@ def test_match_says_so() -> None:
 
 
 def test_mtime_beyond_any_calendar_is_shown_as_a_number() -> None:
-    from reprobuild.rebuild import _when
+    from reprobuild.checks.rebuild import _when
 
     assert _when(1700000000) == "2023-11-14T22:13:20Z"
     assert _when(8**11 * 10**12) == f"@{8**11 * 10**12!r}"

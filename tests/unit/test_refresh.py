@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from reprobuild import stack
-from reprobuild.catalog import BaseEntry, dump_catalog, load_catalog, parse_catalog
+from reprobuild.bases import gpustack as stack
+from reprobuild.bases.catalog import BaseEntry, dump_catalog, load_catalog, parse_catalog
+from reprobuild.bases.refresh import changes, refreshed_entry, tag_ref
+from reprobuild.bases.refs import ImageRef, parse_ref
+from reprobuild.bases.registry import DOCKER_MANIFEST, OCI_INDEX, Resolved
 from reprobuild.cli import main
-from reprobuild.refresh import changes, refreshed_entry, tag_ref
-from reprobuild.refs import ImageRef, parse_ref
-from reprobuild.registry import DOCKER_MANIFEST, OCI_INDEX, Resolved
 
 INDEX = "sha256:" + "11" * 32
 PLATFORM = "sha256:" + "22" * 32

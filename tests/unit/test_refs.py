@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from reprobuild.bases.refs import ImageRef, is_loopback, parse_pinned, parse_ref
 from reprobuild.errors import ImageRefError
-from reprobuild.refs import ImageRef, is_loopback, parse_pinned, parse_ref
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 

@@ -21,16 +21,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from reprobuild import registry
-from reprobuild.errors import RegistryError
-from reprobuild.refs import parse_ref
-from reprobuild.registry import (
+from reprobuild.bases import registry
+from reprobuild.bases.refs import parse_ref
+from reprobuild.bases.registry import (
     DOCKER_MANIFEST,
     OCI_INDEX,
     OCI_MANIFEST,
     RegistryClient,
     parse_challenges,
 )
+from reprobuild.errors import RegistryError
 
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from helpers import DATA, run_cli
-from reprobuild.diff import diff
-from reprobuild.runrecords import compare_run_records, read_run_dir
+from reprobuild.checks.diff import diff
+from reprobuild.checks.runrecords import compare_run_records, read_run_dir
 
 NUMPY_DIR = DATA / "diff" / "host-numpy"
 RUN_IMAGE = DATA / "diff" / "run-image.json"

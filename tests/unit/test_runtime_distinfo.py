@@ -137,7 +137,7 @@ def test_the_node_list_is_a_hint_never_a_failure() -> None:
 
 
 def test_the_builder_and_the_runtime_name_the_same_variable() -> None:
-    from reprobuild import nodes
+    from reprobuild.cluster import nodes
 
     assert nodes.NODES_VAR == distinfo.NODES_VAR
 

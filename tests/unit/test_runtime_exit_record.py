@@ -33,7 +33,7 @@ def test_a_signalled_run_says_it_ended_by_signal(tmp_path: Path) -> None:
     assert record["exit_status"] == proc.returncode == 7
     assert record["killed_by"] is None
     # the run record is still the one readers find first
-    from reprobuild.runrecords import read_run_dir
+    from reprobuild.checks.runrecords import read_run_dir
 
     found = read_run_dir(runs).record
     assert found is not None and found["kind"] == "reprobuild.run"

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from reprobuild.compare import StdoutLine, StreamComparator, epoch_of, value_name
-from reprobuild.terminal import MAX_LINE_CHARS, TerminalLines, printable
-from reprobuild.volatile import (
+from reprobuild.checks.streams import StdoutLine, StreamComparator, epoch_of, value_name
+from reprobuild.checks.terminal import MAX_LINE_CHARS, TerminalLines, printable
+from reprobuild.checks.volatile import (
     DEFAULT_RULES,
     MAX_PATTERNS,
     Ignored,

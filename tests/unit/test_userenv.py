@@ -1,4 +1,4 @@
-"""``--env NAME=VALUE`` (reprobuild.userenv): what is accepted, in which order, and what is
+"""``--env NAME=VALUE`` (reprobuild.cluster.userenv): what is accepted, in which order, and what is
 refused with one line naming the bad value and what is allowed. The renderings that use the
 pairs are tested in test_compose.py, test_compose_nodes.py and test_kube.py."""
 
@@ -12,11 +12,10 @@ import yaml
 
 from helpers import TRICKY_ENV_VALUES
 from reprobuild.cli import main
-from reprobuild.compose import ComposeSpec, document, render
-from reprobuild.errors import UsageError
-from reprobuild.kube import KubeSpec, documents
-from reprobuild.nodes import JobShape
-from reprobuild.userenv import (
+from reprobuild.cluster.compose import ComposeSpec, document, render
+from reprobuild.cluster.k8s import KubeSpec, documents
+from reprobuild.cluster.nodes import JobShape
+from reprobuild.cluster.userenv import (
     MAX_OPTIONS,
     MAX_VALUE_BYTES,
     RESERVED,
@@ -25,6 +24,7 @@ from reprobuild.userenv import (
     merged,
     parse_env,
 )
+from reprobuild.errors import UsageError
 
 TINY = Path(__file__).parent.parent / "data" / "projects" / "tiny"
 DIGEST = "sha256:" + "cd" * 32
@@ -188,8 +188,8 @@ def test_cli_refuses_a_bad_env_in_one_line_and_writes_nothing(
 
 
 def test_the_env_is_checked_before_the_engine_is_asked(tmp_path: Path) -> None:
-    from reprobuild.compose import compose_project
-    from reprobuild.kube import k8s_project
+    from reprobuild.cluster.compose import compose_project
+    from reprobuild.cluster.k8s import k8s_project
 
     engine: Any = object()  # any call on it would fail with AttributeError
     with pytest.raises(EnvOptionError):

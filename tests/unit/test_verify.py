@@ -15,12 +15,10 @@ from typing import Any
 
 import pytest
 
-from reprobuild.cli import build_parser, main
-from reprobuild.compare import Divergence, JsonDifference, numeric_distance
-from reprobuild.engine import Engine
-from reprobuild.errors import OutputError, ReprobuildError, VerifyError, VerifyUsageError
-from reprobuild.runrecords import RunRecords, compare_run_records
-from reprobuild.verify import (
+from reprobuild.backends.engine import Engine
+from reprobuild.checks.runrecords import RunRecords, compare_run_records
+from reprobuild.checks.streams import Divergence, JsonDifference, numeric_distance
+from reprobuild.checks.verify import (
     DataMount,
     Failure,
     FileDigest,
@@ -39,6 +37,8 @@ from reprobuild.verify import (
     parse_output,
     verify_spec_from_args,
 )
+from reprobuild.cli import build_parser, main
+from reprobuild.errors import OutputError, ReprobuildError, VerifyError, VerifyUsageError
 
 # ----------------------------------------------------------------------------- arguments
 
@@ -568,9 +568,9 @@ def test_sitecustomize_ships_as_package_data_in_the_wheel() -> None:
     """--local's sitecustomize is a real .py file in the installed package, not a string."""
     import importlib.resources
 
-    from reprobuild.verify.launchers import sitecustomize_source
+    from reprobuild.checks.verify.launchers import sitecustomize_source
 
-    shipped = importlib.resources.files("reprobuild.verify") / "shim" / "sitecustomize.py"
+    shipped = importlib.resources.files("reprobuild.checks.verify") / "shim" / "sitecustomize.py"
     assert "site-packages" in str(shipped)
     source = sitecustomize_source()
     assert source == shipped.read_bytes()

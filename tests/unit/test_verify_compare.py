@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from reprobuild.compare import (
+from reprobuild.checks.streams import (
     Divergence,
     JsonDifference,
     NumericDiff,
@@ -23,7 +23,7 @@ from reprobuild.compare import (
     numeric_distance,
     tokenize,
 )
-from reprobuild.terminal import TerminalLines
+from reprobuild.checks.terminal import TerminalLines
 
 # ------------------------------------------------------------------------------- numbers
 

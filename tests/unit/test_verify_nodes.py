@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from reprobuild.checks.verify import verify_spec_from_args
 from reprobuild.cli import main
 from reprobuild.errors import ReprobuildError
-from reprobuild.verify import verify_spec_from_args
 
 IMAGE = "team/ddp@sha256:" + "cd" * 32
 PROGRAM = ["python", "train.py"]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild import wheels
 from reprobuild.errors import LockfileError
-from reprobuild.lockfile import Lock, load_lock
-from reprobuild.wheels import Target, WheelError, _hash_index, _unmatched, cache_root
+from reprobuild.locks import wheels
+from reprobuild.locks.lockfile import Lock, load_lock
+from reprobuild.locks.wheels import Target, WheelError, _hash_index, _unmatched, cache_root
 
 H = {c: "sha256:" + c * 64 for c in "abcdef"}
 

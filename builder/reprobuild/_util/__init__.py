@@ -1,0 +1,1 @@
+"""Leaves every layer may use: bounded readers, JSON/YAML loaders, atomic writes, leftovers."""

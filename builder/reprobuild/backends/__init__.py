@@ -1,0 +1,1 @@
+"""What builds and runs images: the Docker engine, buildah, and loading layers between them."""

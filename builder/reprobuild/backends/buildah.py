@@ -1,0 +1,410 @@
+"""The buildah builder: daemonless, and the one that gives the same image for the same inputs.
+
+``buildah bud --timestamp EPOCH`` sets the config's ``created``, every history time and the
+mtime of every file in the new layers to the epoch, so with a render that writes nothing
+time- or host-dependent (see templates/Dockerfile.j2) two builds give the same image ID on
+any day. This module only runs the ``buildah`` binary; engine.py still owns the Docker engine.
+Images go into the engine through ``buildah push IMAGE docker-archive:PIPE:NAME:TAG`` read by
+the engine's ``docker load`` while buildah writes it (:func:`archive_stream`, build.py), which
+keeps the image ID (the sha256 of the config, which the push does not change).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from reprobuild._util import leftovers
+from reprobuild.backends.engine import RunResult
+from reprobuild.backends.procstream import run_streamed
+from reprobuild.bases.refs import ImageRef
+from reprobuild.errors import EngineError
+
+Log = Callable[[str], None]
+NETWORK_DEADLINE_S = 900.0  # a pull or a push that takes longer is stopped (overall, not idle)
+INSTALL_HINT = (
+    "install it (Debian/Ubuntu: `apt-get install buildah`; Fedora: `dnf install buildah`), "
+    "or use --builder classic"
+)
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def binary() -> str | None:
+    return shutil.which("buildah")
+
+
+def require() -> str:
+    found = binary()
+    if found is None:
+        raise EngineError(
+            "builder 'buildah' asked for, but `buildah` is not installed", hint=INSTALL_HINT
+        )
+    return found
+
+
+def usable() -> bool:
+    """buildah is installed and can open its storage as this user (``buildah info``: rootful,
+    or rootless with subordinate IDs set up). What ``--builder auto`` asks; never fails."""
+    cli = binary()
+    if cli is None:
+        return False
+    try:
+        _capture([cli, "info", "--format", "{{.store.GraphDriverName}}"], "buildah info", 30)
+    except EngineError:
+        return False
+    return True
+
+
+def version() -> str:
+    """buildah's version, e.g. ``1.28.2`` (recorded in the manifest: another version may
+    write other bytes)."""
+    out = _capture([require(), "version", "--json"], "buildah version")
+    try:
+        data = json.loads(out)
+        return str(data["version"])
+    except (ValueError, KeyError, TypeError):
+        raise EngineError(f"cannot read buildah's version from {out[:80]!r}") from None
+
+
+def insecure(ref: ImageRef) -> bool:
+    """A loopback registry speaks plain HTTP (Docker allows 127.0.0.0/8 by default too)."""
+    if not ref.explicit_registry:
+        return False
+    host = ref.registry.rsplit(":", 1)[0] if ref.registry.count(":") == 1 else ref.registry
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _tls(ref: ImageRef) -> list[str]:
+    return ["--tls-verify=false"] if insecure(ref) else []
+
+
+def image_id(name: str) -> str | None:
+    """The ID of the image ``name`` in buildah's storage, or None when there is none."""
+    try:
+        out = _capture(
+            [require(), "inspect", "--type", "image", "--format", "{{.FromImageID}}", name],
+            "buildah inspect",
+        )
+    except EngineError:
+        return None
+    return out.strip()
+
+
+def config(image: str) -> dict[str, Any]:
+    """The OCI config of ``image`` in buildah's storage (labels, ``rootfs.diff_ids``)."""
+    out = _capture([require(), "inspect", "--type", "image", image], "buildah inspect")
+    try:
+        found = json.loads(out)["OCIv1"]
+    except (ValueError, KeyError, TypeError):
+        raise EngineError(f"cannot read the config of {image} from buildah") from None
+    if not isinstance(found, dict):
+        raise EngineError(f"cannot read the config of {image} from buildah")
+    return found
+
+
+def has_image(name: str) -> bool:
+    return image_id(name) is not None
+
+
+def pull(ref: ImageRef, log: Log = _quiet) -> None:
+    """Make the digest-pinned base present in buildah's storage."""
+    pinned = ref.by_digest()
+    if has_image(pinned):
+        return
+    log(f"buildah: pulling {pinned}")
+    _stream(
+        [require(), "pull", "--quiet", *_tls(ref), pinned],
+        f"pulling {pinned}",
+        log,
+        deadline_s=NETWORK_DEADLINE_S,
+    )
+
+
+def bud(
+    context: Path,
+    tag: str | None,
+    *,
+    epoch: int,
+    log: Log = _quiet,
+    no_cache: bool = False,
+    network: bool = True,
+) -> str:
+    """Build ``context/Dockerfile`` into buildah's storage as ``tag`` (None: untagged);
+    return the image ID (64 hex, no prefix). One layer per step (``--layers``); OCI format
+    (Docker's format records the build container's ID and hostname); every time from
+    ``epoch``; a failed build removes its working containers. An image built FROM an
+    untagged one records only its ID in its history, where a tag would record the tag's
+    (run-specific) name."""
+    argv = [
+        require(),
+        "bud",
+        "--layers",
+        "--format",
+        "oci",
+        "--timestamp",
+        str(epoch),
+        "--pull=never",
+        "--force-rm",
+        "--network",
+        "private" if network else "none",
+    ]
+    if no_cache:
+        argv.append("--no-cache")
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
+        iid = Path(tmp) / "iid"
+        argv += ["--iidfile", str(iid), *(["-t", tag] if tag else []), str(context)]
+        _stream(argv, "buildah build", log)
+        return iid.read_text().strip().removeprefix("sha256:")
+
+
+def push(
+    image: str,
+    destination: str,
+    *,
+    tls_verify: bool = True,
+    compress: bool = True,
+    log: Log = _quiet,
+) -> str:
+    """Push ``image`` to ``destination`` (``docker-archive:FILE:NAME:TAG`` or ``docker://REF``);
+    return the pushed manifest's digest. ``compress=False``: layers go as plain tar."""
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
+        digestfile = Path(tmp) / "digest"
+        argv = [require(), "push", "--quiet", "--digestfile", str(digestfile)]
+        if not tls_verify:
+            argv.append("--tls-verify=false")
+        if not compress:
+            argv.append("--disable-compression")
+        _stream(
+            [*argv, image, destination],
+            f"pushing to {destination}",
+            log,
+            deadline_s=NETWORK_DEADLINE_S,
+        )
+        return digestfile.read_text().strip()
+
+
+@contextlib.contextmanager
+def archive_stream(
+    image: str, name: str, *, chunk: int = 1 << 20, deadline_s: float = NETWORK_DEADLINE_S
+) -> Iterator[Iterator[bytes]]:
+    """``buildah push IMAGE docker-archive:`` into a pipe, given as chunks of bytes for the
+    engine's load to read while buildah writes them: the two overlap, where an archive file
+    is written whole and then read whole (8.5 s and 12.0 s for a 1.3 GB image here).
+
+    The archive names the image ``name``. Leaving the block waits for buildah; a push that
+    failed raises EngineError with buildah's own message, also when it made the load fail
+    first (a cut-off archive). buildah is stopped when the block is left early (the load
+    failed, Ctrl-C) and after ``deadline_s`` in all, so a stalled push ends the read."""
+    cli = require()
+    with tempfile.TemporaryFile() as errors:
+        read_end, write_end = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [cli, "push", "--quiet", image, f"docker-archive:/dev/fd/{write_end}:{name}"],
+                pass_fds=(write_end,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+            )
+        except OSError as exc:
+            os.close(read_end)
+            raise EngineError(f"cannot start buildah push: {exc}") from None
+        finally:
+            os.close(write_end)  # buildah holds the only write end: its exit ends the stream
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            proc.kill()
+
+        timer = threading.Timer(deadline_s, expire)
+        timer.daemon = True
+        timer.start()
+
+        def failure() -> EngineError | None:
+            if proc.poll() in (None, 0):
+                return None
+            errors.seek(0)
+            text = errors.read()[-2000:].decode(errors="replace").strip()
+            last = text.splitlines()[-1] if text else f"exit {proc.returncode}"
+            if expired.is_set():
+                last = f"stopped after {deadline_s:.0f} s"
+            return EngineError(f"buildah push of {image[:12]} into the engine failed: {last}")
+
+        with os.fdopen(read_end, "rb") as reader:
+            try:
+                chunks = iter(lambda: reader.read1(chunk), b"")
+                yield chunks
+                for _ in chunks:  # whatever the load left, a chunk at a time (never all at once)
+                    pass
+                proc.wait()
+            except BaseException:
+                failed = None
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1)  # a buildah that already failed explains the rest
+                    failed = failure()
+                if failed is not None:
+                    raise failed from None
+                raise
+            finally:
+                timer.cancel()
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+        failed = failure()
+        if failed is not None:
+            raise failed
+
+
+CACHE_REPO = "reprobuild-cache/"
+
+
+def cache_name(project: str, variant: str) -> str:
+    return f"{CACHE_REPO}{project.replace('/', '-')}:{variant}"
+
+
+def keep(image: str, project: str, variant: str) -> None:
+    """Name a build's final (stamped) image ``reprobuild-cache/<project>:<variant>`` in
+    buildah's storage. ``buildah rmi`` also removes the parents it leaves without a name or a
+    child, and a build's cached layers are such parents: with no named image on top of the
+    chain, removing the build's images would take the whole layer cache with it, and every
+    build would be cold. The name goes on the stamped image, never on the scratch image under
+    it: buildah writes the name of the image a step is built FROM into the history ("FROM
+    <name>", else "FROM <short ID>"), so a named scratch image would change the next stamp.
+    The previous build's image under the name, if another, is removed first, down to the
+    layers the new one shares with it. Never fails: a cache."""
+    cli = binary()
+    if cli is None or not image:
+        return
+    name = cache_name(project, variant)
+    held = image_id(name)
+    if held == image:
+        return  # a rebuild that changed nothing: the image is the one named already
+    if held is not None:
+        forget(project, variant)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([cli, "tag", image, name], capture_output=True, check=False, timeout=120)
+
+
+def forget(project: str, variant: str) -> None:
+    """Remove the project's cached chain, down to the layers other names hold (what
+    ``--no-cache`` asks for: start over). Never fails."""
+    remove_images([cache_name(project, variant)])
+
+
+def remove_images(names: Sequence[str]) -> None:
+    """Remove images from buildah's storage (never fails: clean-up)."""
+    cli = binary()
+    if cli is None or not names:
+        return
+    for name in names:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([cli, "rmi", name], capture_output=True, check=False, timeout=120)
+
+
+class Prober:
+    """Runs the image probes in buildah's own storage (a working container, no network), so
+    that a buildah build need not load its scratch image into the Docker engine (a
+    docker-archive of the whole image and a ``docker load``: about 20 s for a 1.3 GB image
+    here) just to probe it. The same two calls as :class:`reprobuild.backends.engine.Engine` offers
+    the manifest code: ``run`` and ``inspect``."""
+
+    def run(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        entrypoint: list[str] | None = None,
+        environment: dict[str, str] | None = None,
+        timeout: float = 600.0,
+    ) -> RunResult:
+        cli = require()
+        container = _capture([cli, "from", "--pull=never", "--quiet", image], "buildah from")
+        container = container.strip()
+        try:
+            argv = [cli, "run", "--network", "none"]
+            for name, value in (environment or {}).items():
+                argv += ["--env", f"{name}={value}"]
+            argv += [container, "--", *(entrypoint or []), *command]
+            try:
+                proc = subprocess.run(argv, capture_output=True, check=False, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise EngineError(f"the probe ran over {timeout:.0f} s in buildah") from None
+            except OSError as exc:
+                raise EngineError(f"buildah run failed: {exc}") from None
+            return RunResult(proc.returncode, proc.stdout, proc.stderr)
+        finally:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run(
+                    [cli, "rm", container], capture_output=True, check=False, timeout=120
+                )
+
+    def inspect(self, image: str) -> dict[str, Any]:
+        """The image's config as the engine's inspect names it: ``{"Config": {"Env": [...],
+        "Labels": {...}}}`` (what the GPU stack is read from)."""
+        found = config(image).get("config")
+        return {"Config": found if isinstance(found, dict) else {}}
+
+
+class Storage:
+    """buildah's image storage as a :class:`leftovers.OwnedEngine`, so that the next run
+    reaps the stamp images (``reprobuild-scratch/...``, named after their owner) of a run
+    that was killed before its clean-up. buildah has no labelled containers to go by: a
+    working container that a SIGKILL leaves is not reaped (``buildah rm --all``)."""
+
+    def owned_containers(self) -> list[tuple[str, str]]:
+        return []
+
+    def remove_container(self, container_id: str) -> bool:
+        return False
+
+    def tags_under(self, prefix: str) -> list[str]:
+        cli = binary()
+        if cli is None:
+            return []
+        try:
+            out = _capture([cli, "images", "--format", "{{.Name}}:{{.Tag}}"], "buildah images")
+        except EngineError:
+            return []
+        names = (line.strip().removeprefix("localhost/") for line in out.splitlines())
+        return [name for name in names if name.startswith(prefix)]
+
+    def untag(self, ref: str) -> None:
+        remove_images([ref])
+
+
+def _capture(argv: list[str], what: str, timeout: float = 60) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise EngineError(f"{what} failed: {exc}") from None
+    if proc.returncode != 0:
+        raise EngineError(f"{what} failed: {proc.stderr.strip()[-300:]}")
+    return proc.stdout
+
+
+def _stream(argv: list[str], what: str, log: Log, deadline_s: float | None = None) -> None:
+    """Run buildah (procstream.run_streamed): interrupted, buildah gets SIGTERM and is waited
+    for, so it removes its own working containers before this returns."""
+    run_streamed(argv, what, log, deadline_s=deadline_s, stop_wait_s=60.0)

@@ -1,0 +1,690 @@
+"""The only module that talks to the Docker engine.
+
+Builds go through one of three builders, chosen by ``--builder`` (default ``auto``):
+- ``buildx``: ``docker buildx build --load`` (BuildKit; needs the buildx plugin);
+- ``buildkit``: ``DOCKER_BUILDKIT=1 docker build`` with a client that still speaks BuildKit
+  without buildx (Docker CLI < 23, e.g. Debian's 20.10 client);
+- ``classic``: the engine's classic builder through the Docker SDK (works on every engine).
+``auto`` (build.choose_builder) picks buildah where it works, else buildx when present, else
+classic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import docker.types
+import docker.utils
+import requests
+
+from reprobuild._util import leftovers
+from reprobuild.backends.builders import Builder
+from reprobuild.backends.procstream import run_streamed
+from reprobuild.bases.refs import ImageRef
+from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
+
+Log = Callable[[str], None]
+_TAIL = 25
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host path mounted into a container."""
+
+    host: Path
+    container: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Gpus:
+    """GPUs for a container, as ``docker run --gpus`` takes them: ``count`` -1 for all, or
+    ``device_ids`` naming them."""
+
+    count: int
+    device_ids: tuple[str, ...] = ()
+
+
+class StreamingContainer:
+    """A started container whose output is read as it comes (``reprobuild verify``)."""
+
+    def __init__(self, container: Any) -> None:
+        self._container = container
+
+    def stdout(self) -> Iterator[bytes]:
+        stream: Iterator[bytes] = self._container.logs(
+            stdout=True, stderr=False, stream=True, follow=True
+        )
+        return stream
+
+    def stderr(self) -> Iterator[bytes]:
+        stream: Iterator[bytes] = self._container.logs(
+            stdout=False, stderr=True, stream=True, follow=True
+        )
+        return stream
+
+    def wait(self) -> int:
+        return int(self._container.wait().get("StatusCode", -1))
+
+    def kill(self) -> None:
+        with contextlib.suppress(docker.errors.DockerException):
+            self._container.kill()
+
+    def terminate(self) -> None:
+        """SIGTERM, as ``docker stop`` sends first (``verify --resume-at``)."""
+        with contextlib.suppress(docker.errors.DockerException):
+            self._container.kill(signal="SIGTERM")
+
+    def oom_killed(self) -> bool | None:
+        """The engine's word (State.OOMKilled) on whether the kernel killed it for memory;
+        None when the engine cannot say."""
+        try:
+            self._container.reload()
+        except docker.errors.DockerException:
+            return None
+        state = self._container.attrs.get("State") or {}
+        value = state.get("OOMKilled")
+        return value if isinstance(value, bool) else None
+
+    def close(self) -> None:
+        with contextlib.suppress(docker.errors.DockerException):
+            self._container.remove(force=True)
+
+
+_T = TypeVar("_T")
+PULL_DEADLINE_ENV = "REPROBUILD_PULL_TIMEOUT"
+DEFAULT_PULL_DEADLINE = 1800.0
+
+
+def pull_deadline() -> float:
+    """How long a base pull may take in all, from ``$REPROBUILD_PULL_TIMEOUT`` (seconds)."""
+    raw = os.environ.get(PULL_DEADLINE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PULL_DEADLINE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise EngineError(
+            f"{PULL_DEADLINE_ENV}={raw[:40]!r} is not a number of seconds between 0 and 86400"
+        )
+    return value
+
+
+def _within(seconds: float, work: Callable[[], _T], message: str, *, hint: str) -> _T:
+    """``work()``'s result, or EngineError(message) once ``seconds`` have passed.
+
+    The engine's client bounds each socket read, not a call: a pull from a registry that
+    stalls waits on the engine as long as the engine waits. The call runs in a daemon
+    thread; on expiry the command fails and the thread is left to the process's exit."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="reprobuild-engine-wait", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise EngineError(message, hint=hint)
+    if "error" in box:
+        raise box["error"]
+    value: _T = box["value"]
+    return value
+
+
+def _tar_kind(member: tarfile.TarInfo | None) -> str:
+    """What a tar member is, in words (for "X is a symlink, not a regular file")."""
+    if member is None:
+        return "missing from the archive"
+    if member.issym():
+        return f"a symlink (to {member.linkname[:80]!r})"
+    if member.islnk():
+        return "a hard link"
+    if member.isdir():
+        return "a directory"
+    return "a special file"
+
+
+class Engine:
+    """A connection to one Docker engine (DOCKER_HOST or the local socket)."""
+
+    def __init__(self, client: docker.DockerClient | None = None, *, connections: int = 10) -> None:
+        self._client = client
+        self._connections = connections  # a streaming run holds ~3 connections open at once
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            try:
+                client = docker.from_env(max_pool_size=self._connections)
+                client.ping()
+            except docker.errors.DockerException as exc:
+                where = os.environ.get("DOCKER_HOST", "the local socket")
+                raise EngineUnavailableError(
+                    f"no Docker engine answers at {where}: {_short(exc)}",
+                    hint="start one (`sudo systemctl start docker`, or `scripts/setup-engine`)",
+                ) from None
+            self._client = client
+        return self._client
+
+    # ---- images ----------------------------------------------------------------------------
+    def image_id(self, ref: str) -> str | None:
+        try:
+            return str(self.client.images.get(ref).id)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot inspect image {ref!r}: {_short(exc)}") from None
+
+    def layer_chains(self, label: str, value: str) -> list[list[str]]:
+        """The layers (diff IDs, bottom first) of every image labelled ``label=value``."""
+        try:
+            images = self.client.images.list(filters={"label": f"{label}={value}"})
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list images: {_short(exc)}") from None
+        return [_rootfs_layers(image.attrs) for image in images]
+
+    def layers(self, ref: str) -> list[str]:
+        """The layers of image ``ref`` (diff IDs, bottom first); empty when it is not here."""
+        try:
+            return _rootfs_layers(self.client.images.get(ref).attrs)
+        except docker.errors.ImageNotFound:
+            return []
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot inspect image {ref!r}: {_short(exc)}") from None
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        try:
+            attrs: dict[str, Any] = self.client.images.get(ref).attrs
+            return attrs
+        except docker.errors.ImageNotFound:
+            raise EngineError(
+                f"no image {ref!r} on this engine", hint="build it with `reprobuild image`"
+            ) from None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot inspect image {ref!r}: {_short(exc)}") from None
+
+    def ensure_base(self, ref: ImageRef, log: Log = _quiet) -> str:
+        """Make the digest-pinned base present locally, pulling it by digest when absent."""
+        pinned = ref.by_digest()
+        found = self.image_id(pinned)
+        if found:
+            return found
+        log(f"pulling {pinned}")
+        repo = f"{ref.registry}/{ref.repository}" if ref.explicit_registry else ref.name
+        seconds = pull_deadline()
+        client = self.client
+        try:
+            image = _within(
+                seconds,
+                lambda: client.images.pull(repo, tag=ref.digest),
+                f"pulling base {pinned} did not finish within {seconds:g}s",
+                hint=f"check the registry answers, or set {PULL_DEADLINE_ENV} (seconds)",
+            )
+        except (docker.errors.APIError, requests.RequestException) as exc:
+            raise EngineError(
+                f"cannot pull base {pinned}: {_short(exc)}",
+                hint="check the registry is reachable, or load the image with `docker load`",
+            ) from None
+        return str(image.id)
+
+    def save(self, image: str, dest: Path) -> None:
+        """``docker save`` of one image into the file ``dest``."""
+        try:
+            with dest.open("wb") as out:
+                for chunk in self.client.images.get(image).save(named=False):
+                    out.write(chunk)
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"cannot save image {image!r}: {_short(exc)}") from None
+
+    def load(self, archive: Path | Iterable[bytes]) -> None:
+        """``docker load`` of a docker-archive, into the engine this client talks to
+        (``DOCKER_HOST`` included): a file, or chunks of one as they are written (sent
+        chunked, so the engine reads while the writer writes)."""
+        what = archive.name if isinstance(archive, Path) else "the image archive"
+        try:
+            if isinstance(archive, Path):
+                with archive.open("rb") as data:
+                    self.client.images.load(data)
+            else:
+                self.client.images.load(archive)
+        except (OSError, docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"cannot load {what} into the engine: {_short(exc)}") from None
+
+    def entrypoint_of(self, image: str) -> tuple[str, ...]:
+        """The image's ENTRYPOINT as configured (empty when it has none)."""
+        entry = (self.inspect(image).get("Config") or {}).get("Entrypoint") or []
+        return tuple(str(part) for part in entry)
+
+    def tag(self, image: str, ref: str) -> None:
+        repo, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
+        try:
+            self.client.images.get(image).tag(repo, tag)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot tag {image} as {ref}: {_short(exc)}") from None
+
+    def tags_under(self, prefix: str) -> list[str]:
+        """Every tag on the engine that starts with ``prefix`` (e.g. ``reprobuild-scratch/``)."""
+        try:
+            images = self.client.images.list()
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list images: {_short(exc)}") from None
+        return sorted(t for image in images for t in image.tags if t.startswith(prefix))
+
+    def untag(self, ref: str) -> None:
+        """Remove a tag (never fails: used in clean-up paths)."""
+        with contextlib.suppress(docker.errors.DockerException):
+            self.client.images.remove(ref, noprune=False)
+
+    def read_file(self, image: str, path: str, *, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        """Read one regular file out of an image without running it.
+
+        An image is untrusted input: a symlink, directory or device at ``path`` is refused (a
+        link could point anywhere), and so is a file larger than ``max_bytes``; the archive
+        is read at most that far (plus tar's own headers)."""
+        try:
+            container = self.client.containers.create(
+                image, entrypoint=["/nonexistent"], command=[], labels=leftovers.labels()
+            )
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot open image {image!r}: {_short(exc)}") from None
+        try:
+            return self._read_archive(container.id, image, path, max_bytes)
+        except tarfile.TarError as exc:
+            raise EngineError(f"cannot read {path} out of {image}: {_short(exc)}") from None
+        except docker.errors.NotFound:
+            raise EngineError(f"{image} has no {path}") from None
+        except (docker.errors.APIError, requests.RequestException) as exc:
+            raise EngineError(f"cannot read {path} out of {image}: {_short(exc)}") from None
+        finally:
+            with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
+                container.remove(force=True)
+
+    def _read_archive(self, container: str, image: str, path: str, max_bytes: int) -> bytes:
+        # docker-py's get_archive hides the response, so a refused archive could not be
+        # closed unread; the engine then blocks writing it and holds the container. Ask the
+        # same endpoint directly and close the response whatever happens.
+        api = self.client.api
+        url = api._url("/containers/{0}/archive", container)
+        resp = api._get(url, params={"path": path}, stream=True)
+        with contextlib.closing(resp):
+            api._raise_for_status(resp)
+            too_big = EngineError(f"{path} in {image} is larger than {max_bytes} bytes")
+            stat = docker.utils.decode_json_header(
+                resp.headers.get("X-Docker-Container-Path-Stat") or "e30="
+            )
+            if isinstance(stat, dict) and int(stat.get("size") or 0) > max_bytes:
+                raise too_big
+            buf = io.BytesIO()
+            for chunk in resp.iter_content(64 * 1024):
+                buf.write(chunk)
+                if buf.tell() > max_bytes + 64 * 1024:
+                    raise too_big
+        buf.seek(0)
+        with tarfile.open(fileobj=buf) as tar:
+            member = tar.next()
+            if member is None or not member.isreg():
+                kind = _tar_kind(member)
+                raise EngineError(f"{path} in {image} is {kind}, not a regular file")
+            if member.size > max_bytes:
+                raise too_big
+            fh = tar.extractfile(member)
+            if fh is None:
+                raise EngineError(f"{path} in {image} is not a regular file")
+            return fh.read()
+
+    # ---- containers ------------------------------------------------------------------------
+    def owned_containers(self) -> list[tuple[str, str]]:
+        """(id, owner token) of every container carrying reprobuild's owner label."""
+        try:
+            # sparse: one request, no per-container inspect that races with removals
+            found = self.client.containers.list(
+                all=True, sparse=True, filters={"label": leftovers.OWNER_LABEL}
+            )
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot list containers: {_short(exc)}") from None
+        return [
+            (str(c.id), str((c.attrs.get("Labels") or {}).get(leftovers.OWNER_LABEL, "")))
+            for c in found
+        ]
+
+    def remove_container(self, container_id: str) -> bool:
+        """Remove a container, running or not; False when it could not be removed."""
+        try:
+            self.client.containers.get(container_id).remove(force=True)
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.DockerException:
+            return False
+        return True
+
+    def run(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        entrypoint: list[str] | None = None,
+        environment: dict[str, str] | None = None,
+        user: str | None = None,
+        network: bool = False,
+        timeout: float = 600.0,
+    ) -> RunResult:
+        """Run a container to completion and return its exit code and output; one that has
+        not exited after ``timeout`` seconds is removed and the run fails."""
+        try:
+            container = self.client.containers.create(
+                image,
+                command=command,
+                entrypoint=entrypoint,
+                environment=environment or {},
+                user=user,
+                network_disabled=not network,
+                labels=leftovers.labels(),
+            )
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot start a container from {image}: {_short(exc)}") from None
+        try:
+            container.start()
+            try:
+                status = container.wait(timeout=timeout)
+            except requests.RequestException:
+                raise EngineError(
+                    f"a container from {image} did not exit within {timeout:g}s; removed it"
+                ) from None
+            out = container.logs(stdout=True, stderr=False)
+            err = container.logs(stdout=False, stderr=True)
+            return RunResult(int(status.get("StatusCode", 1)), out, err)
+        finally:
+            container.remove(force=True)
+
+    def start_streaming(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        what: str,
+        environment: dict[str, str],
+        binds: Iterable[Bind] = (),
+        network: bool | str = False,
+        gpus: Gpus | None = None,
+        labels: dict[str, str] | None = None,
+        hostname: str | None = None,
+    ) -> StreamingContainer:
+        """Create and start a container (``what`` names it in errors), its output to be read
+        as it streams; the caller closes it (which removes it). ``network``: False (none),
+        True (the default bridge), or the name of a network (:meth:`create_network`), where
+        the container is reachable as ``hostname``."""
+        mounts = [
+            docker.types.Mount(b.container, str(b.host), type="bind", read_only=b.read_only)
+            for b in binds
+        ]
+        requests = None
+        if gpus is not None:
+            requests = [
+                docker.types.DeviceRequest(
+                    count=gpus.count,
+                    device_ids=list(gpus.device_ids) or None,
+                    capabilities=[["gpu"]],
+                )
+            ]
+        extra: dict[str, Any] = {}
+        if isinstance(network, str):
+            extra["network"] = network
+            if hostname is not None:
+                extra["hostname"] = hostname
+                extra["networking_config"] = {
+                    network: self.client.api.create_endpoint_config(aliases=[hostname])
+                }
+        try:
+            container = self.client.containers.create(
+                image,
+                command=command,
+                environment=environment,
+                mounts=mounts,
+                network_disabled=network is False,
+                device_requests=requests,
+                labels=labels or {},
+                **extra,
+            )
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot create {what}: {_short(exc)}") from None
+        try:
+            container.start()
+        except docker.errors.DockerException as exc:
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
+            hint = "is a GPU runtime (NVIDIA Container Toolkit) installed?" if gpus else None
+            raise EngineError(f"cannot start {what}: {_short(exc)}", hint=hint) from None
+        return StreamingContainer(container)
+
+    def create_network(self, name: str, labels: dict[str, str]) -> None:
+        """A bridge network with no route out (``internal``), for one multi-node run."""
+        try:
+            self.client.networks.create(name, driver="bridge", internal=True, labels=labels)
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot create network {name}: {_short(exc)}") from None
+
+    def remove_networks(self, labels: dict[str, str]) -> int:
+        """Remove every network that carries all ``labels`` (its containers gone first);
+        how many were removed. Errors are swallowed: this is clean-up."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        try:
+            found = self.client.networks.list(filters=filters)
+        except (docker.errors.DockerException, EngineUnavailableError):
+            return 0
+        removed = 0
+        for network in found:
+            with contextlib.suppress(docker.errors.DockerException):
+                network.remove()
+                removed += 1
+        return removed
+
+    def remove_containers(self, labels: dict[str, str]) -> int:
+        """Force-remove every container (running or not) that carries all ``labels``; how
+        many were removed. Errors are swallowed: this is clean-up."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        try:
+            found = self.client.containers.list(all=True, filters=filters)
+        except (docker.errors.DockerException, EngineUnavailableError):
+            return 0
+        removed = 0
+        for container in found:
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
+                removed += 1
+        return removed
+
+    def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+
+    # ---- builds ----------------------------------------------------------------------------
+    def server_version(self) -> str:
+        """The engine's version (what the classic and built-in BuildKit builders are)."""
+        try:
+            return str(self.client.version().get("Version", ""))
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot read the engine's version: {_short(exc)}") from None
+
+    def resolve_builder(self, builder: Builder) -> Builder:
+        if builder == "buildah":
+            raise EngineError(
+                "buildah builds go through reprobuild.backends.buildah, not the engine"
+            )
+        if builder == "auto":
+            return "buildx" if _buildx_client() else "classic"
+        if builder == "buildx" and not _buildx_client():
+            raise EngineError(
+                "builder 'buildx' asked for, but `docker buildx` is not installed",
+                hint="install the buildx plugin or use --builder classic",
+            )
+        if builder == "buildkit" and not legacy_buildkit_client():
+            raise EngineError(
+                "builder 'buildkit' needs a Docker CLI older than 23 (no buildx); none found",
+                hint="use --builder buildx (with the plugin) or --builder classic",
+            )
+        return builder
+
+    def build(
+        self,
+        context: Path,
+        tag: str,
+        *,
+        builder: Builder = "auto",
+        log: Log = _quiet,
+        no_cache: bool = False,
+        network: bool = True,
+    ) -> str:
+        """Build ``context/Dockerfile`` and tag the result; return the image ID.
+
+        The tag is applied only when the whole build succeeded. ``network`` False: RUN steps
+        get no network at all (a hermetic build needs none, and so proves it needs none).
+        """
+        chosen = self.resolve_builder(builder)
+        if chosen == "classic":
+            return self._build_classic(context, tag, log, no_cache, network)
+        return self._build_cli(context, tag, chosen, log, no_cache, network)
+
+    def _build_classic(
+        self, context: Path, tag: str, log: Log, no_cache: bool, network: bool
+    ) -> str:
+        tail: deque[str] = deque(maxlen=_TAIL)
+        image_id: str | None = None
+        try:
+            stream = self.client.api.build(
+                path=str(context),
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                pull=False,
+                nocache=no_cache,
+                network_mode=None if network else "none",
+            )
+            for chunk in stream:
+                if "stream" in chunk:
+                    for line in str(chunk["stream"]).splitlines():
+                        if line.strip():
+                            tail.append(line)
+                            log(line)
+                if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+                    image_id = str(chunk["aux"]["ID"])
+                if "error" in chunk:
+                    tail.append(str(chunk["error"]).strip())
+                    raise BuildError(
+                        f"docker build failed: {str(chunk['error']).strip().splitlines()[-1]}",
+                        log_tail="\n".join(tail),
+                    )
+        except docker.errors.APIError as exc:
+            raise BuildError(
+                f"docker build failed: {_short(exc)}", log_tail="\n".join(tail)
+            ) from None
+        if image_id is None:
+            image_id = self.image_id(tag)
+        if image_id is None:
+            raise BuildError("docker build finished without an image", log_tail="\n".join(tail))
+        return image_id
+
+    def _build_cli(
+        self, context: Path, tag: str, builder: Builder, log: Log, no_cache: bool, network: bool
+    ) -> str:
+        env = dict(os.environ)
+        if builder == "buildx":
+            cli = _buildx_client()
+            assert cli is not None
+            argv = [cli, "buildx", "build", "--load", "--provenance=false"]
+        else:
+            cli = legacy_buildkit_client()
+            assert cli is not None
+            argv = [cli, "build"]
+            env["DOCKER_BUILDKIT"] = "1"
+        env["BUILDKIT_PROGRESS"] = "plain"
+        with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
+            iidfile = Path(tmp) / "iid"
+            argv += ["--progress=plain", "--iidfile", str(iidfile), "-t", tag]
+            if no_cache:
+                argv.append("--no-cache")
+            if not network:
+                argv.append("--network=none")
+            argv.append(str(context))
+            run_streamed(argv, "docker build", log, env=env, stop_wait_s=10.0)
+            return iidfile.read_text().strip()
+
+
+def _short(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc)
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return " ".join(str(text).split())[:300]
+
+
+def _docker_clients() -> Iterable[str]:
+    seen: set[str] = set()
+    for candidate in (shutil.which("docker"), "/usr/bin/docker", "/usr/local/bin/docker"):
+        if candidate and os.access(candidate, os.X_OK):
+            real = os.path.realpath(candidate)
+            if real not in seen:
+                seen.add(real)
+                yield candidate
+
+
+def _buildx_client() -> str | None:
+    for cli in _docker_clients():
+        probe = subprocess.run([cli, "buildx", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return cli
+    return None
+
+
+def _rootfs_layers(attrs: dict[str, Any]) -> list[str]:
+    """An image's layers (diff IDs, bottom first) from its inspect attributes."""
+    return [str(layer) for layer in (attrs.get("RootFS") or {}).get("Layers") or []]
+
+
+def legacy_buildkit_client() -> str | None:
+    for cli in _docker_clients():
+        probe = subprocess.run(
+            [cli, "version", "--format", "{{json .Client.Version}}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        try:
+            major = int(json.loads(probe.stdout.strip() or '""').split(".")[0])
+        except (ValueError, json.JSONDecodeError):
+            continue
+        if major < 23:
+            return cli
+    return None

@@ -1,0 +1,1 @@
+"""Where bases come from: image references, registries, the catalog, the project's base lock."""

@@ -1,0 +1,898 @@
+"""Resolve image tags to digests through the Registry HTTP API v2.
+
+A tag names whatever the registry says today; the digest this module returns names the
+bytes for good. For a multi-arch tag the top-level (index) digest is the pin and the
+per-platform manifest digest is recorded beside it. Every body fetched is checked
+against its sha256 before it is trusted.
+
+Only anonymous access is supported: a Bearer challenge is answered with an anonymous
+token from the realm it names; a Basic challenge (credentials required) is an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import os
+import re
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ClassVar, NamedTuple, cast
+from urllib.parse import urlsplit
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+
+from reprobuild import __version__
+from reprobuild._util import jsonload
+from reprobuild.bases.refs import ImageRef, is_loopback, parse_ref
+from reprobuild.errors import RegistryError
+
+__all__ = [
+    "ACCEPT_MANIFESTS",
+    "DEADLINE_ENV",
+    "DOCKER_MANIFEST",
+    "DOCKER_MANIFEST_LIST",
+    "INSECURE_REGISTRIES_ENV",
+    "OCI_INDEX",
+    "OCI_MANIFEST",
+    "Challenge",
+    "RegistryClient",
+    "Resolved",
+    "parse_challenges",
+    "resolve",
+]
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
+MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
+
+INSECURE_REGISTRIES_ENV = "REPROBUILD_INSECURE_REGISTRIES"
+DOCKER_HUB_API_HOST = "registry-1.docker.io"
+_DOCKER_HUB_NAMES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
+# Registries must accept manifests of at least 4 MiB (OCI distribution spec); refuse more.
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+# Image configs and token answers are small too; an error body is read only this far.
+MAX_CONFIG_BYTES = 8 * 1024 * 1024
+MAX_TOKEN_BYTES = 1024 * 1024
+MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_REDIRECTS = 10
+# One client (one command) waits this long in all for registries and token services.
+DEADLINE_ENV = "REPROBUILD_REGISTRY_TIMEOUT"
+DEFAULT_DEADLINE = 60.0
+_CHUNK = 64 * 1024
+
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_PLATFORM_RE = re.compile(r"^([a-z0-9_.-]+)/([a-z0-9_.-]+)(?:/([a-z0-9_.-]+))?$")
+_ARCH_ALIASES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64"}
+# The variant an architecture means when none is written (containerd's platform matcher).
+_DEFAULT_VARIANT = {"arm64": "v8", "arm": "v7", "amd64": "v1"}
+_ATTESTATION_ANNOTATION = "vnd.docker.reference.type"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The answer to "what does this tag mean today": a pinned ref plus what it points at."""
+
+    ref: ImageRef
+    media_type: str
+    platform: str | None
+    platform_digest: str
+    config_digest: str | None
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_TYPES
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ref": str(self.ref),
+            "pinned": self.ref.by_digest(),
+            "registry": self.ref.registry,
+            "repository": self.ref.repository,
+            "tag": self.ref.tag,
+            "digest": self.ref.digest,
+            "media_type": self.media_type,
+            "platform": self.platform,
+            "platform_digest": self.platform_digest,
+            "config_digest": self.config_digest,
+        }
+
+
+# --- WWW-Authenticate (RFC 9110 section 11.6.1) ------------------------------------------
+
+
+class Challenge(NamedTuple):
+    """One challenge of a ``WWW-Authenticate`` header; the scheme and keys are lowercased."""
+
+    scheme: str
+    params: Mapping[str, str]
+
+
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_SCHEME_RE = re.compile(rf"({_TOKEN})")
+_PARAM_RE = re.compile(rf'[ \t]*,?[ \t]*({_TOKEN})[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|{_TOKEN})')
+_TOKEN68_RE = re.compile(r"[ \t]+([A-Za-z0-9._~+/-]+=*)[ \t]*(?=,|$)")
+
+
+def parse_challenges(header: str) -> list[Challenge]:
+    """Parse a ``WWW-Authenticate`` value into its challenges.
+
+    Quoted values may hold commas, ``=`` and backslash escapes; several challenges may
+    share one header (``Basic realm="a", Bearer realm="b"``). Unparseable text is skipped.
+    """
+    out: list[Challenge] = []
+    pos, end = 0, len(header)
+    while True:
+        while pos < end and header[pos] in " \t,":
+            pos += 1
+        if pos >= end:
+            return out
+        scheme = _SCHEME_RE.match(header, pos)
+        if scheme is None:  # garbage: resynchronise at the next comma
+            comma = header.find(",", pos)
+            if comma < 0:
+                return out
+            pos = comma + 1
+            continue
+        pos = scheme.end()
+        params: dict[str, str] = {}
+        token68 = _TOKEN68_RE.match(header, pos)
+        if token68 is not None and not _PARAM_RE.match(header, pos):
+            params[""] = token68.group(1)
+            pos = token68.end()
+        while (param := _PARAM_RE.match(header, pos)) is not None:
+            # "Basic realm=x, Bearer realm=y": "Bearer realm" is no parameter, so the
+            # regex stops there and the next turn of the outer loop reads a new scheme.
+            value = param.group(2)
+            if value.startswith('"'):
+                value = re.sub(r"\\(.)", r"\1", value[1:-1])
+            params[param.group(1).lower()] = value
+            pos = param.end()
+        out.append(Challenge(scheme.group(1).lower(), params))
+
+
+# --- platforms -----------------------------------------------------------------------------
+
+
+class _Platform(NamedTuple):
+    os: str
+    architecture: str
+    variant: str | None
+
+    def __str__(self) -> str:
+        base = f"{self.os}/{self.architecture}"
+        return f"{base}/{self.variant}" if self.variant else base
+
+
+def _parse_platform(text: str) -> _Platform:
+    match = _PLATFORM_RE.match(text.strip().lower()) if isinstance(text, str) else None
+    if match is None:
+        raise RegistryError(
+            f"invalid platform {text!r}: expected OS/ARCH[/VARIANT], e.g. linux/amd64"
+        )
+    os_, arch, variant = match.groups()
+    return _Platform(os_, _ARCH_ALIASES.get(arch, arch), variant)
+
+
+def _platform_of(entry: Mapping[str, Any]) -> _Platform | None:
+    """The platform of an index entry, or None for attestations and unknown platforms."""
+    annotations = entry.get("annotations")
+    if isinstance(annotations, Mapping) and _ATTESTATION_ANNOTATION in annotations:
+        return None
+    platform = entry.get("platform")
+    if not isinstance(platform, Mapping):
+        return None
+    os_, arch = platform.get("os"), platform.get("architecture")
+    if not isinstance(os_, str) or not isinstance(arch, str) or "unknown" in (os_, arch):
+        return None
+    variant = platform.get("variant")
+    arch = _ARCH_ALIASES.get(arch.lower(), arch.lower())
+    return _Platform(os_.lower(), arch, variant.lower() if isinstance(variant, str) else None)
+
+
+def _matches(have: _Platform, want: _Platform) -> bool:
+    if (have.os, have.architecture) != (want.os, want.architecture):
+        return False
+    if want.variant is None:
+        return True
+    default = _DEFAULT_VARIANT.get(have.architecture)
+    return (have.variant or default) == want.variant
+
+
+def _select(entries: list[tuple[_Platform, Mapping[str, Any]]], want: _Platform) -> int | None:
+    """Index of the entry for ``want``; with no variant asked, the default variant wins."""
+    candidates = [i for i, (have, _) in enumerate(entries) if _matches(have, want)]
+    if not candidates:
+        return None
+    default = _DEFAULT_VARIANT.get(want.architecture)
+    for i in candidates:
+        if entries[i][0].variant in (None, default):
+            return i
+    return candidates[0]
+
+
+# --- the client ----------------------------------------------------------------------------
+
+
+def _env_insecure() -> frozenset[str]:
+    raw = os.environ.get(INSECURE_REGISTRIES_ENV, "")
+    return frozenset(part.strip().lower() for part in raw.split(",") if part.strip())
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _check_digest(digest: str, what: str) -> None:
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+        raise RegistryError(
+            f"unsupported digest {digest!r} for {what}: "
+            "expected sha256: and 64 lowercase hex digits"
+        )
+
+
+def deadline_from_env() -> float:
+    """The total wait of one command, from ``$REPROBUILD_REGISTRY_TIMEOUT`` (seconds)."""
+    raw = os.environ.get(DEADLINE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_DEADLINE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise RegistryError(
+            f"{DEADLINE_ENV}={raw[:40]!r} is not a number of seconds between 0 and 86400"
+        )
+    return value
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).netloc or url[:80]
+
+
+class _Watchdog:
+    """Shuts down every socket a client opened once its deadline passes.
+
+    requests' ``timeout`` bounds each socket read, not a request: a server that trickles a
+    byte a second answers every read in time, forever. The connections a client opens are
+    tracked (a weak set), and a timer armed around each wait shuts them down when the
+    client's time is up, so the blocked read returns at once wherever it is (status line,
+    headers, body) and in whatever thread it runs."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends = time.monotonic() + seconds
+        self.fired = False
+        self.waiting_on = ""  # the URL last sent (redirects included): whom a timeout names
+        self.sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def remaining(self) -> float:
+        return self.ends - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.fired or self.remaining() <= 0
+
+    def add(self, sock: socket.socket | None) -> None:
+        if sock is not None:
+            with self._lock:
+                self.sockets.add(sock)
+                fired = self.fired
+            if fired:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        # socket.socket's own shutdown, not SSLSocket's (which drops its SSL object under
+        # a reader in another thread): the reader sees EOF and returns.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sockets = list(self.sockets)
+        for sock in sockets:
+            self._shut(sock)
+
+    @contextlib.contextmanager
+    def armed(self) -> Iterator[None]:
+        timer = threading.Timer(max(self.remaining(), 0.0), self.fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+
+class _TrackedHTTPConnection(urllib3.connection.HTTPConnection):
+    watchdog: ClassVar[_Watchdog]
+
+    def connect(self) -> None:
+        super().connect()
+        self.watchdog.add(self.sock)
+
+
+class _TrackedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    watchdog: ClassVar[_Watchdog]
+
+    def connect(self) -> None:
+        super().connect()
+        self.watchdog.add(self.sock)
+
+
+class _DeadlineAdapter(HTTPAdapter):
+    """An adapter whose connections register their sockets with one :class:`_Watchdog`."""
+
+    def __init__(self, watchdog: _Watchdog) -> None:
+        self._watchdog = watchdog
+        super().__init__(max_retries=0)
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
+        self._watchdog.waiting_on = request.url or ""
+        return super().send(request, *args, **kwargs)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        attrs = {"watchdog": self._watchdog}
+        http_conn = type("_Conn", (_TrackedHTTPConnection,), attrs)
+        https_conn = type("_TLSConn", (_TrackedHTTPSConnection,), attrs)
+        pools = {
+            "http": type("_Pool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": http_conn}),
+            "https": type(
+                "_TLSPool", (urllib3.HTTPSConnectionPool,), {"ConnectionCls": https_conn}
+            ),
+        }
+        self.poolmanager.pool_classes_by_scheme = cast(Any, pools)
+
+
+def _reason(exc: requests.RequestException, timeout: float) -> str:
+    """One line saying why a request got no answer (requests' own text is a nested repr)."""
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within {timeout:g}s"
+    if isinstance(exc, requests.TooManyRedirects):
+        return f"more than {MAX_REDIRECTS} redirects"
+    text = str(exc)
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "TLS handshake failed"
+    if "refused" in text.lower():
+        return "connection refused"
+    if any(
+        marker in text
+        for marker in (
+            "Name or service not known",
+            "Temporary failure in name resolution",
+            "nodename nor servname",
+            "getaddrinfo failed",
+            "No address associated with hostname",
+            "NameResolutionError",
+        )
+    ):
+        return "host name could not be resolved"
+    if "Network is unreachable" in text or "No route to host" in text:
+        return "no route to host"
+    return type(exc).__name__
+
+
+def _registry_message(body: bytes) -> str:
+    """The first error message of a registry's JSON error body, or ''."""
+    try:
+        document = jsonload.loads(
+            body, "error body", error=RegistryError, max_bytes=MAX_ERROR_BODY_BYTES
+        )
+        first = document["errors"][0]
+        message = str(first.get("message") or first.get("code") or "")
+    except (RegistryError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return ""
+    return " ".join(message.split())[:200]
+
+
+class RegistryClient:
+    """Anonymous, read-only Registry HTTP API v2 client.
+
+    Bearer tokens are cached per (realm, scope) for the client's lifetime (a token the
+    registry stops accepting is fetched again once). Use it as a context manager, or call
+    :meth:`close`, to release the session it created.
+
+    ``timeout`` bounds each connect and each socket read; ``deadline`` (seconds, default
+    ``$REPROBUILD_REGISTRY_TIMEOUT`` or 60) bounds all the client's waits together, from its
+    creation: one client serves one command. Every body is read at most a few MiB far.
+    """
+
+    def __init__(
+        self,
+        session: requests.Session | None = None,
+        *,
+        timeout: float = 30.0,
+        deadline: float | None = None,
+        insecure_registries: frozenset[str] = frozenset(),
+    ) -> None:
+        self._own_session = session is None
+        self.session = session if session is not None else requests.Session()
+        self.session.max_redirects = MAX_REDIRECTS
+        self.deadline = deadline if deadline is not None else deadline_from_env()
+        self._watchdog = _Watchdog(self.deadline)
+        adapter = _DeadlineAdapter(self._watchdog)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.timeout = min(timeout, self.deadline)
+        self.insecure_registries = (
+            frozenset(r.lower() for r in insecure_registries) | _env_insecure()
+        )
+        self._tokens: dict[tuple[str, str], str] = {}
+        # which (realm, scope) answered for a (host, repository), so later requests send
+        # the cached token up front instead of collecting a 401 first
+        self._auth_for: dict[tuple[str, str], tuple[str, str]] = {}
+        self._configs: dict[str, dict[str, Any]] = {}
+        self._headers = {"User-Agent": f"reprobuild/{__version__}"}
+
+    # -- lifetime --
+
+    def close(self) -> None:
+        if self._own_session:
+            self.session.close()
+
+    def __enter__(self) -> RegistryClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- addressing --
+
+    def registry_url(self, registry: str) -> str:
+        """``scheme://host`` of a registry's API: http for loopback and insecure ones."""
+        host = DOCKER_HUB_API_HOST if registry.lower() in _DOCKER_HUB_NAMES else registry
+        insecure = is_loopback(registry) or registry.lower() in self.insecure_registries
+        return f"{'http' if insecure else 'https'}://{host}"
+
+    def _url(self, ref: ImageRef, kind: str, reference: str) -> str:
+        return f"{self.registry_url(ref.registry)}/v2/{ref.api_repository}/{kind}/{reference}"
+
+    # -- public API --
+
+    def resolve(self, ref: ImageRef | str, *, platform: str = "linux/amd64") -> Resolved:
+        """Pin ``ref`` by digest and find its manifest for ``platform``.
+
+        A ref that already carries a digest is checked to exist and kept; its tag, if any,
+        is not consulted (the digest decides what is pulled).
+        """
+        image = parse_ref(ref) if isinstance(ref, str) else ref
+        want = _parse_platform(platform)
+        top_digest = self._head_digest(image)
+        body, media_type, top_digest = self.get_manifest(
+            image, top_digest or self._reference(image)
+        )
+        pinned = image.with_digest(top_digest)
+        manifest = self._decode(body, pinned, "manifest")
+        media_type = self._media_type(manifest, media_type)
+
+        if media_type in INDEX_TYPES:
+            entry_platform, entry = self._select_entry(manifest, pinned, want)
+            platform_digest = entry["digest"]
+            body, sub_type, platform_digest = self.get_manifest(pinned, platform_digest)
+            sub = self._decode(body, pinned, f"manifest {platform_digest}")
+            sub_type = self._media_type(sub, sub_type)
+            if sub_type not in MANIFEST_TYPES:
+                raise RegistryError(
+                    f"{pinned}: the {entry_platform} entry {platform_digest} is a {sub_type}, "
+                    "not an image manifest"
+                )
+            return Resolved(
+                ref=pinned,
+                media_type=media_type,
+                platform=str(entry_platform),
+                platform_digest=platform_digest,
+                config_digest=self._config_digest(sub),
+            )
+
+        if media_type not in MANIFEST_TYPES:
+            raise RegistryError(
+                f"{pinned}: unsupported manifest type {media_type or '(none)'!r}",
+                hint="only OCI and Docker v2 manifests and indexes are supported",
+            )
+        config_digest = self._config_digest(manifest)
+        found = self._single_platform(pinned, config_digest)
+        if found is not None and not _matches(found, want):
+            raise RegistryError(
+                f"{pinned} is a single-platform image for {found}, not {want}",
+                hint=f"ask for platform {found}, or use a tag published for {want}",
+            )
+        return Resolved(
+            ref=pinned,
+            media_type=media_type,
+            platform=str(found) if found is not None else None,
+            platform_digest=top_digest,
+            config_digest=config_digest,
+        )
+
+    def get_manifest(self, ref: ImageRef, reference: str) -> tuple[bytes, str, str]:
+        """GET a manifest by tag or digest: (body, media type, digest), the digest checked.
+
+        For a digest reference the body must hash to it; for a tag, to the registry's
+        ``Docker-Content-Digest`` (or the body's own hash when the header is missing).
+        """
+        by_digest = ":" in reference  # a tag cannot hold a colon
+        if by_digest:
+            _check_digest(reference, f"{ref}")
+        url = self._url(ref, "manifests", reference)
+        resp = self._request("GET", ref, url, {"Accept": ACCEPT_MANIFESTS}, stream=True)
+        with resp:
+            self._raise_for_status(resp, ref, url, reference)
+            body = self._read(resp, url, limit=MAX_MANIFEST_BYTES)
+            media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+            header_digest = resp.headers.get("Docker-Content-Digest")
+        actual = _sha256(body)
+        if by_digest and header_digest is not None and header_digest != reference:
+            raise RegistryError(
+                f"{url}: registry says digest {header_digest}, but {reference} was asked for; "
+                "refusing it"
+            )
+        expected = reference if by_digest else header_digest
+        if expected is None:  # a tag, and no Docker-Content-Digest: the body names itself
+            return body, media_type, actual
+        _check_digest(expected, url)
+        if actual != expected:
+            raise RegistryError(
+                f"{url}: manifest content does not match its digest "
+                f"(expected {expected}, got {actual}); refusing it",
+                hint="the registry, or something between it and you, altered the manifest",
+            )
+        return body, media_type, expected
+
+    def get_blob(self, ref: ImageRef, digest: str, *, max_bytes: int = MAX_CONFIG_BYTES) -> bytes:
+        """GET a (small: config) blob by digest, at most ``max_bytes``, checked against it."""
+        _check_digest(digest, f"a blob of {ref}")
+        url = self._url(ref, "blobs", digest)
+        resp = self._request("GET", ref, url, {}, stream=True)
+        with resp:
+            self._raise_for_status(resp, ref, url, digest, what="blob")
+            data = self._read(resp, url, limit=max_bytes)
+        actual = _sha256(data)
+        if actual != digest:
+            raise RegistryError(
+                f"{url}: blob content does not match its digest "
+                f"(expected {digest}, got {actual}); refusing it"
+            )
+        return data
+
+    def image_config(self, ref: ImageRef | str, *, platform: str = "linux/amd64") -> dict[str, Any]:
+        """The platform image's config JSON: ``config.Env``, ``config.Labels``, ``os``..."""
+        resolved = self.resolve(ref, platform=platform)
+        if resolved.config_digest is None:
+            raise RegistryError(f"{resolved.ref}: the manifest names no config blob")
+        return copy.deepcopy(self._config_json(resolved.ref, resolved.config_digest))
+
+    # -- internals --
+
+    @staticmethod
+    def _reference(ref: ImageRef) -> str:
+        return ref.digest or ref.tag or "latest"
+
+    def _head_digest(self, ref: ImageRef) -> str | None:
+        """The Docker-Content-Digest a HEAD answers, or None when GET has to find out."""
+        reference = self._reference(ref)
+        url = self._url(ref, "manifests", reference)
+        resp = self._request("HEAD", ref, url, {"Accept": ACCEPT_MANIFESTS})
+        with resp:
+            if resp.status_code == 404:
+                self._raise_for_status(resp, ref, url, reference)
+            if not resp.ok:
+                return None  # e.g. a registry without HEAD: GET says what is wrong
+            digest = resp.headers.get("Docker-Content-Digest")
+        if digest is None:
+            return None
+        _check_digest(digest, f"{url}")
+        if ref.digest is not None and digest != ref.digest:
+            raise RegistryError(
+                f"{url}: registry says digest {digest}, but {ref.digest} was asked for; refusing it"
+            )
+        return digest
+
+    def _select_entry(
+        self, index: Mapping[str, Any], ref: ImageRef, want: _Platform
+    ) -> tuple[_Platform, Mapping[str, Any]]:
+        raw = index.get("manifests")
+        if not isinstance(raw, list):
+            raise RegistryError(f"{ref}: malformed index: no manifests list")
+        entries: list[tuple[_Platform, Mapping[str, Any]]] = []
+        for entry in raw:
+            if not isinstance(entry, Mapping):
+                continue
+            platform = _platform_of(entry)
+            if platform is not None and isinstance(entry.get("digest"), str):
+                entries.append((platform, entry))
+        chosen = _select(entries, want)
+        if chosen is None:
+            available = sorted({str(p) for p, _ in entries})
+            listed = ", ".join(available) if available else "none"
+            raise RegistryError(
+                f"{ref} has no image for platform {want}; available: {listed}",
+                hint="pick one of the available platforms",
+            )
+        platform, entry = entries[chosen]
+        _check_digest(entry["digest"], f"the {platform} entry of {ref}")
+        return platform, entry
+
+    def _config_digest(self, manifest: Mapping[str, Any]) -> str | None:
+        config = manifest.get("config")
+        digest = config.get("digest") if isinstance(config, Mapping) else None
+        return digest if isinstance(digest, str) else None
+
+    def _single_platform(self, ref: ImageRef, config_digest: str | None) -> _Platform | None:
+        """The platform a single-arch image's config declares (None if it declares none)."""
+        if config_digest is None:
+            return None
+        config = self._config_json(ref, config_digest)
+        os_, arch = config.get("os"), config.get("architecture")
+        if not isinstance(os_, str) or not isinstance(arch, str) or not os_ or not arch:
+            return None
+        variant = config.get("variant")
+        return _Platform(
+            os_.lower(),
+            _ARCH_ALIASES.get(arch.lower(), arch.lower()),
+            variant.lower() if isinstance(variant, str) and variant else None,
+        )
+
+    def _config_json(self, ref: ImageRef, digest: str) -> dict[str, Any]:
+        """A config blob, parsed; cached by digest (content-addressed, so never stale)."""
+        cached = self._configs.get(digest)
+        if cached is None:
+            cached = self._decode(self.get_blob(ref, digest), ref, f"config {digest}")
+            self._configs[digest] = cached
+        return cached
+
+    @staticmethod
+    def _media_type(document: Mapping[str, Any], header_type: str) -> str:
+        """The manifest's own mediaType wins over Content-Type (some registries send json)."""
+        declared = document.get("mediaType")
+        if isinstance(declared, str) and declared:
+            return declared
+        if header_type in INDEX_TYPES | MANIFEST_TYPES:
+            return header_type
+        # an OCI document may omit mediaType: tell them apart by shape
+        if isinstance(document.get("manifests"), list):
+            return OCI_INDEX
+        if isinstance(document.get("config"), Mapping):
+            return OCI_MANIFEST
+        return header_type
+
+    @staticmethod
+    def _decode(data: bytes, ref: ImageRef, what: str) -> dict[str, Any]:
+        document = jsonload.loads(data, f"{ref}: {what}", error=RegistryError)
+        if not isinstance(document, dict):
+            raise RegistryError(f"{ref}: {what} is not a JSON object")
+        return document
+
+    def _expired(self, url: str) -> RegistryError:
+        url = self._watchdog.waiting_on or url
+        return RegistryError(
+            f"registry {_host(url)} did not answer within {self.deadline:g}s",
+            hint=f"set {DEADLINE_ENV} (seconds) to wait longer",
+        )
+
+    def _read(self, resp: requests.Response, url: str, *, limit: int) -> bytes:
+        """The body, at most ``limit`` bytes, within the client's deadline."""
+        declared = resp.headers.get("Content-Length", "")
+        if declared.strip().isdigit() and int(declared) > limit:
+            raise RegistryError(
+                f"{url}: response of {int(declared)} bytes is larger than {limit}; refusing it"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with self._watchdog.armed():
+                for chunk in resp.iter_content(_CHUNK):
+                    if self._watchdog.expired():
+                        raise self._expired(url)
+                    size += len(chunk)
+                    if size > limit:
+                        raise RegistryError(
+                            f"{url}: response larger than {limit} bytes; refusing it"
+                        )
+                    chunks.append(chunk)
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._watchdog.expired():
+                raise self._expired(url) from None
+            reason = (
+                _reason(exc, self.timeout)
+                if isinstance(exc, requests.RequestException)
+                else (type(exc).__name__)
+            )
+            raise RegistryError(f"{url}: download failed: {reason}") from None
+        if self._watchdog.expired():
+            raise self._expired(url)
+        return b"".join(chunks)
+
+    # -- HTTP and auth --
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        stream: bool = False,
+        params: Mapping[str, str] | None = None,
+        base: str,
+    ) -> requests.Response:
+        remaining = self._watchdog.remaining()
+        if remaining <= 0:
+            raise self._expired(url)
+        # connecting is bounded by what is left (no socket to shut yet); reading by the
+        # per-read timeout, and all of it by the watchdog
+        wait = min(self.timeout, remaining)
+        try:
+            with self._watchdog.armed():
+                resp = self.session.request(
+                    method,
+                    url,
+                    headers={**self._headers, **headers},
+                    params=params,
+                    timeout=(wait, self.timeout),
+                    allow_redirects=True,
+                    stream=stream,
+                )
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._watchdog.expired():
+                raise self._expired(url) from None
+            if not isinstance(exc, requests.RequestException):
+                raise RegistryError(f"could not reach {base}: {type(exc).__name__}") from None
+            reason = _reason(exc, self.timeout)
+            hint = None
+            if isinstance(exc, requests.exceptions.SSLError):
+                hint = (
+                    f"if this registry speaks plain HTTP, add its host to {INSECURE_REGISTRIES_ENV}"
+                )
+            raise RegistryError(f"could not reach {base}: {reason}", hint=hint) from None
+        if self._watchdog.expired():
+            resp.close()
+            raise self._expired(url)
+        return resp
+
+    def _request(
+        self,
+        method: str,
+        ref: ImageRef,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        stream: bool = False,
+    ) -> requests.Response:
+        base = self.registry_url(ref.registry)
+        target = (base, ref.api_repository)
+        auth_key = self._auth_for.get(target)
+        sent_token = self._tokens.get(auth_key) if auth_key is not None else None
+        first = dict(headers)
+        if sent_token is not None:
+            first["Authorization"] = f"Bearer {sent_token}"
+        resp = self._send(method, url, first, stream=stream, base=base)
+        if resp.status_code != 401:
+            return resp
+
+        challenges = parse_challenges(resp.headers.get("WWW-Authenticate", ""))
+        resp.close()
+        bearer = next((c for c in challenges if c.scheme == "bearer"), None)
+        if bearer is None:
+            schemes = ", ".join(sorted({c.scheme.capitalize() for c in challenges})) or "none"
+            raise RegistryError(
+                f"{base} refused anonymous access to {ref} (HTTP 401, auth scheme {schemes}); "
+                "registry credentials are not supported yet",
+                hint="run `docker login` and `docker pull`, then read the digest with "
+                "`docker inspect --format '{{index .RepoDigests 0}}' IMAGE`",
+            )
+        realm = bearer.params.get("realm", "")
+        if not realm.startswith(("https://", "http://")):
+            raise RegistryError(f"{url} answered HTTP 401 with a Bearer challenge without a realm")
+        scope = bearer.params.get("scope") or f"repository:{ref.api_repository}:pull"
+        key = (realm, scope)
+        if sent_token is not None and self._tokens.get(key) == sent_token:
+            del self._tokens[key]  # the registry no longer takes it (expired): fetch anew
+        token = self._token(realm, bearer.params.get("service"), scope, key)
+        self._auth_for[target] = key
+        retry = self._send(
+            method, url, {**headers, "Authorization": f"Bearer {token}"}, stream=stream, base=base
+        )
+        if retry.status_code == 401:
+            message = self._error_message(retry, url)
+            detail = f": {message}" if message else ""
+            raise RegistryError(
+                f"{base} refused anonymous access to {ref} (HTTP 401{detail}); "
+                "the image does not exist or is private",
+                hint="check the name; private images need credentials, which are not supported yet",
+            )
+        return retry
+
+    def _token(self, realm: str, service: str | None, scope: str, key: tuple[str, str]) -> str:
+        cached = self._tokens.get(key)
+        if cached is not None:
+            return cached
+        params = {"scope": scope}
+        if service:
+            params["service"] = service
+        resp = self._send(
+            "GET", realm, {"Accept": "application/json"}, params=params, base=realm, stream=True
+        )
+        with resp:
+            if not resp.ok:
+                raise RegistryError(
+                    f"token service {realm} refused an anonymous token for {scope} "
+                    f"(HTTP {resp.status_code})",
+                    hint="the image may be private; credentials are not supported yet",
+                )
+            raw = self._read(resp, realm, limit=MAX_TOKEN_BYTES)
+        try:
+            body = jsonload.loads(raw, "token answer", error=RegistryError)
+        except RegistryError:
+            body = None
+        token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise RegistryError(f"token service {realm} answered without a token for {scope}")
+        self._tokens[key] = token
+        return token
+
+    def _error_message(self, resp: requests.Response, url: str) -> str:
+        """The registry's own words for an error answer (read a short way), or ''."""
+        try:
+            with resp:
+                return _registry_message(self._read(resp, url, limit=MAX_ERROR_BODY_BYTES))
+        except RegistryError as exc:
+            if self._watchdog.expired():
+                raise exc from None
+            return ""
+
+    def _raise_for_status(
+        self,
+        resp: requests.Response,
+        ref: ImageRef,
+        url: str,
+        reference: str,
+        *,
+        what: str = "manifest",
+    ) -> None:
+        status = resp.status_code
+        if 200 <= status < 300:
+            return
+        message = self._error_message(resp, url)
+        detail = f": {message}" if message else ""
+        if status == 404:
+            if what == "blob":
+                raise RegistryError(f"{ref}: no such blob {reference} at {url} (HTTP 404)")
+            name = f"{ref.name}@{reference}" if ":" in reference else f"{ref.name}:{reference}"
+            raise RegistryError(
+                f"no such image/tag: {name} (HTTP 404 from {self.registry_url(ref.registry)})",
+                hint="check the name and tag",
+            )
+        if status == 403:
+            raise RegistryError(f"{url}: access denied (HTTP 403{detail})")
+        if status == 429:
+            raise RegistryError(
+                f"{url}: rate limited by the registry (HTTP 429)",
+                hint="wait and retry; Docker Hub limits anonymous pulls",
+            )
+        raise RegistryError(f"{url}: registry answered HTTP {status}{detail}")
+
+
+def resolve(ref: str, *, platform: str = "linux/amd64") -> Resolved:
+    """Resolve ``ref`` with a short-lived client."""
+    with RegistryClient() as client:
+        return client.resolve(ref, platform=platform)

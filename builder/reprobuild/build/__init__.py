@@ -1,0 +1,1 @@
+"""Where a build goes: plan, render, build context, manifest, and ``reprobuild image``."""

@@ -1,0 +1,525 @@
+"""``reprobuild image``: render, fetch, build, probe, stamp, tag. The tag is applied last,
+so a failure at any step leaves nothing under the requested tag."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from reprobuild._util import jsonload, leftovers
+from reprobuild._util.fsutil import write_atomic
+from reprobuild.backends import buildah, layerload
+from reprobuild.backends.builders import REPRODUCIBLE, Builder
+from reprobuild.backends.engine import Engine, RunResult
+from reprobuild.bases import gpustack as stacklib
+from reprobuild.bases.refs import ImageRef, parse_ref
+from reprobuild.build import plan
+from reprobuild.build.context import write_tree
+from reprobuild.build.manifest import Distribution, Manifest
+from reprobuild.build.plan import make_spec
+from reprobuild.build.render import (
+    ENTRYPOINT,
+    LOCK_LABEL,
+    RenderSpec,
+    epoch_iso,
+    render_context,
+    render_stamp,
+)
+from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
+from reprobuild.locks.lockfile import Lock
+from reprobuild.locks.wheels import Target, cache_root, fetch_wheels
+
+Log = Callable[[str], None]
+PROBE = ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint.probe"]
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    image: str
+    id: str
+    manifest: Manifest
+    # ``--push REF``: the reference pushed and the registry's manifest digest for it.
+    pushed: str | None = None
+    digest: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {
+            "image": self.image,
+            "id": self.id,
+            "manifest": self.manifest.to_dict(),
+        }
+        if self.pushed:
+            data["pushed"] = self.pushed
+            data["digest"] = self.digest
+        return data
+
+
+def normalize_push(ref: str) -> str:
+    parsed = parse_ref(ref)
+    if parsed.digest:
+        raise ImageRefError(f"--push {ref!r} must be REGISTRY/NAME[:TAG], not a digest reference")
+    if not parsed.explicit_registry:
+        raise ImageRefError(
+            f"--push {ref!r} names no registry; give REGISTRY/NAME[:TAG] "
+            "(e.g. 127.0.0.1:5000/team/model:v1)"
+        )
+    return f"{parsed.name}:{parsed.tag or 'latest'}"
+
+
+def build_info(engine: Engine, tool: Builder, spec: RenderSpec) -> dict[str, Any]:
+    """What the manifest records about the build: the builder, its version and whether the
+    same inputs give the same image (apt installs whatever the mirror serves that day)."""
+    version = buildah.version() if tool == "buildah" else engine.server_version()
+    return {
+        "builder": tool,
+        "builder_version": version,
+        "reproducible": tool in REPRODUCIBLE and not spec.apt,
+    }
+
+
+def choose_builder(engine: Engine, builder: Builder, note: Log) -> Builder:
+    """The builder to use, checked once, before the base is pulled. ``auto``: buildah where
+    it is installed and works (the builder whose output is a function of the inputs), else
+    what the engine offers (buildx, else classic); the choice is said in one line of the
+    build log (and recorded in the manifest's ``build``). An engine builder asked for by name
+    must be there (:meth:`Engine.resolve_builder`)."""
+    if builder == "buildah":
+        return builder
+    if builder == "auto" and buildah.usable():
+        note("builder: buildah (auto: reproducible, the same inputs give the same image ID)")
+        return "buildah"
+    chosen = engine.resolve_builder(builder)
+    if builder == "auto":
+        note(
+            f"builder: {chosen} (auto: buildah is not installed or not usable here, so this "
+            "image is not reproducible; see `reprobuild image --help`)"
+        )
+    return chosen
+
+
+def normalize_tag(tag: str) -> str:
+    ref = parse_ref(tag)
+    if ref.digest:
+        raise ImageRefError(f"--tag {tag!r} must be NAME[:TAG], not a digest reference")
+    return f"{ref.name}:{ref.tag or 'latest'}"
+
+
+def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
+    """Python version and platform of the base, read by running its own python3.
+
+    Cached by digest: what a digest names never changes."""
+    from reprobuild_entrypoint import probe as probe_module
+
+    cached = cache_root() / "bases" / f"v3-{(spec.base.digest or '').replace(':', '-')}.json"
+    try:
+        data = jsonload.read_json_file(cached, str(cached), max_bytes=1 << 20)
+        if isinstance(data, dict):
+            return data
+    except (OSError, ReprobuildError):
+        pass  # only a cache (a FIFO or garbage there is never waited on): probe again
+
+    source = Path(probe_module.__file__).read_text()
+    result = engine.run(spec.base.by_digest(), [], entrypoint=["python3", "-c", source])
+    if result.exit_code != 0:
+        raise EngineError(
+            f"base {spec.base} has no working python3 (exit {result.exit_code}): "
+            f"{result.stderr.decode(errors='replace').strip()[-200:]}",
+            hint="use a python:*-slim base or a Debian base with python3 and python3-venv",
+        )
+    what = f"the probe output of base {spec.base}"
+    probed = jsonload.loads(result.stdout, what, error=EngineError)
+    if not isinstance(probed, dict):
+        raise EngineError(f"{what} is not a JSON object")
+    with contextlib.suppress(OSError):  # only a cache: an unwritable one costs a probe per build
+        write_atomic(cached, json.dumps(probed, sort_keys=True))
+    return probed
+
+
+def base_entrypoint(engine: Engine, spec: RenderSpec) -> tuple[str, ...]:
+    """The base's ENTRYPOINT, to be chained by ours; none when the base is itself a
+    reprobuild image (its entrypoint is ours)."""
+    entry = engine.entrypoint_of(spec.base.by_digest())
+    return () if entry == ENTRYPOINT else entry
+
+
+def check_base_conflicts(spec: RenderSpec, probe: dict[str, Any]) -> None:
+    """A GPU image's venv sees the base's packages (NGC's own torch, TensorFlow, CUDA
+    libraries). A lock that would install another version of one of them would replace what
+    the base was built and tested with: refuse it before building, naming both versions."""
+    if spec.variant != "gpu":
+        return
+    base_dists = probe.get("distributions") or []
+    constraint = probe.get("pip_constraint") or {}
+    constraint_pins: dict[str, str] = constraint.get("pins") or {}
+    constraint_path = constraint.get("path", "")
+    base = {str(d["name"]): str(d["version"]) for d in base_dists}
+    for req in spec.lock.requirements:
+        have = base.get(req.name)
+        if have is not None and have != req.version:
+            raise LockfileError(
+                spec.lock.path,
+                req.line,
+                f"{req.name}=={req.version} would replace the base's {req.name} {have} "
+                f"({spec.base.by_digest()}): a GPU image keeps the base's stack",
+                hint=f"drop {req.name} from the GPU lock, or compile the lock against the base's "
+                "constraint file (uv pip compile --constraint constraint.txt ...)",
+            )
+        pinned = constraint_pins.get(req.name)
+        if pinned is not None and pinned != req.version:
+            raise LockfileError(
+                spec.lock.path,
+                req.line,
+                f"{req.name}=={req.version} conflicts with the base's pip constraint "
+                f"{req.name}=={pinned} ({constraint_path})",
+                hint="compile the GPU lock against the base's constraint file "
+                "(uv pip compile --constraint constraint.txt ...)",
+            )
+
+
+def check_installed(lock: Lock, dists: tuple[Distribution, ...]) -> None:
+    """The image's venv must hold exactly what the lock pins: nothing more, nothing else."""
+    pinned = {r.name: r for r in lock.requirements}
+    for dist in dists:
+        req = pinned.get(dist.name)
+        if req is None:
+            raise ReprobuildError(
+                f"the image holds {dist.name}=={dist.version}, which the lock does not pin"
+            )
+        if req.version != dist.version:
+            raise ReprobuildError(
+                f"the image holds {dist.name}=={dist.version} but the lock pins {req.version}"
+            )
+    installed = {d.name for d in dists}
+    absent = sorted(
+        r.name for r in lock.requirements if r.marker is None and r.name not in installed
+    )
+    if absent:
+        raise ReprobuildError(f"locked distributions missing from the image: {', '.join(absent)}")
+
+
+def build_image(
+    directory: Path,
+    *,
+    gpu: bool = False,
+    tag: str | None = None,
+    base: str | None = None,
+    online: bool = False,
+    ca_cert: Path | None = None,
+    builder: Builder = "auto",
+    no_cache: bool = False,
+    engine: Engine | None = None,
+    log: Log = lambda _: None,
+    variant: str | None = None,
+    note: Log | None = None,
+    push: str | None = None,
+) -> ImageResult:
+    """``note`` gets the lines that are said even with a quiet ``log`` (leftovers removed)."""
+    engine = engine or Engine()
+    try:
+        return _build_image(
+            directory,
+            gpu=gpu,
+            tag=tag,
+            base=base,
+            online=online,
+            ca_cert=ca_cert,
+            builder=builder,
+            no_cache=no_cache,
+            engine=engine,
+            log=log,
+            note=note or log,
+            variant=variant,
+            push=push,
+        )
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
+        leftovers.reap(engine, log, mine=True)
+        raise
+
+
+def _build_image(
+    directory: Path,
+    *,
+    gpu: bool,
+    tag: str | None,
+    base: str | None,
+    online: bool,
+    ca_cert: Path | None,
+    builder: Builder,
+    no_cache: bool,
+    engine: Engine,
+    log: Log,
+    note: Log,
+    variant: str | None,
+    push: str | None,
+) -> ImageResult:
+    if builder == "buildah":
+        buildah.require()  # before any work: a missing tool is the first thing to hear about
+    elif push is not None and builder != "auto":
+        raise ReprobuildError(
+            f"--push needs --builder buildah (got --builder {builder})",
+            hint="or push the built image yourself: docker push",
+        )
+    push = normalize_push(push) if push is not None else None
+    _config, spec = make_spec(
+        directory,
+        gpu=gpu,
+        base=base,
+        online=online,
+        ca_cert=ca_cert,
+        variant_name=variant,
+        log=log,
+    )
+    final = normalize_tag(tag) if tag else plan.spec_tag(spec, variant)
+    builder = choose_builder(engine, builder, log)
+    if push is not None and builder != "buildah":
+        raise ReprobuildError(
+            f"--push needs the buildah builder, and --builder auto picked {builder} "
+            "(buildah is not installed or not usable here)",
+            hint=buildah.INSTALL_HINT.replace(", or use --builder classic", ""),
+        )
+    leftovers.reap(engine, note)
+    if builder == "buildah":
+        leftovers.reap(buildah.Storage(), note)
+    engine.ensure_base(spec.base, log)
+    spec = replace(
+        spec,
+        base_entrypoint=base_entrypoint(engine, spec),
+        mount_install=builder == "buildah",
+    )
+    files = render_context(spec)
+    probe = base_probe(engine, spec)
+    check_base_conflicts(spec, probe)
+    scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("ctx")) as tmp:
+        ctx = Path(tmp) / "context"
+        ctx.mkdir()
+        write_tree(files, ctx, epoch=spec.epoch)
+        if not online:
+            fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log)
+        # Hermetic builds get no network unless apt packages must be fetched.
+        network = online or bool(spec.apt)
+        if builder == "buildah":
+            return _build_buildah(
+                engine,
+                spec,
+                ctx,
+                scratch,
+                final,
+                no_cache=no_cache,
+                network=network,
+                log=log,
+                push=push,
+            )
+        try:
+            engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache, network=network)
+            manifest = _manifest(engine, spec, scratch, build_info(engine, builder, spec))
+            stamp = Path(tmp) / "stamp"
+            stamp.mkdir()
+            labels = manifest.labels()
+            write_tree(render_stamp(scratch, manifest.to_json(), labels), stamp, epoch=spec.epoch)
+            image_id = engine.build(stamp, final, builder="classic", log=log, network=False)
+        finally:
+            engine.untag(scratch)
+    return ImageResult(final, image_id, manifest)
+
+
+def _build_buildah(
+    engine: Engine,
+    spec: RenderSpec,
+    ctx: Path,
+    scratch: str,
+    final: str,
+    *,
+    no_cache: bool,
+    network: bool,
+    log: Log,
+    push: str | None,
+) -> ImageResult:
+    """Build with buildah, every time from SOURCE_DATE_EPOCH; probe the scratch image in
+    buildah's storage (no docker-archive and load of the whole image for that), stamp it
+    (with buildah too: a classic stamp would add the wall clock back), load the result
+    under ``final`` and, with ``push``, push it. The scratch
+    image stays untagged in buildah (the stamp's history would record a tag's name), so no
+    run-specific name reaches the image. The run's names are removed from buildah's storage
+    and the scratch tag from the engine, whatever happens. A build that worked leaves its
+    stamped image under the project's cache name (:func:`buildah.keep`), so that its layers
+    stay buildah's cache for the next build; a failed one removes its images."""
+    info = build_info(engine, "buildah", spec)
+    stamp_tag = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
+    scratch_id = final_id = ""
+    done = False
+    try:
+        buildah.pull(spec.base, log)
+        if no_cache:
+            buildah.forget(spec.name, spec.variant)
+        scratch_id = buildah.bud(
+            ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
+        )
+        manifest = _manifest(buildah.Prober(), spec, scratch_id, info)
+        stamp = ctx.parent / "stamp"
+        stamp.mkdir()
+        files = render_stamp(scratch_id, manifest.to_json(), manifest.labels())
+        write_tree(files, stamp, epoch=spec.epoch)
+        final_id = buildah.bud(stamp, stamp_tag, epoch=spec.epoch, log=log, network=False)
+        digest = None
+        if push is not None:
+            log(f"pushing {push}")
+            pushed = parse_ref(push)
+            digest = buildah.push(
+                final_id, f"docker://{push}", tls_verify=not buildah.insecure(pushed), log=log
+            )
+        # Into the engine last: the tag appears only once everything else worked.
+        _into_engine(engine, final_id, final, log, lock=spec.lock.sha256, base=spec.base)
+        done = True
+    finally:
+        if done:  # the stamped image keeps the layer cache; its run-specific name goes
+            buildah.keep(final_id, spec.name, spec.variant)
+        buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id and not done else [])])
+        engine.untag(scratch)
+    image_id = engine.image_id(final) or f"sha256:{final_id}"
+    return ImageResult(final, image_id, manifest, pushed=push, digest=digest)
+
+
+def _into_engine(
+    engine: Engine, image_id: str, name: str, log: Log, *, lock: str, base: ImageRef
+) -> None:
+    """Load a buildah image into the engine under ``name``, keeping its image ID. Through a
+    docker-archive streamed to the engine's API (:func:`buildah.archive_stream`), not buildah's
+    ``docker-daemon:`` transport: that one always dials /var/run/docker.sock and ignores
+    ``DOCKER_HOST`` (a rootless or remote engine, a second daemon), so the image would land in
+    another engine than the one used.
+
+    An engine that already holds the image (the same ID: the same config, so the same layers
+    by their digests) only gets the tag: a rebuild of an unchanged project skips the archive
+    of the whole image and its load (about 11 s of 13 for a 1.3 GB image here)."""
+    if engine.image_id(f"sha256:{image_id}") is not None:
+        log(f"the engine already holds sha256:{image_id[:12]}: tagging it {name}")
+        engine.tag(f"sha256:{image_id}", name)
+        return
+    try:
+        if _load_new_layers(engine, image_id, name, log, lock=lock, base=base):
+            return
+    except (EngineError, OSError) as exc:
+        log(f"loading only the new layers did not work ({exc}); loading the whole image")
+    try:
+        with buildah.archive_stream(image_id, name) as chunks:
+            engine.load(chunks)
+    except BaseException:
+        # The load names the image as it registers it: a push that failed after the archive
+        # was whole, or Ctrl-C right after the load, must not leave the tag on it.
+        if engine.image_id(name) == f"sha256:{image_id}":
+            engine.untag(name)
+        raise
+
+
+def _load_new_layers(
+    engine: Engine, image_id: str, name: str, log: Log, *, lock: str, base: ImageRef
+) -> bool:
+    """Ship only the layers the engine lacks (:mod:`reprobuild.backends.layerload`), when the engine
+    holds an earlier build of the same lock beyond the base: a code-only change. Otherwise
+    (a new lock, a first build) the new layers are most of the image, and the whole archive
+    is the faster way in (plain tar over a local HTTP push is not)."""
+    rootfs = buildah.config(image_id).get("rootfs") or {}
+    diff_ids = [str(d) for d in rootfs.get("diff_ids") or []]
+    chains = engine.layer_chains(LOCK_LABEL, lock)
+    held = layerload.held_prefix(diff_ids, chains)
+    if held <= len(engine.layers(base.by_digest())):
+        return False
+    return layerload.load(engine, image_id, name, diff_ids, held, log)
+
+
+class Prober(Protocol):
+    """Where the built image is probed: the engine, or buildah's storage (buildah.Prober)."""
+
+    def run(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        entrypoint: list[str] | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> RunResult: ...
+
+    def inspect(self, image: str) -> dict[str, Any]: ...
+
+
+def _manifest(engine: Prober, spec: RenderSpec, image: str, build: dict[str, Any]) -> Manifest:
+    # One probe run: GPU images also report their frameworks' build facts (--stack), with the
+    # runtime off so the start-up hook configures nothing while they are imported.
+    gpu = spec.variant == "gpu"
+    result = engine.run(
+        image,
+        ["--stack"] if gpu else [],
+        entrypoint=PROBE,
+        environment={"REPRO_DETERMINISM": "off", "REPRO_QUIET": "1"} if gpu else None,
+    )
+    if result.exit_code != 0:
+        raise EngineError(
+            f"the probe failed in the built image (exit {result.exit_code}): "
+            f"{result.stderr.decode(errors='replace').strip()[-300:]}"
+        )
+    probe = jsonload.loads(result.stdout, "the probe output of the built image", error=EngineError)
+    dists = tuple(
+        sorted(
+            Distribution(d["name"], d["version"], "lock" if d.get("in_venv", True) else "base")
+            for d in probe["distributions"]
+        )
+    )
+    check_installed(spec.lock, tuple(d for d in dists if d.origin == "lock"))
+    stack, gpu_facts = _gpu_stack(engine, image, probe) if gpu else ({}, None)
+    return Manifest(
+        builder_version=spec.builder_version,
+        name=spec.name,
+        variant=spec.variant,
+        base_ref=str(spec.base),
+        base_digest=spec.base.digest or "",
+        lock_file=spec.lock.path.name,
+        lock_sha256=spec.lock.sha256,
+        seed=spec.seed,
+        determinism=spec.determinism,
+        created=epoch_iso(spec.epoch),
+        python_version=str(probe["python"]["version"]),
+        machine=str(probe["platform"]["machine"]),
+        distributions=dists,
+        stack=stack,
+        gpu=gpu_facts,
+        build=build,
+    )
+
+
+def _gpu_stack(
+    engine: Prober, image: str, probe: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """CUDA, cuDNN, NCCL and framework versions as the base declares them (its ENV and
+    labels) and as the frameworks report them (the --stack probe; no GPU needed), plus
+    the minimum host driver the CUDA version needs, for the in-image host check."""
+    from reprobuild_entrypoint.drivercheck import required_driver
+
+    frameworks = probe.get("frameworks", {})
+    config = engine.inspect(image).get("Config") or {}
+    declared = stacklib.declared(stacklib.parse_env(config.get("Env")), config.get("Labels") or {})
+    reported = stacklib.reported(frameworks)
+    stack: dict[str, Any] = {"declared": declared, "reported": reported}
+    constraint = probe.get("pip_constraint") or {}
+    if constraint.get("sha256"):
+        stack["pip_constraint"] = {"path": constraint["path"], "sha256": constraint["sha256"]}
+    stack["labels"] = stacklib.stack_labels(stack)
+    cuda = declared.get("cuda") or reported.get("torch.cuda") or reported.get("tensorflow.cuda")
+    if not cuda:
+        return stack, None
+    gpu = {"cuda": cuda}
+    requirement = required_driver(cuda)
+    if requirement is not None:
+        facts = {
+            "driver_min": requirement.driver_min,
+            "driver_min_compat": requirement.driver_min_compat,
+            "driver_source": requirement.source,
+        }
+        gpu.update({k: v for k, v in facts.items() if v})
+    return stack, gpu

@@ -1,0 +1,115 @@
+"""The image manifest: a typed, schema-versioned record of the stack an image carries.
+
+Stored in the image at /opt/reprobuild/manifest.json; its sha256 is a label, so a copy can be
+checked against the image it claims to describe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from reprobuild._util import jsonload
+from reprobuild.errors import ReprobuildError
+
+SCHEMA_VERSION = 1
+# Fields a manifest may lack (images built before they existed); distributions is read apart.
+_OPTIONAL = ("distributions", "stack", "gpu", "build")
+# The label carrying the manifest file's sha256 (the file's path in the image is the runtime's
+# reprobuild_entrypoint.MANIFEST_PATH: it reads the file in every run).
+MANIFEST_LABEL = "io.reprobuild.manifest.sha256"
+# Labels that say how the image was built (builder, its version, reproducible: true/false).
+BUILD_LABEL = "io.reprobuild.build."
+# An image is untrusted input: a manifest file larger than this is refused before parsing.
+MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, order=True)
+class Distribution:
+    name: str
+    version: str
+    origin: str = "lock"  # "lock": installed from the lock; "base": the base image's own
+
+
+@dataclass(frozen=True)
+class Manifest:
+    builder_version: str
+    name: str
+    variant: str
+    base_ref: str
+    base_digest: str
+    lock_file: str
+    lock_sha256: str
+    seed: int
+    determinism: str
+    created: str
+    python_version: str
+    machine: str
+    distributions: tuple[Distribution, ...] = field(default_factory=tuple)
+    # GPU images: what the stack declares and reports (see reprobuild.bases.gpustack), and the
+    # facts the in-image host check needs:
+    # {"cuda": "12.6", "driver_min": ..., "driver_min_compat": ...}.
+    stack: dict[str, Any] = field(default_factory=dict)
+    gpu: dict[str, str] | None = None
+    # How it was built: {"builder": "buildah", "builder_version": "1.28.2", "reproducible":
+    # true}; reproducible means the same inputs give the same image ID (see buildah.py).
+    build: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["distributions"] = [asdict(d) for d in self.distributions]
+        return data
+
+    def to_json(self) -> bytes:
+        """Canonical bytes: sorted keys, two-space indent, trailing newline."""
+        return (json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n").encode()
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.to_json()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Manifest:
+        if not isinstance(data, dict):
+            raise ReprobuildError("manifest is not a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ReprobuildError(
+                f"manifest schema_version {version!r} is not supported (this reprobuild reads "
+                f"{SCHEMA_VERSION})",
+                hint="use the reprobuild release that built the image",
+            )
+        try:
+            dists = tuple(
+                Distribution(str(d["name"]), str(d["version"]), str(d.get("origin", "lock")))
+                for d in data["distributions"]
+            )
+            fields = {k: data[k] for k in cls.__dataclass_fields__ if k not in _OPTIONAL}
+            fields.update({k: data[k] for k in _OPTIONAL if k in data and k != "distributions"})
+        except (KeyError, TypeError) as exc:
+            raise ReprobuildError(f"manifest is missing field {exc}") from None
+        if not isinstance(fields.get("build", {}), dict):
+            raise ReprobuildError("manifest field 'build' is not a JSON object")
+        return cls(**fields, distributions=dists)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Manifest:
+        return cls.from_dict(jsonload.loads(raw, "manifest", max_bytes=MAX_MANIFEST_BYTES))
+
+    def labels(self) -> dict[str, str]:
+        """The labels that depend on what the build produced."""
+        labels = {
+            MANIFEST_LABEL: self.sha256,
+            "io.reprobuild.python": self.python_version,
+        }
+        labels.update(self.stack.get("labels", {}))
+        if self.build:
+            labels[BUILD_LABEL + "builder"] = str(self.build.get("builder", ""))
+            labels[BUILD_LABEL + "builder-version"] = str(self.build.get("builder_version", ""))
+            labels[BUILD_LABEL + "reproducible"] = json.dumps(bool(self.build.get("reproducible")))
+        if self.gpu and self.gpu.get("driver_min"):
+            labels["io.reprobuild.driver.min"] = self.gpu["driver_min"]
+        return labels

@@ -1,0 +1,267 @@
+"""Gather what a render needs from disk and git: the I/O half of ``render``."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from reprobuild import __version__
+from reprobuild.bases.baselock import lock_path as lock_path_of
+from reprobuild.bases.baselock import pin
+from reprobuild.bases.catalog import Catalog, is_catalog_name, load_catalog
+from reprobuild.bases.refs import parse_pinned
+from reprobuild.build.render import FileEntry, Kind, RenderSpec
+from reprobuild.build.runtimefiles import runtime_package
+from reprobuild.errors import ConfigError, ReprobuildError
+from reprobuild.locks.lockfile import load_lock
+from reprobuild.project.config import ProjectConfig, load_config, select_variant
+
+_SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".reprobuild"}
+
+
+def variant_of(gpu: bool) -> Kind:
+    return "gpu" if gpu else "cpu"
+
+
+def lock_path_for(config: ProjectConfig, *, gpu: bool) -> Path:
+    """The lock a variant is built from: ``lock``, or ``gpu_lock`` with ``--gpu``."""
+    lock_path = config.gpu_lock if gpu else config.lock
+    if lock_path is None:
+        raise ConfigError(
+            config.config_path, "--gpu needs a gpu_lock: the hashed lock for the GPU image"
+        )
+    return lock_path
+
+
+def default_tag(name: str, variant: str, lock_sha256: str) -> str:
+    """The tag ``reprobuild image`` gives when no ``--tag`` is given:
+    ``NAME:<variant>-<first 12 hex of the lock's sha256>``, the variant being cpu|gpu, or
+    the matrix variant's name with ``--variant``. Distinct per variant even when two
+    variants share a lock."""
+    return f"{name}:{variant}-{lock_sha256[:12]}"
+
+
+def spec_tag(spec: RenderSpec, variant_name: str | None = None) -> str:
+    """The default tag of the image a spec builds (what ``reprobuild image`` tags it with)."""
+    return default_tag(spec.name, variant_name or spec.variant, spec.lock.sha256)
+
+
+def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = None) -> str:
+    """The default tag of a project's image, from its config and lock alone (no base, no
+    engine): what ``reprobuild image DIR [--gpu | --variant NAME]`` tags its build with."""
+    if variant_name is not None:
+        config, gpu = select_variant(config, variant_name, gpu=gpu)
+    lock = load_lock(lock_path_for(config, gpu=gpu))
+    return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256)
+
+
+def make_spec(
+    directory: Path,
+    *,
+    gpu: bool = False,
+    base: str | None = None,
+    online: bool = False,
+    ca_cert: Path | None = None,
+    catalog: Catalog | None = None,
+    record_base: bool = True,
+    log: Callable[[str], None] = lambda _: None,
+    variant_name: str | None = None,
+) -> tuple[ProjectConfig, RenderSpec]:
+    """Everything a render needs. A catalog base resolves through the project's base lock
+    (recorded there on first use unless ``record_base`` is false); notes go to ``log``."""
+    config = load_config(directory)
+    if variant_name is not None:
+        config, gpu = select_variant(config, variant_name, gpu=gpu)
+    variant = variant_of(gpu)
+    lock_path = lock_path_for(config, gpu=gpu)
+    base_value = base or (config.base_gpu if gpu else config.base_cpu)
+    if not base_value:
+        raise ConfigError(config.config_path, f"base.{variant} is not set and no --base was given")
+    catalog = catalog or load_catalog()
+    known_entrypoint: tuple[str, ...] | None = None
+    if base:
+        base_ref = parse_pinned(base, what="--base")
+    elif is_catalog_name(base_value):  # the project's lock of that name, recorded on first use
+        try:
+            locked, note = pin(config.root, base_value, catalog, record=record_base)
+        except OSError as exc:  # a read-only project cannot record its base on first use
+            raise ConfigError(
+                lock_path_of(config.root),
+                f"cannot record base {base_value!r}: {exc.strerror or exc}",
+                hint="make the project writable once, or build with --base REF@DIGEST",
+            ) from None
+        if note:
+            log(f"note: {note}")
+        base_ref, known_entrypoint = locked.ref, locked.entrypoint
+    else:
+        base_ref = parse_pinned(base_value, what=f"base.{variant}")
+    if ca_cert is not None and not online:
+        raise ReprobuildError(
+            "--ca-cert is only used with --online (hermetic builds need no network)"
+        )
+    ca_bytes = _read_ca(ca_cert) if ca_cert is not None else None
+    lock = load_lock(lock_path)
+    spec = RenderSpec(
+        name=config.name,
+        variant=variant,
+        base=base_ref,
+        lock=lock,
+        seed=config.seed,
+        determinism=config.determinism,
+        builder_version=__version__,
+        command=config.command,
+        apt=config.apt,
+        online=online,
+        ca_cert=ca_bytes,
+        epoch=source_date_epoch(config.root),
+        revision=git_revision(config.root),
+        version=git_version(config.root),
+        base_entrypoint=known_entrypoint,
+        app_files=app_files(config),
+        runtime_files=runtime_files(),
+    )
+    return config, spec
+
+
+def _read_ca(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ReprobuildError(f"--ca-cert {str(path)!r}: cannot read: {exc.strerror}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ReprobuildError(f"--ca-cert {str(path)!r} is not a PEM certificate bundle")
+    return data
+
+
+# What `include:` may copy into a build context, in all: the files are held in memory and
+# sent to the engine, so a stray disk image or dataset must fail early and clearly.
+MAX_INCLUDE_BYTES = 2 << 30
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    return "not a regular file"
+
+
+def app_files(config: ProjectConfig) -> dict[str, FileEntry]:
+    """The include list expanded to files, relative to the project root, sorted. Only regular
+    files and directories are copied: every entry is lstat'ed first, so a FIFO or a device is
+    refused (never opened) and a symlink is refused (never followed)."""
+    out: dict[str, FileEntry] = {}
+    total = 0
+    for item in config.include:
+        top = config.root / item
+        try:
+            top_mode = top.lstat().st_mode
+            paths = _walk(top) if stat.S_ISDIR(top_mode) else [top]
+            for path in paths:
+                rel = path.relative_to(config.root).as_posix()
+                mode = path.lstat().st_mode
+                if stat.S_ISLNK(mode):
+                    raise ConfigError(
+                        config.config_path,
+                        f"include {item!r} contains a symlink ({rel}); "
+                        "symlinks are not copied: list the real file",
+                    )
+                if not stat.S_ISREG(mode):
+                    raise ConfigError(
+                        config.config_path,
+                        f"include {item!r}: {rel} is {_kind(mode)}; only regular files and "
+                        "directories are copied",
+                    )
+                data = _read_regular(path)
+                total += len(data)
+                if total > MAX_INCLUDE_BYTES:
+                    raise ConfigError(
+                        config.config_path,
+                        f"include {item!r}: the included files pass {MAX_INCLUDE_BYTES >> 20} MiB "
+                        f"(at {rel}); a build context is not the place for data",
+                        hint="mount data at run time (/data) instead of including it",
+                    )
+                out[rel] = FileEntry(data, 0o755 if mode & stat.S_IXUSR else 0o644)
+        except OSError as exc:
+            where = Path(exc.filename).relative_to(config.root) if exc.filename else item
+            raise ConfigError(
+                config.config_path, f"include {item!r}: cannot read {str(where)!r}: {exc.strerror}"
+            ) from None
+    return dict(sorted(out.items()))
+
+
+def _read_regular(path: Path) -> bytes:
+    """Read a file that lstat said is regular, refusing it if it was swapped for something
+    else since (no following a symlink, no blocking on a FIFO)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file", str(path))
+        return fh.read()
+
+
+def _walk(top: Path) -> list[Path]:
+    """Entries under ``top`` that are not directories (files, symlinks, FIFOs...), sorted. A
+    symlinked directory is returned as an entry (not followed), so the caller refuses it like
+    a symlinked file instead of dropping it."""
+    found: list[Path] = []
+
+    def fail(exc: OSError) -> None:
+        raise exc
+
+    for dirpath, dirnames, filenames in os.walk(top, onerror=fail):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        found.extend(Path(dirpath) / d for d in dirnames if (Path(dirpath) / d).is_symlink())
+        found.extend(Path(dirpath) / n for n in filenames if not n.endswith((".pyc", ".pyo")))
+    return sorted(found)
+
+
+def runtime_files() -> dict[str, FileEntry]:
+    """The in-image runtime package, as shipped inside this reprobuild."""
+    return {rel: FileEntry(data, mode) for rel, (data, mode) in runtime_package().items()}
+
+
+MAX_EPOCH = 253402300799  # 9999-12-31T23:59:59Z, the last second a timestamp label can hold
+
+
+def source_date_epoch(root: Path) -> int:
+    """The fixed time stamped into the image: SOURCE_DATE_EPOCH, else the project's last
+    commit time, else 0. Never the wall clock."""
+    env = os.environ.get("SOURCE_DATE_EPOCH")
+    if env is not None:
+        shown = env if len(env) <= 40 else env[:37] + "..."
+        if not (env.isascii() and env.isdigit()) or len(env) > 12 or int(env) > MAX_EPOCH:
+            raise ReprobuildError(
+                f"SOURCE_DATE_EPOCH {shown!r} must be a non-negative integer up to {MAX_EPOCH} "
+                "(seconds since 1970, up to the year 9999)"
+            )
+        return int(env)
+    out = _git(root, "log", "-1", "--format=%ct")
+    return int(out) if out and out.isdigit() and int(out) <= MAX_EPOCH else 0
+
+
+def git_revision(root: Path) -> str | None:
+    """HEAD's commit when the project has no uncommitted changes (else it is not that revision)."""
+    head = _git(root, "rev-parse", "HEAD")
+    if head is None or _git(root, "status", "--porcelain", "--", ".") != "":
+        return None
+    return head
+
+
+def git_version(root: Path) -> str | None:
+    return _git(root, "describe", "--tags", "--exact-match")
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=False, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None

@@ -1,0 +1,177 @@
+"""Render a build context: spec in, files out. Pure: no engine, no network, no clock.
+
+The same spec and file contents always give byte-identical output, which is what the golden
+files under tests/golden/ hold this module to.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+import jinja2
+
+from reprobuild.bases.refs import ImageRef
+from reprobuild.errors import ReprobuildError
+from reprobuild.locks.lockfile import Lock
+from reprobuild_entrypoint import MANIFEST_PATH
+from reprobuild_entrypoint.envplan import image_env
+
+Kind = Literal["cpu", "gpu"]
+USER = "repro"
+UID = 10001
+ENTRYPOINT = ("/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint")
+DEFAULT_COMMAND = ("python",)
+# Keys of labels that render sets; the stamp step adds the manifest-derived ones.
+LABEL_PREFIX = "io.reprobuild."
+LOCK_LABEL = f"{LABEL_PREFIX}lock.sha256"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    data: bytes
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class RenderSpec:
+    """Everything that decides the rendered context."""
+
+    name: str
+    variant: Kind
+    base: ImageRef
+    lock: Lock
+    seed: int
+    determinism: str
+    builder_version: str
+    command: tuple[str, ...] = ()
+    apt: tuple[str, ...] = ()
+    online: bool = False
+    ca_cert: bytes | None = None
+    epoch: int = 0
+    revision: str | None = None
+    # Install the wheels straight into the image through RUN --mount (buildah; the lock and
+    # wheelhouse never reach a layer) instead of a build stage and a copy of its venv. Hermetic
+    # builds only: an --online build keeps the stage (its CA bundle, its index options).
+    mount_install: bool = False
+    version: str | None = None
+    # The base image's own ENTRYPOINT (NGC images have one): ours replaces it and chains it.
+    # None: not known (a render without the base at hand); `image` always knows it.
+    base_entrypoint: tuple[str, ...] | None = None
+    app_files: dict[str, FileEntry] = field(default_factory=dict)
+    runtime_files: dict[str, FileEntry] = field(default_factory=dict)
+
+
+def epoch_iso(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def static_labels(spec: RenderSpec) -> dict[str, str]:
+    """Labels known before the build. OCI keys plus io.reprobuild.* keys."""
+    labels = {
+        "org.opencontainers.image.created": epoch_iso(spec.epoch),
+        "org.opencontainers.image.title": spec.name,
+        "org.opencontainers.image.base.name": spec.base.name
+        + (f":{spec.base.tag}" if spec.base.tag else ""),
+        "org.opencontainers.image.base.digest": spec.base.digest or "",
+        f"{LABEL_PREFIX}builder.version": spec.builder_version,
+        LOCK_LABEL: spec.lock.sha256,
+        f"{LABEL_PREFIX}seed": str(spec.seed),
+        f"{LABEL_PREFIX}determinism": spec.determinism,
+        f"{LABEL_PREFIX}variant": spec.variant,
+    }
+    if spec.revision:
+        labels["org.opencontainers.image.revision"] = spec.revision
+    if spec.version:
+        labels["org.opencontainers.image.version"] = spec.version
+    return labels
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def dockerfile_str(value: object) -> str:
+    """Quote a value for a Dockerfile LABEL/ENV: a double-quoted string in which backslash,
+    quote and ``$`` are escaped, so the value is data and never expands or ends the line."""
+    text = str(value)
+    if _CONTROL.search(text):
+        raise ReprobuildError(f"value {text!r} contains a control character and cannot be a label")
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("reprobuild.build", "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["dockerfile_str"] = dockerfile_str
+    env.filters["tojson"] = lambda v: json.dumps(list(v))
+    return env
+
+
+def render_dockerfile(spec: RenderSpec) -> str:
+    if not spec.base.digest:
+        raise ReprobuildError(f"base {spec.base} is not pinned by digest")
+    template = _environment().get_template("Dockerfile.j2")
+    return template.render(
+        builder_version=spec.builder_version,
+        lock_name=spec.lock.path.name,
+        lock_sha256=spec.lock.sha256,
+        base_pinned=spec.base.by_digest(),
+        epoch=spec.epoch,
+        created=epoch_iso(spec.epoch),
+        online=spec.online,
+        mount_install=spec.mount_install and not spec.online,
+        ca_cert=spec.ca_cert is not None,
+        apt=spec.apt,
+        uid=UID,
+        user=USER,
+        seed=spec.seed,
+        determinism=spec.determinism,
+        variant=spec.variant,
+        has_app=bool(spec.app_files),
+        base_entrypoint=json.dumps(list(spec.base_entrypoint)) if spec.base_entrypoint else "",
+        determinism_env=sorted(image_env(spec.seed, spec.determinism, spec.variant).items()),
+        entrypoint=ENTRYPOINT,
+        command=spec.command or DEFAULT_COMMAND,
+        labels=sorted(static_labels(spec).items()),
+    )
+
+
+WHEELS_KEEP = "wheels/.keep"
+
+
+def render_context(spec: RenderSpec) -> dict[str, FileEntry]:
+    """The whole build context as relative path -> file. ``wheels/`` is left for the
+    image command to fill (hermetic mode); ``app/`` holds the project's include files."""
+    files: dict[str, FileEntry] = {
+        "Dockerfile": FileEntry(render_dockerfile(spec).encode()),
+        "requirements.lock": FileEntry(spec.lock.render(index_options=spec.online).encode()),
+    }
+    if not spec.online:
+        files[WHEELS_KEEP] = FileEntry(b"")
+    if spec.online and spec.ca_cert is not None:
+        files["ca/ca.pem"] = FileEntry(spec.ca_cert)
+    for rel, entry in spec.app_files.items():
+        files[f"app/{rel}"] = entry
+    for rel, entry in spec.runtime_files.items():
+        files[f"runtime/{rel}"] = entry
+    return dict(sorted(files.items()))
+
+
+def render_stamp(image: str, manifest_json: bytes, labels: dict[str, str]) -> dict[str, FileEntry]:
+    """The second, tiny build that adds the manifest file and its labels on top of ``image``."""
+    text = (
+        _environment()
+        .get_template("Stamp.j2")
+        .render(image=image, manifest_path=MANIFEST_PATH, labels=sorted(labels.items()))
+    )
+    return {"Dockerfile": FileEntry(text.encode()), "manifest.json": FileEntry(manifest_json)}

@@ -1,0 +1,1 @@
+"""Where a run or an image is checked: verify, diff, rebuild and what they compare."""

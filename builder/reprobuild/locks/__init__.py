@@ -1,0 +1,1 @@
+"""Lockfiles in, pinned and hashed requirements out, and the host-side wheel fetch."""

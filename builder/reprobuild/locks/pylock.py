@@ -1,0 +1,316 @@
+"""PEP 751 ``pylock.toml`` (``lock-version = "1.0"``, wheels only) into pinned requirements.
+
+Split from :mod:`reprobuild.locks.lockfile`, whose records, refusals and message style it shares.
+Line numbers for messages come from one :class:`_Lines` index built once per file and
+searched only inside the package's own ``[[packages]]`` section, so a lock with thousands
+of packages and wheels parses in linear time.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from reprobuild.errors import LockfileError
+from reprobuild.locks.lockfile import (
+    _ALLOWED_HASHES,
+    _NAME_RE,
+    IndexOptions,
+    Requirement,
+    _check_duplicates,
+    _check_hash,
+    _hash_problem,
+    _index_url_problem,
+    _marker,
+    _physical_lines,
+    _q,
+    _sorted,
+    _url_problem,
+    _wheel_version,
+)
+
+__all__ = ["parse_pylock"]
+
+_HEADER_RE = re.compile(r"\s*\[\[\s*packages\s*\]\]\s*(#.*)?$")
+_EXPORT_HINT = "regenerate it with `uv export --format pylock.toml`"
+
+
+class _Lines:
+    """The file's physical lines, split once; searches stay inside a line range."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = _physical_lines(text)
+        self.headers = [n for n, line in enumerate(self.lines, start=1) if _HEADER_RE.match(line)]
+
+    def find(self, needle: str, start: int = 1, end: int | None = None) -> int | None:
+        """First line number in ``[start, end)`` holding ``needle``."""
+        stop = len(self.lines) if end is None else min(end - 1, len(self.lines))
+        for number in range(max(start, 1), stop + 1):
+            if needle in self.lines[number - 1]:
+                return number
+        return None
+
+
+class _Where:
+    """Where one package's messages point: its header line, and lines inside its section."""
+
+    def __init__(self, lines: _Lines, line: int, end: int | None) -> None:
+        self.lines = lines
+        self.line = line
+        self.end = end
+
+    @property
+    def header(self) -> int | None:
+        return self.line or None
+
+    def at(self, needle: str) -> int | None:
+        if not self.line:
+            return None
+        return self.lines.find(needle, self.line, self.end) or self.header
+
+
+def _load_toml(text: str, path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
+        where = re.search(r"\(at line (\d+)", message)
+        line = int(where.group(1)) if where else None
+        raise LockfileError(
+            path, line, f"is not valid TOML: {_q(message, 120)[1:-1]}", hint=_EXPORT_HINT
+        ) from exc
+    except RecursionError:
+        raise LockfileError(path, None, "is not valid TOML: nested too deeply") from None
+
+
+def _check_version(doc: dict[str, Any], lines: _Lines, path: Path) -> None:
+    version = doc.get("lock-version")
+    if version is None:
+        raise LockfileError(
+            path, None, "has no 'lock-version': a PEP 751 lock needs lock-version = \"1.0\""
+        )
+    if version != "1.0":
+        raise LockfileError(
+            path,
+            lines.find("lock-version"),
+            f'lock-version {_q(str(version))} is not supported: only "1.0" (PEP 751)',
+            hint="regenerate it with a tool that writes PEP 751 lock-version 1.0",
+        )
+
+
+def _packages(doc: dict[str, Any], lines: _Lines, path: Path) -> list[dict[str, Any]]:
+    packages = doc.get("packages", [])
+    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
+        raise LockfileError(
+            path, lines.find("packages"), "'packages' must be an array of tables ([[packages]])"
+        )
+    if not packages:
+        raise LockfileError(
+            path, None, "holds no packages: an empty lock would install nothing", hint=_EXPORT_HINT
+        )
+    return packages
+
+
+def _where(lines: _Lines, position: int, count: int, package: dict[str, Any]) -> _Where:
+    headers = lines.headers
+    if len(headers) == count:
+        end = headers[position + 1] if position + 1 < count else None
+        return _Where(lines, headers[position], end)
+    name = package.get("name")  # an inline packages array: find the entry by its name
+    line = lines.find(f'"{name}"') if isinstance(name, str) else None
+    return _Where(lines, line or 0, None)
+
+
+def parse_pylock(text: str, path: Path) -> tuple[tuple[Requirement, ...], IndexOptions]:
+    """Parse PEP 751 ``pylock.toml`` text (wheels only); return requirements and options."""
+    path = Path(path)
+    doc = _load_toml(text, path)
+    lines = _Lines(text)
+    _check_version(doc, lines, path)
+    packages = _packages(doc, lines, path)
+    requirements: list[Requirement] = []
+    indexes: list[str] = []
+    for position, package in enumerate(packages):
+        where = _where(lines, position, len(packages), package)
+        req, index = _pylock_package(package, where, path)
+        requirements.append(req)
+        if index is not None and index not in indexes:
+            indexes.append(index)
+    _check_duplicates(requirements, path)
+    options = IndexOptions(
+        index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
+    )
+    return _sorted(requirements), options
+
+
+def _package_name(package: dict[str, Any], where: _Where, path: Path) -> str:
+    name = package.get("name")
+    if not isinstance(name, str) or not name:
+        raise LockfileError(path, where.header, "a [[packages]] entry has no 'name'")
+    if not _NAME_RE.fullmatch(name):
+        raise LockfileError(
+            path,
+            where.at(name),
+            f"package name {_q(name)} is not a valid package name (PEP 508: letters, digits, "
+            "'.', '_' and '-', starting and ending with a letter or digit)",
+        )
+    return name
+
+
+def _package_version(package: dict[str, Any], label: str, where: _Where, path: Path) -> str:
+    for source in ("vcs", "directory", "archive"):
+        if source in package:
+            raise LockfileError(
+                path,
+                where.header,
+                f"{label} comes from a {source}: only wheels (with hashes) are accepted",
+                hint="lock the package from an index so that its wheels are recorded",
+            )
+    version = package.get("version")
+    if not isinstance(version, str):
+        raise LockfileError(
+            path, where.header, f"{label} has no 'version': only packages pinned to a version"
+        )
+    try:
+        Version(version)
+    except InvalidVersion as exc:
+        raise LockfileError(
+            path,
+            where.at(version),
+            f"{label}: version {_q(version)} is not a valid version (PEP 440)",
+        ) from exc
+    if not re.fullmatch(r"[A-Za-z0-9.+!_-]+", version):
+        raise LockfileError(path, where.at(version), f"{label}: version {_q(version)} is not plain")
+    return version
+
+
+def _package_marker(package: dict[str, Any], label: str, where: _Where, path: Path) -> str | None:
+    marker_text = package.get("marker")
+    if marker_text is None:
+        return None
+    if not isinstance(marker_text, str):
+        raise LockfileError(path, where.header, f"{label}: 'marker' must be a string")
+    try:
+        marker = _marker(marker_text)
+    except ValueError as exc:
+        raise LockfileError(
+            path, where.at("marker"), f"{label}: marker {_q(marker_text)} {exc}"
+        ) from exc
+    if re.search(r"\b(extras|dependency_groups)\b", marker):
+        raise LockfileError(
+            path,
+            where.at("marker"),
+            f"{label}: marker {_q(marker)} selects extras or dependency groups, which a "
+            "requirements file cannot express: only environment markers",
+            hint="export the lock with the extras and groups you want already selected",
+        )
+    return marker
+
+
+def _package_index(package: dict[str, Any], label: str, where: _Where, path: Path) -> str | None:
+    index = package.get("index")
+    if index is None:
+        return None
+    if not isinstance(index, str):
+        raise LockfileError(path, where.header, f"{label}: 'index' must be a URL string")
+    problem = _index_url_problem(index, what=f"{label}: index")
+    if problem is not None:
+        raise LockfileError(path, where.at(index), problem)
+    return index
+
+
+def _pylock_package(
+    package: dict[str, Any], where: _Where, path: Path
+) -> tuple[Requirement, str | None]:
+    name = _package_name(package, where, path)
+    label = f"package {name}"
+    version = _package_version(package, label, where, path)
+    marker = _package_marker(package, label, where, path)
+    index = _package_index(package, label, where, path)
+    wheels = package.get("wheels")
+    if not wheels:
+        kind = "an sdist only" if "sdist" in package else "no wheels"
+        raise LockfileError(
+            path,
+            where.header,
+            f"{label} {_q(version)[1:-1]} has {kind}: only wheels are accepted (sdists are "
+            "built at install time and are not reproducible)",
+            hint="lock for a platform that has wheels, or build and publish a wheel",
+        )
+    if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
+        raise LockfileError(path, where.header, f"{label}: 'wheels' must be an array of tables")
+    hashes: list[str] = []
+    for wheel in wheels:
+        hashes.extend(_pylock_wheel_hashes(wheel, name, version, label, where, path))
+    req = Requirement(
+        name=canonicalize_name(name),
+        version=version,
+        hashes=tuple(sorted(set(hashes))),
+        marker=marker,
+        line=where.line,
+    )
+    return req, index
+
+
+def _wheel_location(wheel: dict[str, Any], label: str, where: _Where, path: Path) -> str:
+    url = wheel.get("url")
+    wheel_path = wheel.get("path")
+    if url is None and wheel_path is None:
+        raise LockfileError(path, where.header, f"{label}: a wheel has neither 'url' nor 'path'")
+    location = url if isinstance(url, str) else wheel_path
+    if not isinstance(location, str):
+        raise LockfileError(path, where.header, f"{label}: a wheel's 'url'/'path' must be a string")
+    if isinstance(url, str):
+        problem = _url_problem(url, schemes=("https", "http", "file"), what=f"{label}: wheel")
+        if problem is not None:
+            raise LockfileError(path, where.at(url), problem)
+    return location
+
+
+def _pylock_wheel_hashes(
+    wheel: dict[str, Any], name: str, version: str, label: str, where: _Where, path: Path
+) -> list[str]:
+    location = _wheel_location(wheel, label, where, path)
+    filename = wheel.get("name")
+    if not isinstance(filename, str):
+        filename = unquote(urlsplit(location).path.rsplit("/", 1)[-1])
+    line_of_wheel = where.at(location)
+    wheel_version = _wheel_version(filename, name, label, line_of_wheel or 0, path)
+    if Version(wheel_version) != Version(version):
+        raise LockfileError(
+            path,
+            line_of_wheel,
+            f"{label} {_q(version)[1:-1]}: wheel {_q(filename)} is version {wheel_version}",
+        )
+    table = wheel.get("hashes")
+    if not isinstance(table, dict) or not table:
+        raise LockfileError(
+            path,
+            line_of_wheel,
+            f"{label}: wheel {_q(filename)} has no hashes: each wheel needs "
+            f'hashes = {{ sha256 = "<hex>" }} ({_ALLOWED_HASHES})',
+        )
+    out: list[str] = []
+    for algo, digest in table.items():
+        value = f"{algo}:{digest}" if isinstance(digest, str) else f"{algo}:?"
+        normal = _check_hash(value)
+        if normal is None:
+            needle = digest if isinstance(digest, str) and digest else location
+            raise LockfileError(path, where.at(needle), f"{label}: {_hash_problem(value)}")
+        out.append(normal)
+    if not any(h.startswith("sha256:") for h in out):
+        raise LockfileError(
+            path,
+            line_of_wheel,
+            f"{label}: wheel {_q(filename)} has no sha256 hash (only "
+            f"{', '.join(sorted(str(a) for a in table))[:40]}): hermetic builds match wheels by "
+            'sha256, so each wheel needs hashes = { sha256 = "<64 hex>" }',
+            hint=_EXPORT_HINT,
+        )
+    return out

@@ -1,0 +1,1 @@
+"""The project: its ``reprobuild.yaml``, read and checked into typed records."""

@@ -1,0 +1,433 @@
+"""Load and validate a project's ``reprobuild.yaml`` into a typed, immutable record."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, cast
+
+from reprobuild._util.boundedread import read_small_file
+from reprobuild._util.yamlload import load_yaml
+from reprobuild.errors import ConfigError, ReprobuildError, shorten
+
+# The runtime owns the determinism modes and the seed range (it enforces them in every run);
+# re-exported here, where reprobuild.yaml is checked against them.
+from reprobuild_entrypoint.settings import MODES as MODES
+from reprobuild_entrypoint.settings import SEED_MAX as SEED_MAX
+
+CONFIG_NAME = "reprobuild.yaml"
+# A project config is a few hundred bytes; anything near this is not one.
+CONFIG_MAX_BYTES = 1 << 20
+Mode = Literal["strict", "warn", "off"]
+KEYS = (
+    "name",
+    "lock",
+    "gpu_lock",
+    "base",
+    "seed",
+    "determinism",
+    "include",
+    "command",
+    "apt",
+    "matrix",
+    "max_world_size",
+)
+BASE_KEYS = ("cpu", "gpu")
+VARIANT_KEYS = ("name", "gpu", "lock", "base", "runner")
+# Where a variant's CI job runs when its `runner` is not given: GitHub-hosted Ubuntu for CPU,
+# a self-hosted runner carrying a `gpu` label for GPU (`runs-on` needs every label to match).
+DEFAULT_RUNNER_CPU: tuple[str, ...] = ("ubuntu-24.04",)
+DEFAULT_RUNNER_GPU: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
+VARIANT_NAME_MAX = 32
+# max_world_size: the default keeps a typo from asking for hundreds of processes; the cap is
+# what one torchrun c10d rendezvous is meant for (larger jobs need a scheduler of their own).
+DEFAULT_MAX_WORLD_SIZE = 64
+WORLD_SIZE_CAP = 65536
+# An image reference is at most this long (refs.parse_ref refuses longer ones too).
+BASE_MAX = 512
+
+# Docker repository path: lowercase components separated by '/', each [a-z0-9] with . _ __ - inside.
+_NAME_RE = re.compile(
+    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
+# Debian package and version (policy 5.6.1 / 5.6.12): the value goes into an apt-get line.
+_APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+=(?:[0-9]+:)?[A-Za-z0-9.+~-]+(?:-[A-Za-z0-9.+~]+)?$")
+# Paths and command words reach COPY/CMD lines: printable, no control characters.
+_SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9._+@%=,-][A-Za-z0-9._+@%=, /-]*$")
+# A variant name becomes part of an image tag (NAME:<variant>-<12 hex>) and a CI job name.
+_VARIANT_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# A runs-on label: what GitHub runner labels are made of, nothing a shell or YAML would read.
+_RUNNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One image a project builds: a lock on a base, CPU or GPU, and where CI builds it."""
+
+    name: str
+    gpu: bool
+    lock: Path
+    base: str | None
+    runner: tuple[str, ...]
+
+    @property
+    def kind(self) -> Literal["cpu", "gpu"]:
+        return "gpu" if self.gpu else "cpu"
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """What a user wrote in reprobuild.yaml, validated. Paths are absolute."""
+
+    root: Path
+    name: str
+    lock: Path
+    gpu_lock: Path | None = None
+    base_cpu: str | None = None
+    base_gpu: str | None = None
+    seed: int = 0
+    determinism: Mode = "strict"
+    include: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
+    apt: tuple[str, ...] = field(default_factory=tuple)
+    # The `matrix:` as written; empty when the file has none (see `variants`).
+    matrix: tuple[Variant, ...] = ()
+    # The largest world size (nodes x processes per node) a multi-node job may be rendered with.
+    max_world_size: int = DEFAULT_MAX_WORLD_SIZE
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / CONFIG_NAME
+
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """The images this project builds: its `matrix:`, else the implicit ones, `cpu`
+        (when base.cpu is set) and `gpu` (when gpu_lock and base.gpu are both set)."""
+        if self.matrix:
+            return self.matrix
+        implicit: list[Variant] = []
+        if self.base_cpu:
+            implicit.append(Variant("cpu", False, self.lock, self.base_cpu, DEFAULT_RUNNER_CPU))
+        if self.gpu_lock is not None and self.base_gpu:
+            implicit.append(Variant("gpu", True, self.gpu_lock, self.base_gpu, DEFAULT_RUNNER_GPU))
+        return tuple(implicit)
+
+    def variant(self, name: str) -> Variant:
+        """The variant called ``name``; ConfigError listing the known ones otherwise."""
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        known = ", ".join(v.name for v in self.variants) or "(none)"
+        raise ConfigError(
+            self.config_path,
+            f"no variant {shorten(name)}; known variants: {known}",
+            hint="list them with `reprobuild matrix`; add one under `matrix:`",
+        )
+
+    def for_variant(self, variant: Variant) -> ProjectConfig:
+        """This config with the variant's lock and base in the slots a CPU or GPU build
+        reads (lock/base_cpu, or gpu_lock/base_gpu)."""
+        if variant.gpu:
+            return replace(self, gpu_lock=variant.lock, base_gpu=variant.base)
+        return replace(self, lock=variant.lock, base_cpu=variant.base)
+
+
+def select_variant(
+    config: ProjectConfig, name: str, *, gpu: bool = False
+) -> tuple[ProjectConfig, bool]:
+    """The config with variant ``name``'s lock and base applied, and whether it is a GPU
+    build. ``gpu=True`` (from --gpu) must agree with the variant."""
+    chosen = config.variant(name)
+    if gpu and not chosen.gpu:
+        raise ReprobuildError(
+            f"--gpu conflicts with --variant {name}, a CPU variant",
+            hint="drop --gpu: the variant says whether it is a GPU build",
+        )
+    return config.for_variant(chosen), chosen.gpu
+
+
+def load_config(directory: Path) -> ProjectConfig:
+    """Read ``directory/reprobuild.yaml``; raise ConfigError naming the first bad value."""
+    root = directory.resolve()
+    path = root / CONFIG_NAME
+    if not root.is_dir():
+        raise ConfigError(directory, "no such project directory")
+    try:
+        raw = read_small_file(path, CONFIG_MAX_BYTES, lambda problem: ConfigError(path, problem))
+    except FileNotFoundError:
+        raise ConfigError(
+            path, "not found", hint="create it; see the README's project format"
+        ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}", "is not UTF-8") from None
+    data = load_yaml(
+        text, lambda line, problem: ConfigError(f"{path}:{line}" if line else path, problem)
+    )
+    if not isinstance(data, dict):
+        raise ConfigError(path, "must be a mapping of keys (name, lock, base, ...)")
+    return _validate(root, path, data)
+
+
+def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
+    unknown = [k for k in data if k not in KEYS]
+    if unknown:
+        raise ConfigError(
+            path, f"unknown key {shorten(unknown[0])}; allowed keys: {', '.join(KEYS)}"
+        )
+    name = _name(path, data.get("name"))
+    lock = _lock_path(root, path, "lock", data.get("lock"), required=True)
+    assert lock is not None
+    gpu_lock = _lock_path(root, path, "gpu_lock", data.get("gpu_lock"), required=False)
+    base = _base(path, data.get("base"))
+    matrix = _matrix(
+        root,
+        path,
+        data.get("matrix"),
+        defaults={False: (lock, base.get("cpu")), True: (gpu_lock, base.get("gpu"))},
+    )
+    return ProjectConfig(
+        root=root,
+        name=name,
+        lock=lock,
+        gpu_lock=gpu_lock,
+        base_cpu=base.get("cpu"),
+        base_gpu=base.get("gpu"),
+        seed=_seed(path, data.get("seed", 0)),
+        determinism=_mode(path, data.get("determinism", "strict")),
+        include=_includes(root, path, data.get("include", [])),
+        command=_command(path, data.get("command")),
+        apt=_apt(path, data.get("apt", [])),
+        matrix=matrix,
+        max_world_size=_max_world_size(path, data.get("max_world_size", DEFAULT_MAX_WORLD_SIZE)),
+    )
+
+
+def _max_world_size(path: Path, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= WORLD_SIZE_CAP:
+        raise ConfigError(
+            path, f"max_world_size {shorten(value)} must be an integer from 1 to {WORLD_SIZE_CAP}"
+        )
+    return value
+
+
+def _name(path: Path, name: object) -> str:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or len(name) > 128:
+        raise ConfigError(
+            path,
+            f"name {shorten(name)} is not a valid image name: lowercase letters, digits, "
+            "and . _ - / between them",
+        )
+    return name
+
+
+def _base(path: Path, base: object) -> dict[str, str]:
+    if not isinstance(base, dict) or not base:
+        raise ConfigError(
+            path, "base must be a mapping with 'cpu' and/or 'gpu' set to a pinned image"
+        )
+    bad = [str(k) for k in base if k not in BASE_KEYS]
+    if bad:
+        raise ConfigError(
+            path, f"unknown key base.{shorten(bad[0])[1:-1]}; allowed: base.cpu, base.gpu"
+        )
+    for key in BASE_KEYS:
+        value = base.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(path, f"base.{key} must be a catalog name or NAME@sha256:<64 hex>")
+        if value is not None and len(value) > BASE_MAX:
+            raise ConfigError(
+                path, f"base.{key} {shorten(value)} is longer than {BASE_MAX} characters"
+            )
+    return base
+
+
+def _seed(path: Path, seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(path, f"seed {shorten(seed)} must be an integer from 0 to {SEED_MAX}")
+    return seed
+
+
+def _mode(path: Path, mode: object) -> Mode:
+    if isinstance(mode, str) and mode in MODES:
+        return cast(Mode, mode)
+    raise ConfigError(path, f"determinism {shorten(mode)} must be one of: {', '.join(MODES)}")
+
+
+def _apt(path: Path, apt: object) -> tuple[str, ...]:
+    if not isinstance(apt, list) or not all(isinstance(a, str) for a in apt):
+        raise ConfigError(path, "apt must be a list of 'package=version' strings")
+    for item in apt:
+        if not _APT_RE.fullmatch(item):
+            raise ConfigError(
+                path,
+                f"apt entry {shorten(item)} must be 'package=version' (pinned; no spaces or shell)",
+            )
+    return tuple(apt)
+
+
+def _matrix(
+    root: Path,
+    path: Path,
+    value: object,
+    *,
+    defaults: dict[bool, tuple[Path | None, str | None]],
+) -> tuple[Variant, ...]:
+    """The `matrix:` list. ``defaults`` maps gpu -> (lock, base) a variant inherits."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise ConfigError(
+            path, "matrix must be a non-empty list of variants, each a mapping with a name"
+        )
+    variants: list[Variant] = []
+    for index, item in enumerate(value):
+        variant = _variant(root, path, index, item, defaults)
+        if any(v.name == variant.name for v in variants):
+            raise ConfigError(path, f"matrix variant {shorten(variant.name)} is listed twice")
+        variants.append(variant)
+    return tuple(variants)
+
+
+def _variant(
+    root: Path,
+    path: Path,
+    index: int,
+    item: object,
+    defaults: dict[bool, tuple[Path | None, str | None]],
+) -> Variant:
+    where = f"matrix[{index}]"
+    if not isinstance(item, dict):
+        raise ConfigError(path, f"{where} must be a mapping with a name (got {shorten(item)})")
+    name = item.get("name")
+    if not isinstance(name, str) or not _VARIANT_RE.fullmatch(name) or len(name) > VARIANT_NAME_MAX:
+        raise ConfigError(
+            path,
+            f"{where}: name {shorten(name)} is not a valid variant name: lowercase letters and "
+            f"digits, then also . _ - (at most {VARIANT_NAME_MAX} characters; it becomes part "
+            "of a tag)",
+        )
+    where = f"matrix variant {name!r}"
+    unknown = [str(k) for k in item if k not in VARIANT_KEYS]
+    if unknown:
+        raise ConfigError(
+            path,
+            f"{where}: unknown key {shorten(unknown[0])}; allowed keys: {', '.join(VARIANT_KEYS)}",
+        )
+    gpu = item.get("gpu", False)
+    if not isinstance(gpu, bool):
+        raise ConfigError(path, f"{where}: gpu {shorten(gpu)} must be true or false")
+    default_lock, default_base = defaults[gpu]
+    kind = "gpu" if gpu else "cpu"
+    lock = _lock_path(root, path, f"{where}: lock", item.get("lock"), required=False)
+    if lock is None:
+        lock = default_lock
+    if lock is None:
+        raise ConfigError(
+            path, f"{where}: no lock: give the variant a lock, or set the top-level gpu_lock"
+        )
+    base = item.get("base", default_base)
+    if base is None:
+        raise ConfigError(path, f"{where}: no base: give the variant a base, or set base.{kind}")
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(
+            path, f"{where}: base {shorten(base)} must be a catalog name or NAME@sha256:<64 hex>"
+        )
+    if len(base) > BASE_MAX:
+        raise ConfigError(
+            path, f"{where}: base {shorten(base)} is longer than {BASE_MAX} characters"
+        )
+    runner = _runner(path, where, item.get("runner"), gpu)
+    return Variant(name=name, gpu=gpu, lock=lock, base=base, runner=runner)
+
+
+def _runner(path: Path, where: str, value: object, gpu: bool) -> tuple[str, ...]:
+    if value is None:
+        return DEFAULT_RUNNER_GPU if gpu else DEFAULT_RUNNER_CPU
+    labels = [value] if isinstance(value, str) else value
+    if not isinstance(labels, list) or not labels or not all(isinstance(v, str) for v in labels):
+        raise ConfigError(
+            path, f"{where}: runner must be a runner label or a non-empty list of labels"
+        )
+    for label in labels:
+        if not _RUNNER_RE.fullmatch(label):
+            raise ConfigError(
+                path,
+                f"{where}: runner label {shorten(label)} must be letters, digits and . _ - "
+                "(e.g. ubuntu-24.04, or [self-hosted, linux, x64, gpu])",
+            )
+    if len(set(labels)) != len(labels):
+        raise ConfigError(path, f"{where}: runner lists a label twice: {shorten(labels)}")
+    return tuple(labels)
+
+
+def _inside(root: Path, path: Path, key: str, value: str) -> Path:
+    rel = PurePosixPath(value)
+    if rel.is_absolute() or ".." in rel.parts or not _SAFE_PATH_RE.fullmatch(value):
+        raise ConfigError(
+            path,
+            f"{key} {shorten(value)} must be a relative path inside the project "
+            "(letters, digits, . _ - / only; no '..')",
+        )
+    target = (root / rel).resolve()
+    if not target.is_relative_to(root):
+        raise ConfigError(path, f"{key} {shorten(value)} leaves the project directory")
+    return target
+
+
+def _lock_path(root: Path, path: Path, key: str, value: object, *, required: bool) -> Path | None:
+    if value is None:
+        if required:
+            raise ConfigError(path, f"{key} is required: the path of the hashed lockfile")
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(path, f"{key} must be a path to a lockfile, got {shorten(value)}")
+    target = _inside(root, path, key, value)
+    if not target.exists():
+        raise ConfigError(path, f"{key} {shorten(value)} does not exist")
+    if not target.is_file():
+        raise ConfigError(path, f"{key} {shorten(value)} is not a regular file")
+    return target
+
+
+def _includes(root: Path, path: Path, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(path, "include must be a list of relative paths")
+    out: list[str] = []
+    for item in value:
+        target = _inside(root, path, "include", item)
+        if not target.exists():
+            raise ConfigError(path, f"include {shorten(item)} does not exist")
+        if target == root:
+            raise ConfigError(path, "include '.' would copy the whole project; list files or dirs")
+        norm = str(PurePosixPath(item))
+        if norm in out:
+            raise ConfigError(path, f"include {shorten(item)} is listed twice")
+        out.append(norm)
+    return tuple(out)
+
+
+def _command(path: Path, value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise ConfigError(
+                path, f"command {shorten(value)} cannot be split into words: {exc}"
+            ) from None
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        words = list(value)
+    else:
+        raise ConfigError(path, "command must be a string or a list of strings")
+    if not words:
+        raise ConfigError(path, "command is empty")
+    for word in words:
+        if any(ord(c) < 32 or ord(c) == 127 for c in word):
+            raise ConfigError(path, f"command word {shorten(word)} contains a control character")
+    return tuple(words)
