@@ -7,10 +7,7 @@ the CLI prints ``error: <message>`` (plus an optional hint) and exits non-zero.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from reprobuild.checks.verify import VerifyReport
+from typing import Protocol
 
 
 class ReprobuildError(Exception):
@@ -112,6 +109,13 @@ class VerifyUsageError(VerifyError):
     exit_code = 2
 
 
+class JsonReport(Protocol):
+    """What an error carries of a saved report: its JSON text (verify's ``VerifyReport`` is
+    one). A protocol, so that this lowest module names no type of the layers above it."""
+
+    def to_json(self) -> str: ...
+
+
 class RunFailedError(VerifyError):
     """A run failed (non-zero exit) or wrote none of a declared output. The report was written
     first; ``stderr_tail`` holds the last lines of the failed run's stderr."""
@@ -120,7 +124,7 @@ class RunFailedError(VerifyError):
         self,
         message: str,
         *,
-        report: VerifyReport,
+        report: JsonReport,
         report_path: Path,
         stderr_tail: str = "",
         hint: str | None = None,

@@ -222,3 +222,142 @@ def test_runtime_version_is_the_package_version() -> None:
 
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert reprobuild_entrypoint.__version__ == pyproject["project"]["version"]
+
+
+# --------------------------------------------------------------------------- layers and cycles
+
+# The packages of reprobuild, top to bottom. A module may import from its own package and from
+# the layers below its own; never upwards, and never across one row (``backends`` and ``locks``
+# know nothing of each other). ``reprobuild`` itself (``__version__``) is below them all.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__main__",),
+    ("cli",),
+    ("checks",),
+    ("cluster",),
+    ("build",),
+    ("backends", "locks"),
+    ("bases",),
+    ("project",),
+    ("_util",),
+    ("errors",),
+)
+
+
+def _module_names(root: Path) -> dict[str, Path]:
+    """``reprobuild.x.y`` -> its file, for every module and package of the tree at ``root``."""
+    names = {}
+    for path in _modules(root):
+        parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def _internal_edges(root: Path) -> dict[str, set[str]]:
+    """Each module's imports of other modules of the same tree, every import counted: module
+    level, inside functions and under TYPE_CHECKING alike. ``from pkg import name`` is an edge
+    to ``pkg.name`` when that is a module, else to ``pkg``."""
+    names = _module_names(root)
+    edges: dict[str, set[str]] = {}
+    for name, path in names.items():
+        found = set()
+        for imp in imports_of(path, root):
+            target = imp.module
+            while target and target not in names:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+        edges[name] = found
+    return edges
+
+
+def _layer_of(module: str) -> tuple[int, str] | None:
+    parts = module.split(".")
+    if len(parts) < 2:
+        return None  # the package root: its version, importable from everywhere
+    for index, row in enumerate(LAYERS):
+        if parts[1] in row:
+            return index, parts[1]
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in sorted(edges.items()):
+        here = _layer_of(module)
+        for target in sorted(targets):
+            there = _layer_of(target)
+            if here is None or there is None or here[1] == there[1]:
+                continue
+            if there[0] <= here[0]:
+                bad.append(f"{module} -> {target}")
+    return bad
+
+
+def import_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_every_package_is_in_a_layer() -> None:
+    tops = {p.name.removesuffix(".py") for p in BUILDER.iterdir()}
+    tops -= {"__init__", "__pycache__", "py.typed", "data", "templates"}
+    placed = {name for row in LAYERS for name in row}
+    assert tops == placed, f"in the tree, not in LAYERS: {tops - placed}; gone: {placed - tops}"
+
+
+def test_no_module_imports_upwards() -> None:
+    bad = upward_imports(_internal_edges(BUILDER))
+    assert not bad, "imports against the layer order (LAYERS):\n" + "\n".join(bad)
+
+
+def test_no_import_cycles() -> None:
+    cycles = import_cycles(_internal_edges(BUILDER))
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_layer_and_cycle_checks_catch_what_they_look_for(tmp_path: Path) -> None:
+    """The checks themselves: an upward import and a cycle through a function-level import
+    are both found in a small tree."""
+    pkg = tmp_path / "reprobuild"
+    (pkg / "locks").mkdir(parents=True)
+    (pkg / "build").mkdir()
+    for init in (pkg / "__init__.py", pkg / "locks" / "__init__.py", pkg / "build" / "__init__.py"):
+        init.write_text("")
+    (pkg / "locks" / "a.py").write_text("def f():\n    from reprobuild.build import plan\n")
+    (pkg / "build" / "plan.py").write_text("from reprobuild.locks import a\n")
+    edges = _internal_edges(pkg)
+    assert edges["reprobuild.locks.a"] == {"reprobuild.build.plan"}
+    assert upward_imports(edges) == ["reprobuild.locks.a -> reprobuild.build.plan"]
+    assert import_cycles(edges) == [["reprobuild.build.plan", "reprobuild.locks.a"]]

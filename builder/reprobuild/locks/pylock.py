@@ -18,21 +18,21 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from reprobuild.errors import LockfileError
-from reprobuild.locks.lockfile import (
-    _ALLOWED_HASHES,
-    _NAME_RE,
+from reprobuild.locks.records import (
+    ALLOWED_HASHES,
+    NAME_RE,
     IndexOptions,
     Requirement,
-    _check_duplicates,
-    _check_hash,
-    _hash_problem,
-    _index_url_problem,
-    _marker,
-    _physical_lines,
-    _q,
-    _sorted,
-    _url_problem,
-    _wheel_version,
+    check_duplicates,
+    check_hash,
+    hash_problem,
+    index_url_problem,
+    normal_marker,
+    physical_lines,
+    quoted,
+    sorted_requirements,
+    url_problem,
+    wheel_file_version,
 )
 
 __all__ = ["parse_pylock"]
@@ -45,7 +45,7 @@ class _Lines:
     """The file's physical lines, split once; searches stay inside a line range."""
 
     def __init__(self, text: str) -> None:
-        self.lines = _physical_lines(text)
+        self.lines = physical_lines(text)
         self.headers = [n for n, line in enumerate(self.lines, start=1) if _HEADER_RE.match(line)]
 
     def find(self, needle: str, start: int = 1, end: int | None = None) -> int | None:
@@ -83,7 +83,7 @@ def _load_toml(text: str, path: Path) -> dict[str, Any]:
         where = re.search(r"\(at line (\d+)", message)
         line = int(where.group(1)) if where else None
         raise LockfileError(
-            path, line, f"is not valid TOML: {_q(message, 120)[1:-1]}", hint=_EXPORT_HINT
+            path, line, f"is not valid TOML: {quoted(message, 120)[1:-1]}", hint=_EXPORT_HINT
         ) from exc
     except RecursionError:
         raise LockfileError(path, None, "is not valid TOML: nested too deeply") from None
@@ -99,7 +99,7 @@ def _check_version(doc: dict[str, Any], lines: _Lines, path: Path) -> None:
         raise LockfileError(
             path,
             lines.find("lock-version"),
-            f'lock-version {_q(str(version))} is not supported: only "1.0" (PEP 751)',
+            f'lock-version {quoted(str(version))} is not supported: only "1.0" (PEP 751)',
             hint="regenerate it with a tool that writes PEP 751 lock-version 1.0",
         )
 
@@ -142,22 +142,22 @@ def parse_pylock(text: str, path: Path) -> tuple[tuple[Requirement, ...], IndexO
         requirements.append(req)
         if index is not None and index not in indexes:
             indexes.append(index)
-    _check_duplicates(requirements, path)
+    check_duplicates(requirements, path)
     options = IndexOptions(
         index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
     )
-    return _sorted(requirements), options
+    return sorted_requirements(requirements), options
 
 
 def _package_name(package: dict[str, Any], where: _Where, path: Path) -> str:
     name = package.get("name")
     if not isinstance(name, str) or not name:
         raise LockfileError(path, where.header, "a [[packages]] entry has no 'name'")
-    if not _NAME_RE.fullmatch(name):
+    if not NAME_RE.fullmatch(name):
         raise LockfileError(
             path,
             where.at(name),
-            f"package name {_q(name)} is not a valid package name (PEP 508: letters, digits, "
+            f"package name {quoted(name)} is not a valid package name (PEP 508: letters, digits, "
             "'.', '_' and '-', starting and ending with a letter or digit)",
         )
     return name
@@ -183,10 +183,12 @@ def _package_version(package: dict[str, Any], label: str, where: _Where, path: P
         raise LockfileError(
             path,
             where.at(version),
-            f"{label}: version {_q(version)} is not a valid version (PEP 440)",
+            f"{label}: version {quoted(version)} is not a valid version (PEP 440)",
         ) from exc
     if not re.fullmatch(r"[A-Za-z0-9.+!_-]+", version):
-        raise LockfileError(path, where.at(version), f"{label}: version {_q(version)} is not plain")
+        raise LockfileError(
+            path, where.at(version), f"{label}: version {quoted(version)} is not plain"
+        )
     return version
 
 
@@ -197,16 +199,16 @@ def _package_marker(package: dict[str, Any], label: str, where: _Where, path: Pa
     if not isinstance(marker_text, str):
         raise LockfileError(path, where.header, f"{label}: 'marker' must be a string")
     try:
-        marker = _marker(marker_text)
+        marker = normal_marker(marker_text)
     except ValueError as exc:
         raise LockfileError(
-            path, where.at("marker"), f"{label}: marker {_q(marker_text)} {exc}"
+            path, where.at("marker"), f"{label}: marker {quoted(marker_text)} {exc}"
         ) from exc
     if re.search(r"\b(extras|dependency_groups)\b", marker):
         raise LockfileError(
             path,
             where.at("marker"),
-            f"{label}: marker {_q(marker)} selects extras or dependency groups, which a "
+            f"{label}: marker {quoted(marker)} selects extras or dependency groups, which a "
             "requirements file cannot express: only environment markers",
             hint="export the lock with the extras and groups you want already selected",
         )
@@ -219,7 +221,7 @@ def _package_index(package: dict[str, Any], label: str, where: _Where, path: Pat
         return None
     if not isinstance(index, str):
         raise LockfileError(path, where.header, f"{label}: 'index' must be a URL string")
-    problem = _index_url_problem(index, what=f"{label}: index")
+    problem = index_url_problem(index, what=f"{label}: index")
     if problem is not None:
         raise LockfileError(path, where.at(index), problem)
     return index
@@ -239,7 +241,7 @@ def _pylock_package(
         raise LockfileError(
             path,
             where.header,
-            f"{label} {_q(version)[1:-1]} has {kind}: only wheels are accepted (sdists are "
+            f"{label} {quoted(version)[1:-1]} has {kind}: only wheels are accepted (sdists are "
             "built at install time and are not reproducible)",
             hint="lock for a platform that has wheels, or build and publish a wheel",
         )
@@ -267,7 +269,7 @@ def _wheel_location(wheel: dict[str, Any], label: str, where: _Where, path: Path
     if not isinstance(location, str):
         raise LockfileError(path, where.header, f"{label}: a wheel's 'url'/'path' must be a string")
     if isinstance(url, str):
-        problem = _url_problem(url, schemes=("https", "http", "file"), what=f"{label}: wheel")
+        problem = url_problem(url, schemes=("https", "http", "file"), what=f"{label}: wheel")
         if problem is not None:
             raise LockfileError(path, where.at(url), problem)
     return location
@@ -281,34 +283,34 @@ def _pylock_wheel_hashes(
     if not isinstance(filename, str):
         filename = unquote(urlsplit(location).path.rsplit("/", 1)[-1])
     line_of_wheel = where.at(location)
-    wheel_version = _wheel_version(filename, name, label, line_of_wheel or 0, path)
+    wheel_version = wheel_file_version(filename, name, label, line_of_wheel or 0, path)
     if Version(wheel_version) != Version(version):
         raise LockfileError(
             path,
             line_of_wheel,
-            f"{label} {_q(version)[1:-1]}: wheel {_q(filename)} is version {wheel_version}",
+            f"{label} {quoted(version)[1:-1]}: wheel {quoted(filename)} is version {wheel_version}",
         )
     table = wheel.get("hashes")
     if not isinstance(table, dict) or not table:
         raise LockfileError(
             path,
             line_of_wheel,
-            f"{label}: wheel {_q(filename)} has no hashes: each wheel needs "
-            f'hashes = {{ sha256 = "<hex>" }} ({_ALLOWED_HASHES})',
+            f"{label}: wheel {quoted(filename)} has no hashes: each wheel needs "
+            f'hashes = {{ sha256 = "<hex>" }} ({ALLOWED_HASHES})',
         )
     out: list[str] = []
     for algo, digest in table.items():
         value = f"{algo}:{digest}" if isinstance(digest, str) else f"{algo}:?"
-        normal = _check_hash(value)
+        normal = check_hash(value)
         if normal is None:
             needle = digest if isinstance(digest, str) and digest else location
-            raise LockfileError(path, where.at(needle), f"{label}: {_hash_problem(value)}")
+            raise LockfileError(path, where.at(needle), f"{label}: {hash_problem(value)}")
         out.append(normal)
     if not any(h.startswith("sha256:") for h in out):
         raise LockfileError(
             path,
             line_of_wheel,
-            f"{label}: wheel {_q(filename)} has no sha256 hash (only "
+            f"{label}: wheel {quoted(filename)} has no sha256 hash (only "
             f"{', '.join(sorted(str(a) for a in table))[:40]}): hermetic builds match wheels by "
             'sha256, so each wheel needs hashes = { sha256 = "<64 hex>" }',
             hint=_EXPORT_HINT,

@@ -1,0 +1,340 @@
+"""The records every lock format produces, and the checks every format applies to them.
+
+A :class:`Requirement` is pinned to one exact version and carries at least one sha256 hash; a
+:class:`Lock` is a parsed file of them. The checks (names, hashes, URLs, markers, wheel file
+names) are shared by the format readers (:mod:`reprobuild.locks.requirements`,
+:mod:`reprobuild.locks.pylock`), so a refusal reads the same whatever the format.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion
+
+from reprobuild.bases.refs import is_loopback
+from reprobuild.errors import LockfileError
+
+LockFormat = Literal["requirements", "pylock"]
+
+
+# Accepted hash algorithms (pip's own list, minus the weak ones) and their hex lengths.
+HASH_HEX_LENGTHS: Mapping[str, int] = {"sha256": 64, "sha384": 96, "sha512": 128}
+
+
+ALLOWED_HASHES = "sha256, sha384 or sha512"
+
+
+WEAK_HASHES = frozenset({"md5", "sha1", "sha224"})
+
+
+# PEP 508 / core metadata name.
+NAME_RE = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+
+
+# Control characters (tab excepted), line/paragraph separators and bidi overrides.
+CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+# Text that a shell would expand even inside double quotes.
+SHELL_RE = re.compile(r"\$\(|\$\{|`")
+
+
+# Characters allowed in a URL or path: no whitespace, quotes, '$', '`', '\', ';', '&', '|',
+# '<', '>', '(', ')', '*', '!' or braces.
+URL_CHARS_RE = re.compile(r"^[A-Za-z0-9._~:/?#@+,=%-]+$")
+
+
+PATH_RE = re.compile(r"^/[A-Za-z0-9._~/+,=@%-]*$")
+
+
+VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
+
+
+REGENERATE_HINT = (
+    "regenerate the lock with `pip-compile --generate-hashes`, "
+    "`uv pip compile --generate-hashes` or `uv export`"
+)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One pinned, hashed requirement.
+
+    ``name`` is canonical (PEP 503); ``version`` is exactly as pinned (for a URL requirement:
+    as written in the wheel's file name); ``hashes`` are ``"<algo>:<hex>"``, sorted and
+    deduplicated; ``marker`` is ``str(packaging.markers.Marker(...))`` or ``None``; ``line`` is
+    the 1-based line where the requirement starts in its source file.
+    """
+
+    name: str
+    version: str
+    hashes: tuple[str, ...]
+    extras: tuple[str, ...] = ()
+    marker: str | None = None
+    url: str | None = None
+    line: int = 0
+
+    def line_text(self) -> str:
+        """The canonical one-line form, e.g. ``'numpy==2.4.6 ; python_version < "3.11"
+        --hash=sha256:...'`` (a URL requirement: ``'name @ url ; marker --hash=...'``)."""
+        head = self.name
+        if self.extras:
+            head += "[" + ",".join(self.extras) + "]"
+        head += f" @ {self.url}" if self.url is not None else f"=={self.version}"
+        parts = [head]
+        if self.marker is not None:
+            parts.append(f"; {self.marker}")
+        parts.extend(f"--hash={h}" for h in self.hashes)
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """Where pip looks for the pinned wheels."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """The option lines a requirements file carries for these options."""
+        out: list[str] = []
+        if self.index_url is not None:
+            out.append(f"--index-url {self.index_url}")
+        out.extend(f"--extra-index-url {u}" for u in self.extra_index_urls)
+        out.extend(f"--find-links {u}" for u in self.find_links)
+        return out
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A parsed lockfile: every requirement pinned and hashed, plus its index options."""
+
+    path: Path
+    sha256: str
+    format: LockFormat
+    requirements: tuple[Requirement, ...]
+    options: IndexOptions
+
+    def render(self, *, index_options: bool) -> str:
+        """Canonical requirements text for pip's hash-checking mode.
+
+        A header comment (naming only the format and the source's sha256, never the path, so
+        the text depends on the lock's content alone), then the index option lines when
+        ``index_options`` is true, then one :meth:`Requirement.line_text` per requirement.
+        """
+        lines = [
+            f"# Rendered by reprobuild from a {self.format} lock (sha256 {self.sha256}).",
+            "# Every requirement is pinned and hashed; install with --require-hashes.",
+        ]
+        if index_options:
+            lines.extend(self.options.lines())
+        lines.extend(req.line_text() for req in self.requirements)
+        return "\n".join(lines) + "\n"
+
+
+def quoted(text: str, limit: int = 60) -> str:
+    """Quote ``text`` for a one-line message: whitespace collapsed, controls escaped, shortened."""
+    text = CONTROL_RE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 3].rstrip() + "..."
+    quote = '"' if "'" in text and '"' not in text else "'"
+    return f"{quote}{text}{quote}"
+
+
+def decode_lock(data: bytes, path: Path) -> str:
+    """UTF-8 (a BOM is dropped) with no control characters; refuses naming the line."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise LockfileError(
+            path,
+            line,
+            f"byte 0x{data[exc.start]:02x} at column {column} is not UTF-8: "
+            "a lockfile must be UTF-8 text",
+            hint="re-save the file as UTF-8",
+        ) from exc
+    for number, line_text in enumerate(physical_lines(text), start=1):
+        bad = CONTROL_RE.search(line_text)
+        if bad is not None:
+            char = bad.group()
+            raise LockfileError(
+                path,
+                number,
+                f"{quoted(line_text)}: control character U+{ord(char):04X} at column "
+                f"{bad.start() + 1} is not allowed: only printable text and tabs",
+                hint="remove the character; a lockfile is plain text",
+            )
+    return text
+
+
+def physical_lines(text: str) -> list[str]:
+    """Split on '\\n' only (so line numbers match the bytes); a CRLF ending is accepted."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def check_hash(value: str) -> str | None:
+    """Return the normalized ``algo:hex`` or ``None`` when malformed (caller words the error)."""
+    algo, sep, digest = value.partition(":")
+    algo = algo.lower()
+    if not sep or algo not in HASH_HEX_LENGTHS:
+        return None
+    if len(digest) != HASH_HEX_LENGTHS[algo] or not re.fullmatch(r"[0-9a-fA-F]+", digest):
+        return None
+    return f"{algo}:{digest.lower()}"
+
+
+def hash_problem(value: str) -> str:
+    algo = value.partition(":")[0].lower()
+    if algo in WEAK_HASHES:
+        return (
+            f"hash {quoted(value)}: {algo} is too weak to pin a wheel: use {ALLOWED_HASHES} "
+            "('--hash=sha256:<64 hex digits>')"
+        )
+    if ":" in value and algo in HASH_HEX_LENGTHS:
+        want = HASH_HEX_LENGTHS[algo]
+        return f"hash {quoted(value)} is not {algo}:<{want} hex digits>"
+    return (
+        f"hash {quoted(value)} is not '<algorithm>:<hex digest>' with algorithm {ALLOWED_HASHES} "
+        "(e.g. '--hash=sha256:<64 hex digits>')"
+    )
+
+
+def url_problem(url: str, *, schemes: Iterable[str], what: str) -> str | None:
+    """Why ``url`` is unacceptable (``None`` when fine): safe characters, scheme, no userinfo."""
+    allowed = tuple(schemes)
+    allowed_text = "/".join(f"{s}://" for s in allowed)
+    if not URL_CHARS_RE.fullmatch(url):
+        return (
+            f"{what} {quoted(url)} holds characters that are not allowed in a URL here "
+            "(no whitespace, quotes, '$', '`', '\\', ';', '&', '|', '<>', '()', '*', '!')"
+        )
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # validates the port
+    except ValueError:
+        return f"{what} {quoted(url)} is not a valid URL"
+    scheme = parts.scheme.lower()
+    if scheme not in allowed:
+        return f"{what} {quoted(url)}: scheme '{parts.scheme}' is not allowed, only {allowed_text}"
+    if scheme == "file":
+        if not parts.path.startswith("/") or parts.netloc not in ("", "localhost"):
+            return f"{what} {quoted(url)}: a file URL must be absolute, 'file:///path'"
+    else:
+        if not parts.hostname:
+            return f"{what} {quoted(url)} has no host"
+        if parts.username is not None or parts.password is not None:
+            return (
+                f"{what} {quoted(url)} embeds credentials, which would be baked into the image: "
+                "use a netrc or keyring instead"
+            )
+    return None
+
+
+def index_url_problem(url: str, *, what: str) -> str | None:
+    """Like :func:`url_problem` for an index: https, file, or http to a loopback host only
+    (a plain-http index elsewhere lets anyone on the path choose what is resolved)."""
+    problem = url_problem(url, schemes=("https", "http", "file"), what=what)
+    if problem is not None:
+        return problem
+    parts = urlsplit(url)
+    if parts.scheme.lower() == "http" and not is_loopback((parts.hostname or "").lower()):
+        return (
+            f"{what} {quoted(url)}: plain http:// is only allowed to a loopback host "
+            "(localhost, 127.0.0.1, ::1): use https://"
+        )
+    return None
+
+
+_MARKER_STRING_RE = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _quote_inside_value(literal: str) -> bool:
+    return any(q in literal[1:-1] for q in "'\"")
+
+
+def normal_marker(text: str) -> str:
+    """Normalize a marker; raise ValueError (with a one-line reason) when it is unusable."""
+    try:
+        marker = Marker(text)
+    except InvalidMarker as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid marker"
+        raise ValueError(f"is not a valid environment marker ({first})") from exc
+    normal = str(marker)
+    if any(c in normal for c in "$`\\") or CONTROL_RE.search(normal):
+        raise ValueError("holds '$', '`' or '\\', which are not allowed in a marker")
+    # A marker value may not hold a quote of either kind: the rule is ours, so it does not
+    # move with how a given `packaging` release writes quotes back out.
+    if any(_quote_inside_value(m.group(0)) for m in _MARKER_STRING_RE.finditer(text)):
+        raise ValueError("holds a quote or a ' -' inside a string, which cannot be written back")
+    try:
+        round_trip = str(Marker(normal))
+    except InvalidMarker:
+        round_trip = ""
+    if round_trip != normal or any(tok.startswith("-") for tok in normal.split(" ")):
+        raise ValueError("holds a quote or a ' -' inside a string, which cannot be written back")
+    return normal
+
+
+def check_duplicates(requirements: list[Requirement], path: Path) -> None:
+    """Refuse a package listed twice unless both entries carry different markers."""
+    seen: dict[str, list[Requirement]] = {}
+    for req in sorted(requirements, key=lambda r: r.line):
+        for other in seen.get(req.name, []):
+            both_marked = req.marker is not None and other.marker is not None
+            if both_marked and req.marker != other.marker:
+                continue
+            if req.version == other.version and req.url == other.url:
+                problem = (
+                    f"{req.name} is listed twice (first at line {other.line}) with the same "
+                    "marker: each package must appear once per marker"
+                )
+            else:
+                first = other.url or other.version
+                second = req.url or req.version
+                problem = (
+                    f"{req.name} is pinned twice, to {quoted(first)} at line {other.line} and "
+                    f"{quoted(second)} here, without distinct environment markers: one version per "
+                    "package, or different markers on each"
+                )
+            raise LockfileError(path, req.line, problem, hint=REGENERATE_HINT)
+        seen.setdefault(req.name, []).append(req)
+
+
+def sorted_requirements(requirements: list[Requirement]) -> tuple[Requirement, ...]:
+    return tuple(sorted(requirements, key=lambda r: (r.name, r.marker or "", r.line)))
+
+
+def wheel_file_version(filename: str, name: str, what: str, number: int, path: Path) -> str:
+    """Check ``filename`` is a wheel of ``name``; return its version as written."""
+    try:
+        wheel_name, _version, _build, _tags = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise LockfileError(
+            path, number, f"{quoted(what)}: {quoted(filename)} is not a valid wheel file name"
+        ) from exc
+    if wheel_name != canonicalize_name(name):
+        raise LockfileError(
+            path,
+            number,
+            f"{quoted(what)}: wheel {quoted(filename)} is for {wheel_name!r}, not {name!r}",
+        )
+    return filename.split("-")[1]
