@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild_entrypoint import envplan, hostinfo, jsonfile, runrecord
+from reprobuild_entrypoint.contract import RUN_DIR_VAR
 from reprobuild_entrypoint.envplan import EnvPlan
 from reprobuild_entrypoint.launch import exec_command, parse_base_entrypoint
 from reprobuild_entrypoint.settings import Settings, SettingsError, from_environ
@@ -165,7 +166,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         settings = from_environ(environ)
         base = parse_base_entrypoint(environ.get("REPROBUILD_BASE_ENTRYPOINT"))
-        run_dir_text = environ.get("REPRO_RUN_DIR", "").strip()
+        run_dir_text = environ.get(RUN_DIR_VAR, "").strip()
         run_id_text = environ.get("REPRO_RUN_ID", "").strip()
         run_id = (
             runrecord.check_run_id(run_id_text)
@@ -207,7 +208,7 @@ def main(argv: Sequence[str]) -> int:
                 f"{exc.strerror or exc}\n"
             )
             return USAGE_ERROR
-        environ["REPRO_RUN_DIR"] = str(run_dir)
+        environ[RUN_DIR_VAR] = str(run_dir)
         environ["REPRO_RUN_ID"] = run_id
     if gpu.status == "refuse":
         sys.stderr.write(f"reprobuild: {gpu.message}\n")

@@ -34,6 +34,8 @@ warning otherwise.
 import os
 import sys
 
+from reprobuild_entrypoint.contract import MODE_VAR, RUN_DIR_VAR
+
 FRAMEWORKS = ("numpy", "torch", "tensorflow", "keras", "tf_keras")
 """Top-level modules configured on import; the keys of ``frameworks.CONFIGURATORS``."""
 
@@ -127,7 +129,7 @@ def _boot() -> None:
 
     callbacks = {"random": _seed_random, **dict.fromkeys(FRAMEWORKS, _configure)}
     importhook.install(callbacks)
-    if os.environ.get("REPRO_RUN_DIR") and os.environ.get("REPRO_RUN_ID"):
+    if os.environ.get(RUN_DIR_VAR) and os.environ.get("REPRO_RUN_ID"):
         import atexit
 
         atexit.register(_write_record)
@@ -158,14 +160,14 @@ def _write_record() -> None:
         from reprobuild_entrypoint import runrecord
 
         runrecord.write_framework_record(
-            os.environ["REPRO_RUN_DIR"], os.environ["REPRO_RUN_ID"], STATE, frameworks
+            os.environ[RUN_DIR_VAR], os.environ["REPRO_RUN_ID"], STATE, frameworks
         )
     except Exception as exc:
         _say(f"could not write the framework record: {type(exc).__name__}: {exc}")
 
 
 def _mode_guess() -> str:
-    for name in ("REPRO_DETERMINISM", "REPROBUILD_IMAGE_DETERMINISM"):
+    for name in (MODE_VAR, "REPROBUILD_IMAGE_DETERMINISM"):
         value = os.environ.get(name, "").strip().lower()
         if value:
             return value

@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from reprobuild_entrypoint import MANIFEST_PATH, distinfo, hostinfo, jsonfile
+from reprobuild_entrypoint.contract import FRAMEWORKS_KIND, RUN_EXIT_KIND, RUN_KIND
 from reprobuild_entrypoint.envplan import THREAD_VARIABLES, EnvPlan
 from reprobuild_entrypoint.settings import RANK_SEED_SCHEME, Settings, SettingsError
 
@@ -163,7 +164,7 @@ def run_record(
     effective = {**env_plan.set, **env_plan.user_set}
     return {
         "schema_version": SCHEMA_VERSION,
-        "kind": "reprobuild.run",
+        "kind": RUN_KIND,
         "run_id": run_id,
         "started": timestamp(started),
         "argv": list(argv),
@@ -223,7 +224,7 @@ def exit_record(run_id: str, status: int, signals: Sequence[int]) -> dict[str, A
     killed_by = _signal.Signals(status - 128).name if 128 < status < 160 else None
     return {
         "schema_version": SCHEMA_VERSION,
-        "kind": "reprobuild.run_exit",
+        "kind": RUN_EXIT_KIND,
         "run_id": run_id,
         "ended": timestamp(utc_now()),
         "exit_status": status,
@@ -277,7 +278,7 @@ def framework_record(
     _at_exit(record)
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
-        "kind": "reprobuild.frameworks",
+        "kind": FRAMEWORKS_KIND,
         "run_id": run_id,
         "pid": os.getpid(),
         "hostname": platform.node() or None,

@@ -27,6 +27,8 @@ Import cost matters: this module is imported at every interpreter start (see ``_
 it uses builtins only (no ``dataclasses``, no ``typing`` at run time).
 """
 
+from reprobuild_entrypoint.contract import MODE_VAR, SEED_VAR, TRIAL_VAR
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -198,16 +200,16 @@ def from_environ(environ: "Mapping[str, str]") -> Settings:
         else parse_variant("REPROBUILD_VARIANT", variant_text)
     )
 
-    seed_text = _value(environ, "REPRO_SEED")
+    seed_text = _value(environ, SEED_VAR)
     if seed_text is not None:
-        seed, seed_source = parse_seed("REPRO_SEED", seed_text), "REPRO_SEED"
+        seed, seed_source = parse_seed(SEED_VAR, seed_text), SEED_VAR
     elif image_seed_text is not None:
         seed, seed_source = image_seed, "REPROBUILD_IMAGE_SEED"
     else:
         seed, seed_source = 0, "default"
 
     experiment_seed = trial = None
-    trial_text = _value(environ, "REPRO_TRIAL")
+    trial_text = _value(environ, TRIAL_VAR)
     if trial_text is not None:
         trial = _whole_number(trial_text)
         if trial is None or trial > SEED_MAX:
@@ -220,9 +222,9 @@ def from_environ(environ: "Mapping[str, str]") -> Settings:
         experiment_seed, seed = seed, trial_seed(seed, trial)
         seed_source = f"REPRO_TRIAL of {seed_source}"
 
-    mode_text = _value(environ, "REPRO_DETERMINISM")
+    mode_text = _value(environ, MODE_VAR)
     if mode_text is not None:
-        mode, mode_source = parse_mode("REPRO_DETERMINISM", mode_text), "REPRO_DETERMINISM"
+        mode, mode_source = parse_mode(MODE_VAR, mode_text), MODE_VAR
     elif image_mode_text is not None:
         mode, mode_source = image_mode, "REPROBUILD_IMAGE_DETERMINISM"
     else:

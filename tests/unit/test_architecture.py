@@ -178,16 +178,52 @@ def test_help_and_version_do_not_load_docker_or_requests(args: list[str]) -> Non
 # --------------------------------------------------------------------------- one owner per fact
 
 # Each shared value is written once, in the module named here; the others import it.
+CONTRACT = RUNTIME / "contract.py"
 OWNERS = {
-    "io.reprobuild.manifest.sha256": BUILDER / "build" / "manifest.py",
     "/opt/reprobuild/manifest.json": RUNTIME / "__init__.py",
+    # what the host and the image agree on: the runtime's contract module
+    "io.reprobuild.": CONTRACT,
+    "REPRO_SEED": CONTRACT,
+    "REPRO_DETERMINISM": CONTRACT,
+    "REPRO_TRIAL": CONTRACT,
+    "REPRO_RUN_DIR": CONTRACT,
+    "REPRO_OUTPUT_DIR": CONTRACT,
+    "/out": CONTRACT,
+    "/data": CONTRACT,
+    "/reprobuild-run": CONTRACT,
+    "reprobuild.run": CONTRACT,
+    "reprobuild.run_exit": CONTRACT,
+    "reprobuild.frameworks": CONTRACT,
+    # the host's own documents
+    "reprobuild.verify": BUILDER / "checks" / "verify" / "report.py",
+    "reprobuild.diff": BUILDER / "checks" / "diff.py",
 }
 
 
 def _string_constants(path: Path) -> set[str]:
+    """Every string constant of a module but its docstrings (prose may name a value) and the
+    literal pieces of f-strings (``f"{mount}/out"`` states no fact of its own)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    pieces = {
+        id(part)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.JoinedStr)
+        for part in node.values
+    }
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     return {
-        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and id(n) not in docstrings | pieces
     }
 
 
@@ -199,6 +235,18 @@ def test_shared_value_has_one_owner(value: str) -> None:
         if value in _string_constants(path)
     ]
     assert holders == [OWNERS[value]], f"{value!r} is written in {holders}"
+
+
+def test_image_labels_are_written_from_the_prefix() -> None:
+    """No label name is typed out with its prefix: each is LABEL_PREFIX + its own part."""
+    holders = [
+        f"{path.name}: {value!r}"
+        for path in [*_modules(BUILDER), *_modules(RUNTIME)]
+        if path != CONTRACT
+        for value in _string_constants(path)
+        if value.startswith("io.reprobuild.")
+    ]
+    assert not holders, f"labels typed out in full: {holders}"
 
 
 def test_determinism_modes_and_seed_range_are_the_runtimes() -> None:

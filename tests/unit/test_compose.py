@@ -21,7 +21,6 @@ import yaml
 from reprobuild.build.plan import make_spec, project_tag
 from reprobuild.checks import verify
 from reprobuild.cli import main
-from reprobuild.cluster import compose
 from reprobuild.cluster.compose import (
     IMAGE_PLACEHOLDER,
     ComposeSpec,
@@ -153,9 +152,17 @@ def test_command_words_are_data_not_interpolation() -> None:
 
 
 def test_mount_points_are_verify_s() -> None:
-    assert compose.DATA_DIR == verify.DEFAULT_DATA_DIR
-    assert compose.OUT_DIR == verify.OUT_DIR
-    assert compose.RECORD_DIR == verify.RECORD_DIR
+    """compose mounts the run's directories where verify does: both take them from the
+    runtime's contract."""
+    from reprobuild_entrypoint import contract
+
+    assert verify.DEFAULT_DATA_DIR == contract.DATA_DIR
+    assert (verify.OUT_DIR, verify.RECORD_DIR) == (contract.OUT_DIR, contract.RECORD_DIR)
+    volumes = load(render(document(ComposeSpec(ID, command=("a",)))))["services"]["train"]
+    targets = {
+        v.rpartition(":")[2] if isinstance(v, str) else v["target"] for v in volumes["volumes"]
+    }
+    assert {contract.OUT_DIR, contract.RECORD_DIR} <= targets
 
 
 def test_render_is_stable_and_has_no_anchors() -> None:

@@ -19,7 +19,9 @@ from functools import cache
 from pathlib import Path
 from typing import Protocol
 
-OWNER_LABEL = "io.reprobuild.owner"
+from reprobuild_entrypoint.contract import LABEL_PREFIX
+
+OWNER_LABEL = f"{LABEL_PREFIX}owner"
 SCRATCH_REPO = "reprobuild-scratch/"
 # Temp dirs a run makes: reprobuild-<kind>-<pid>-<start>-<random>
 TEMP_KINDS = ("ctx", "iid", "lock", "verify")

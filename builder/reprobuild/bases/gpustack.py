@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reprobuild_entrypoint.contract import LABEL_PREFIX
+
 # ENV names NGC images (and nvidia/cuda images, for the CUDA ones) set, and the stack key each
 # fills. NVIDIA_*_VERSION are NGC release numbers (e.g. 25.01); *_VERSION are library versions.
 DECLARED_ENV = {
@@ -102,5 +104,5 @@ def stack_labels(stack: dict[str, dict[str, str]]) -> dict[str, str]:
             else rep.get(f"torch.{key}") or rep.get(f"tensorflow.{key}")
         ) or dec.get(key)
         if value:
-            labels[f"io.reprobuild.{key}"] = value
+            labels[f"{LABEL_PREFIX}{key}"] = value
     return labels

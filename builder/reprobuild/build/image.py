@@ -34,6 +34,7 @@ from reprobuild.build.render import (
 from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
 from reprobuild.locks.lockfile import Lock
 from reprobuild.locks.wheels import Target, cache_root, fetch_wheels
+from reprobuild_entrypoint.contract import MODE_VAR
 
 Log = Callable[[str], None]
 PROBE = ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint.probe"]
@@ -457,7 +458,7 @@ def _manifest(engine: Prober, spec: RenderSpec, image: str, build: dict[str, Any
         image,
         ["--stack"] if gpu else [],
         entrypoint=PROBE,
-        environment={"REPRO_DETERMINISM": "off", "REPRO_QUIET": "1"} if gpu else None,
+        environment={MODE_VAR: "off", "REPRO_QUIET": "1"} if gpu else None,
     )
     if result.exit_code != 0:
         raise EngineError(

@@ -13,15 +13,16 @@ from typing import Any
 
 from reprobuild._util import jsonload
 from reprobuild.errors import ReprobuildError
+from reprobuild_entrypoint.contract import LABEL_PREFIX
 
 SCHEMA_VERSION = 1
 # Fields a manifest may lack (images built before they existed); distributions is read apart.
 _OPTIONAL = ("distributions", "stack", "gpu", "build")
 # The label carrying the manifest file's sha256 (the file's path in the image is the runtime's
 # reprobuild_entrypoint.MANIFEST_PATH: it reads the file in every run).
-MANIFEST_LABEL = "io.reprobuild.manifest.sha256"
+MANIFEST_LABEL = f"{LABEL_PREFIX}manifest.sha256"
 # Labels that say how the image was built (builder, its version, reproducible: true/false).
-BUILD_LABEL = "io.reprobuild.build."
+BUILD_LABEL = f"{LABEL_PREFIX}build."
 # An image is untrusted input: a manifest file larger than this is refused before parsing.
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 
@@ -103,7 +104,7 @@ class Manifest:
         """The labels that depend on what the build produced."""
         labels = {
             MANIFEST_LABEL: self.sha256,
-            "io.reprobuild.python": self.python_version,
+            f"{LABEL_PREFIX}python": self.python_version,
         }
         labels.update(self.stack.get("labels", {}))
         if self.build:
@@ -111,5 +112,5 @@ class Manifest:
             labels[BUILD_LABEL + "builder-version"] = str(self.build.get("builder_version", ""))
             labels[BUILD_LABEL + "reproducible"] = json.dumps(bool(self.build.get("reproducible")))
         if self.gpu and self.gpu.get("driver_min"):
-            labels["io.reprobuild.driver.min"] = self.gpu["driver_min"]
+            labels[f"{LABEL_PREFIX}driver.min"] = self.gpu["driver_min"]
         return labels

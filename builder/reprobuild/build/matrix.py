@@ -18,6 +18,7 @@ from reprobuild.build.plan import default_tag
 from reprobuild.errors import ConfigError, ReprobuildError, UsageError
 from reprobuild.locks.lockfile import load_lock
 from reprobuild.project.config import ProjectConfig, Variant
+from reprobuild_entrypoint.contract import SEED_VAR, TRIAL_VAR
 from reprobuild_entrypoint.settings import SEED_MAX
 from reprobuild_entrypoint.trials import trial_seed
 
@@ -97,7 +98,7 @@ def matrix(
                 "trial": k,
                 "experiment_seed": experiment,
                 "seed": trial_seed(experiment, k),
-                "env": {"REPRO_SEED": str(experiment), "REPRO_TRIAL": str(k)},
+                "env": {SEED_VAR: str(experiment), TRIAL_VAR: str(k)},
             }
             for build in builds
             for k in range(trials)

@@ -18,6 +18,7 @@ from reprobuild.bases.refs import ImageRef
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import Lock
 from reprobuild_entrypoint import MANIFEST_PATH
+from reprobuild_entrypoint.contract import LABEL_PREFIX
 from reprobuild_entrypoint.envplan import image_env
 
 Kind = Literal["cpu", "gpu"]
@@ -26,7 +27,6 @@ UID = 10001
 ENTRYPOINT = ("/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint")
 DEFAULT_COMMAND = ("python",)
 # Keys of labels that render sets; the stamp step adds the manifest-derived ones.
-LABEL_PREFIX = "io.reprobuild."
 LOCK_LABEL = f"{LABEL_PREFIX}lock.sha256"
 
 

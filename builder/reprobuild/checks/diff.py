@@ -63,15 +63,14 @@ from reprobuild.backends.engine import Engine
 from reprobuild.build.manifest import MANIFEST_LABEL, Distribution, Manifest
 from reprobuild.checks.imageinfo import read_image
 from reprobuild.checks.runrecords import RecordAgreement, RunRecords, compare_run_records
+from reprobuild.checks.verify.report import REPORT_KIND as VERIFY_KIND
 from reprobuild.errors import DiffInputError, EngineUnavailableError, ReprobuildError
+from reprobuild_entrypoint.contract import FRAMEWORKS_KIND, RUN_KIND
 from reprobuild_entrypoint.runrecord import RUN_ID_PATTERN
+from reprobuild_entrypoint.runrecord import SCHEMA_VERSION as RUN_SCHEMA_VERSION
 
 SCHEMA_VERSION = 1
 KIND = "reprobuild.diff"
-RUN_KIND = "reprobuild.run"
-RUN_SCHEMA_VERSION = 1
-FRAMEWORKS_KIND = "reprobuild.frameworks"
-VERIFY_KIND = "reprobuild.verify"
 GROUPS = ("stack", "packages", "host", "run", "ranks")
 RANK_FIELDS = ("group_rank", "local_rank", "world_size", "rank_seed", "backend", "restart_count")
 """What a rank's framework record (``distributed``) says that two runs of one job must share."""

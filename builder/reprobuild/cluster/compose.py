@@ -65,12 +65,20 @@ from reprobuild.cluster.nodes import (
 from reprobuild.cluster.userenv import UserEnv, check_env, merged, parse_env, shell_names
 from reprobuild.errors import ImageNotBuiltError, ImageRefError, OutputError, ReprobuildError
 from reprobuild.project.config import ProjectConfig, load_config
+from reprobuild_entrypoint.contract import (
+    DATA_DIR,
+    LABEL_PREFIX,
+    MODE_VAR,
+    OUT_DIR,
+    OUTPUT_DIR_VAR,
+    RECORD_DIR,
+    RUN_DIR_VAR,
+    SEED_VAR,
+    TRIAL_VAR,
+)
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
 
 # Mount points inside the container: the same as `reprobuild verify` uses.
-DATA_DIR = "/data"
-OUT_DIR = "/out"
-RECORD_DIR = "/reprobuild-run"
 # Host paths, relative to the compose file's directory.
 HOST_DATA = "${REPRO_DATA:-./data}"
 HOST_RUNS = "./runs"
@@ -261,11 +269,11 @@ def _env(spec: ComposeSpec) -> tuple[tuple[str, str], ...]:
     seed = "" if spec.seed is None else str(spec.seed)
     mode = spec.determinism or ""
     return (
-        ("REPRO_SEED", f"${{REPRO_SEED:-{seed}}}"),
-        ("REPRO_DETERMINISM", f"${{REPRO_DETERMINISM:-{mode}}}"),
-        ("REPRO_TRIAL", "${REPRO_TRIAL:-}"),  # trial k of the seed; empty: no trial
-        ("REPRO_RUN_DIR", RECORD_DIR),
-        ("REPRO_OUTPUT_DIR", OUT_DIR),
+        (SEED_VAR, f"${{{SEED_VAR}:-{seed}}}"),
+        (MODE_VAR, f"${{{MODE_VAR}:-{mode}}}"),
+        (TRIAL_VAR, f"${{{TRIAL_VAR}:-}}"),  # trial k of the seed; empty: no trial
+        (RUN_DIR_VAR, RECORD_DIR),
+        (OUTPUT_DIR_VAR, OUT_DIR),
     )
 
 
@@ -396,14 +404,14 @@ def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
 
 
 _NODES_FROM_SHELL = (
-    "REPRO_SEED",
-    "REPRO_DETERMINISM",
-    "REPRO_TRIAL",
+    SEED_VAR,
+    MODE_VAR,
+    TRIAL_VAR,
     "REPRO_THREADS",
     "REPRO_DIST_TIMEOUT_S",
     JOB_ID_VAR,  # last: the header says "(the rendezvous id)" after it
 )
-_FROM_SHELL = ("REPRO_SEED", "REPRO_DETERMINISM", "REPRO_TRIAL")
+_FROM_SHELL = (SEED_VAR, MODE_VAR, TRIAL_VAR)
 
 
 def _nodes_header(spec: ComposeSpec, shape: JobShape) -> tuple[str, ...]:
@@ -695,7 +703,7 @@ def spec_for(
 
 
 def _check_variant(image: PinnedImage, *, gpu: bool, what: str = "compose file") -> None:
-    variant = image.labels.get("io.reprobuild.variant")
+    variant = image.labels.get(f"{LABEL_PREFIX}variant")
     if variant is None:
         raise ReprobuildError(
             f"{image.requested} was not built by reprobuild (no io.reprobuild.variant label): "

@@ -39,9 +39,6 @@ import yaml
 from reprobuild import __version__
 from reprobuild.bases.refs import parse_ref
 from reprobuild.cluster.compose import (
-    DATA_DIR,
-    OUT_DIR,
-    RECORD_DIR,
     SHM_PER_PROCESS_GB,
     ImageLookup,
     _pin,
@@ -59,6 +56,15 @@ from reprobuild.cluster.nodes import (
 from reprobuild.cluster.userenv import INDEX_VAR, UserEnv, check_env, merged, parse_env
 from reprobuild.errors import ImageRefError, ReprobuildError
 from reprobuild.project.config import load_config
+from reprobuild_entrypoint.contract import (
+    DATA_DIR,
+    MODE_VAR,
+    OUT_DIR,
+    OUTPUT_DIR_VAR,
+    RECORD_DIR,
+    RUN_DIR_VAR,
+    SEED_VAR,
+)
 
 KUBERNETES_VERSION = "1.34"
 """The Kubernetes release whose schemas the rendering is tested against (kubernetes-validate)."""
@@ -142,10 +148,10 @@ def job(spec: KubeSpec) -> dict[str, Any]:
         job_id=spec.name,
     )
     own = (
-        ("REPRO_SEED", str(spec.seed)),
-        ("REPRO_DETERMINISM", spec.determinism),
-        ("REPRO_RUN_DIR", RECORD_DIR),
-        ("REPRO_OUTPUT_DIR", OUT_DIR),
+        (SEED_VAR, str(spec.seed)),
+        (MODE_VAR, spec.determinism),
+        (RUN_DIR_VAR, RECORD_DIR),
+        (OUTPUT_DIR_VAR, OUT_DIR),
         (BACKEND_VAR, shape.backend),
         (NODES_VAR, ",".join(f"{spec.name}-{i}.{spec.name}" for i in range(shape.nodes))),
     )

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from reprobuild.cluster.nodes import BACKEND_VAR, JOB_ID_VAR, NODES_VAR
 from reprobuild.errors import UsageError, shorten
+from reprobuild_entrypoint.contract import MODE_VAR, OUTPUT_DIR_VAR, RUN_DIR_VAR, SEED_VAR
 
 MAX_OPTIONS = 256
 MAX_VALUE_BYTES = 32 * 1024
@@ -28,11 +29,10 @@ INDEX_VAR = "NODE_INDEX"
 """The pod's completion index in ``reprobuild k8s`` (from the downward API)."""
 
 RESERVED: dict[str, str] = {
-    "REPRO_SEED": "set seed: in reprobuild.yaml (compose: REPRO_SEED from the shell)",
-    "REPRO_DETERMINISM": "set determinism: in reprobuild.yaml "
-    "(compose: REPRO_DETERMINISM from the shell)",
-    "REPRO_RUN_DIR": "run records go to the mount reprobuild sets",
-    "REPRO_OUTPUT_DIR": "outputs go to the mount reprobuild sets",
+    SEED_VAR: "set seed: in reprobuild.yaml (compose: REPRO_SEED from the shell)",
+    MODE_VAR: "set determinism: in reprobuild.yaml (compose: REPRO_DETERMINISM from the shell)",
+    RUN_DIR_VAR: "run records go to the mount reprobuild sets",
+    OUTPUT_DIR_VAR: "outputs go to the mount reprobuild sets",
     BACKEND_VAR: "--gpu picks nccl, else gloo",
     JOB_ID_VAR: "the rendezvous id is --name (k8s) or REPRO_JOB_ID from the shell (compose)",
     INDEX_VAR: "Kubernetes sets it from the pod's completion index",

@@ -73,8 +73,6 @@ from reprobuild.checks.verify.spec import (
     DEFAULT_DATA_DIR,
     DEFAULT_RUNS,
     MAX_RUNS,
-    OUT_DIR,
-    RECORD_DIR,
     DataMount,
     GpuRequest,
     VerifySpec,
@@ -85,6 +83,7 @@ from reprobuild.checks.verify.spec import (
     verify_spec_from_args,
 )
 from reprobuild.errors import VerifyError, VerifyUsageError
+from reprobuild_entrypoint.contract import OUT_DIR, RECORD_DIR
 
 __all__ = [
     "DEFAULT_DATA_DIR",

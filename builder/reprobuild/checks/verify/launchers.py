@@ -16,11 +16,21 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reprobuild._util import leftovers
-from reprobuild.checks.verify.spec import OUT_DIR, RECORD_DIR, VerifySpec
+from reprobuild.checks.verify.spec import VerifySpec
 from reprobuild.errors import VerifyError
+from reprobuild_entrypoint.contract import (
+    LABEL_PREFIX,
+    MODE_VAR,
+    OUT_DIR,
+    OUTPUT_DIR_VAR,
+    RECORD_DIR,
+    RUN_DIR_VAR,
+    SEED_VAR,
+    TRIAL_VAR,
+)
 from reprobuild_entrypoint.envplan import image_env
 
-VERIFY_LABEL = "io.reprobuild.verify"
+VERIFY_LABEL = f"{LABEL_PREFIX}verify"
 """On every verify container: the run's number."""
 # On every verify container, as on every container reprobuild starts: the owner token
 # (``<pid>-<start time>``) of the verify that started it, so what a SIGKILLed verify left
@@ -66,11 +76,11 @@ def _run_env(spec: VerifySpec) -> dict[str, str]:
     """What every run gets on top of its image's (or host's) environment."""
     env = dict(spec.env)
     if spec.seed is not None:
-        env["REPRO_SEED"] = str(spec.seed)
+        env[SEED_VAR] = str(spec.seed)
     if spec.trial is not None:
-        env["REPRO_TRIAL"] = str(spec.trial)
+        env[TRIAL_VAR] = str(spec.trial)
     if spec.mode is not None:
-        env["REPRO_DETERMINISM"] = spec.mode
+        env[MODE_VAR] = spec.mode
     return env
 
 
@@ -110,8 +120,8 @@ class _DockerLauncher:
             list(spec.command),
             what=f"run {index + 1}'s container",
             environment={
-                "REPRO_RUN_DIR": RECORD_DIR,
-                "REPRO_OUTPUT_DIR": OUT_DIR,
+                RUN_DIR_VAR: RECORD_DIR,
+                OUTPUT_DIR_VAR: OUT_DIR,
                 **_run_env(spec),
             },
             binds=binds,
@@ -259,8 +269,8 @@ class _LocalLauncher:
         env["PYTHONPATH"] = os.pathsep.join(
             [*self._path, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
         )
-        env["REPRO_RUN_DIR"] = str(record_dir)
-        env["REPRO_OUTPUT_DIR"] = str(out_dir)
+        env[RUN_DIR_VAR] = str(record_dir)
+        env[OUTPUT_DIR_VAR] = str(out_dir)
         visible = None if spec.gpus is None else spec.gpus.cuda_visible_devices()
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible
@@ -377,8 +387,8 @@ class _NodesLauncher(_DockerLauncher):
                     ),
                     what=f"run {index + 1}'s {name} container",
                     environment={
-                        "REPRO_RUN_DIR": RECORD_DIR,
-                        "REPRO_OUTPUT_DIR": OUT_DIR,
+                        RUN_DIR_VAR: RECORD_DIR,
+                        OUTPUT_DIR_VAR: OUT_DIR,
                         BACKEND_VAR: shape.backend,
                         NODES_VAR: ",".join(names),
                         **_run_env(spec),

@@ -28,6 +28,7 @@ from reprobuild.checks.streams import (
 )
 from reprobuild.checks.verify.report import FileDigest
 from reprobuild.errors import VerifyError
+from reprobuild_entrypoint.contract import OUT_DIR
 
 TEXT_LIMIT = 32 * 1024 * 1024
 """Output files up to this size are diffed as JSON or text; larger ones byte by byte."""
@@ -107,7 +108,7 @@ def _regular_files(top_fd: int, prefix: str) -> Iterator[tuple[str, int]]:
 
 
 def collect_outputs(
-    root: Path, outputs: Sequence[str], *, label: str = "/out"
+    root: Path, outputs: Sequence[str], *, label: str = OUT_DIR
 ) -> dict[str, FileDigest]:
     """sha256 and size of every declared output file under ``root`` (directories: every
     regular file in them), by path relative to ``root``; missing ones are left out.

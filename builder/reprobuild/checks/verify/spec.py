@@ -13,13 +13,21 @@ from typing import Any
 
 from reprobuild.checks.volatile import PatternError, Rule, rules_for
 from reprobuild.errors import ReprobuildError, VerifyError, VerifyUsageError
+from reprobuild_entrypoint.contract import (
+    DATA_DIR,
+    MODE_VAR,
+    OUT_DIR,
+    OUTPUT_DIR_VAR,
+    RECORD_DIR,
+    RUN_DIR_VAR,
+    SEED_VAR,
+    TRIAL_VAR,
+)
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
 
-OUT_DIR = "/out"
 """Each run's output directory in its container (``$REPRO_OUTPUT_DIR``)."""
-RECORD_DIR = "/reprobuild-run"
 """Each run's ``REPRO_RUN_DIR`` in its container: the runtime writes its records there."""
-DEFAULT_DATA_DIR = "/data"
+DEFAULT_DATA_DIR = DATA_DIR
 DEFAULT_RUNS = 2
 MAX_RUNS = 16
 MAX_OUTPUT_CHARS = 4096
@@ -27,9 +35,9 @@ MAX_OUTPUT_CHARS = 4096
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.-]*")
 _RESERVED_ENV = {
-    "REPRO_RUN_DIR": "verify gives every run its own (mounted at /reprobuild-run)",
+    RUN_DIR_VAR: "verify gives every run its own (mounted at /reprobuild-run)",
     "REPRO_RUN_ID": "every run gets its own from the runtime",
-    "REPRO_OUTPUT_DIR": "verify gives every run its own (mounted at /out)",
+    OUTPUT_DIR_VAR: "verify gives every run its own (mounted at /out)",
 }
 
 
@@ -333,9 +341,9 @@ def _check_env_overlap(
 ) -> None:
     names = [name for name, _ in parsed_env]
     for name, flag, given in (
-        ("REPRO_SEED", "--seed", seed),
-        ("REPRO_DETERMINISM", "--mode", mode),
-        ("REPRO_TRIAL", "--trial", trial),
+        (SEED_VAR, "--seed", seed),
+        (MODE_VAR, "--mode", mode),
+        (TRIAL_VAR, "--trial", trial),
     ):
         if given is not None and name in names:
             raise VerifyUsageError(f"-e {name} and {flag} both given", hint=f"use {flag} only")

@@ -1,0 +1,29 @@
+"""What the host side (``reprobuild``) and the image side (this runtime) agree on, written once.
+
+Each name here is read on one side and written on the other: the label prefix of every image
+label reprobuild sets, the variables a container is started with, the mount points of the
+directories reprobuild gives a run, and the kinds of the records the runtime writes. The host
+imports these; it never restates them. Standard library only, like the rest of the runtime.
+"""
+
+from __future__ import annotations
+
+# Every image label reprobuild sets starts with this (OCI's reverse-DNS convention).
+LABEL_PREFIX = "io.reprobuild."
+
+# The variables that steer a run (read by settings.from_environ and the start-up hook).
+SEED_VAR = "REPRO_SEED"
+MODE_VAR = "REPRO_DETERMINISM"
+TRIAL_VAR = "REPRO_TRIAL"
+RUN_DIR_VAR = "REPRO_RUN_DIR"
+OUTPUT_DIR_VAR = "REPRO_OUTPUT_DIR"
+
+# Where a run's directories are mounted in its container (compose, k8s and verify alike).
+OUT_DIR = "/out"
+RECORD_DIR = "/reprobuild-run"
+DATA_DIR = "/data"
+
+# The ``kind`` of each JSON record the runtime writes into RUN_DIR_VAR.
+RUN_KIND = "reprobuild.run"
+RUN_EXIT_KIND = "reprobuild.run_exit"
+FRAMEWORKS_KIND = "reprobuild.frameworks"
