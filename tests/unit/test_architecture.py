@@ -409,3 +409,18 @@ def test_layer_and_cycle_checks_catch_what_they_look_for(tmp_path: Path) -> None
     assert edges["reprobuild.locks.a"] == {"reprobuild.build.plan"}
     assert upward_imports(edges) == ["reprobuild.locks.a -> reprobuild.build.plan"]
     assert import_cycles(edges) == [["reprobuild.build.plan", "reprobuild.locks.a"]]
+
+
+def test_manifest_field_lists_name_manifest_fields() -> None:
+    """The runtime copies some manifest fields into each run record and diff reads some by
+    name. The runtime cannot import the Manifest type (it is standard library only), so its
+    list is held to the type's fields here, as diff's is."""
+    import dataclasses
+
+    from reprobuild.build.manifest import Manifest
+    from reprobuild.checks import diff
+    from reprobuild_entrypoint import runrecord
+
+    names = {f.name for f in dataclasses.fields(Manifest)}
+    assert set(runrecord._MANIFEST_FIELDS) <= names
+    assert names >= diff._MANIFEST_HANDLED
