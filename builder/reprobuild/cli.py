@@ -505,18 +505,19 @@ def _err(line: str) -> None:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from reprobuild.build.context import write_context
-    from reprobuild.build.plan import make_spec
+    from reprobuild.build.plan import plan_build, record_new_base
     from reprobuild.build.render import render_context
 
-    config, spec = make_spec(
+    planned = plan_build(
         args.directory,
         gpu=args.gpu,
         base=args.base,
         online=args.online,
         ca_cert=args.ca_cert,
-        log=_err,
         variant_name=args.variant,
     )
+    record_new_base(planned, _err)
+    config, spec = planned.config, planned.spec
     spec = _with_local_base_entrypoint(spec)
     out = args.output or config.root / ".reprobuild" / f"context-{args.variant or spec.variant}"
     write_context(

@@ -6,15 +6,18 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from reprobuild.bases import baselock
 from reprobuild.bases.catalog import Catalog, load_catalog
 from reprobuild.bases.refs import parse_ref
-from reprobuild.build.plan import make_spec
+from reprobuild.build.plan import plan_build, record_new_base
+from reprobuild.build.render import RenderSpec
 from reprobuild.cli import main
 from reprobuild.errors import CatalogError
+from reprobuild.project.config import ProjectConfig
 
 NAME = "python-3.11-slim-bookworm"
 OTHER = "sha256:" + "ee" * 32
@@ -24,6 +27,15 @@ def moved(catalog: Catalog, name: str = NAME) -> Catalog:
     """The catalog as a later release might ship it: the same name, another digest."""
     entry = catalog.get(name)
     return catalog.with_entry(replace(entry, ref=entry.ref.with_digest(OTHER)))
+
+
+def make_spec(
+    directory: Path, *, log: Callable[[str], None] = lambda _: None, **options: Any
+) -> tuple[ProjectConfig, RenderSpec]:
+    """What ``render`` and ``image`` do: plan (reading only), then record a new base."""
+    plan = plan_build(directory, **options)
+    record_new_base(plan, log)
+    return plan.config, plan.spec
 
 
 @pytest.fixture
@@ -86,9 +98,11 @@ def test_base_flag_and_pinned_refs_bypass_the_lock(fresh: Path) -> None:
     assert not baselock.lock_path(fresh).exists()
 
 
-def test_record_false_writes_nothing(fresh: Path) -> None:
-    make_spec(fresh, record_base=False)
+def test_planning_writes_nothing(fresh: Path) -> None:
+    """Planning only computes: the new base comes back for the command to record."""
+    plan = plan_build(fresh)
     assert not baselock.lock_path(fresh).exists()
+    assert plan.new_base is not None and plan.new_base.ref == plan.spec.base
 
 
 def test_unknown_catalog_name_is_not_recorded(fresh: Path) -> None:

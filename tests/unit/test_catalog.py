@@ -346,7 +346,7 @@ def test_load_catalog_wrong_schema_names_the_file(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------- a project's base: catalog name or pinned ref
-# (plan.make_spec resolves a catalog name through the project's base lock, see
+# (plan.plan_build resolves a catalog name through the project's base lock, see
 # test_baselock.py; anything else must be a full reference pinned by digest)
 
 

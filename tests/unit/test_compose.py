@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reprobuild.build.plan import make_spec, project_tag
+from reprobuild.build.plan import plan_build, project_tag
 from reprobuild.checks import verify
 from reprobuild.cli import main
 from reprobuild.cluster.compose import (
@@ -244,7 +244,7 @@ def test_unbuilt_image_names_the_tag_and_the_build_command() -> None:
 def test_default_tag_is_the_one_reprobuild_image_gives() -> None:
     from reprobuild.build.plan import spec_tag
 
-    _, spec = make_spec(TINY)
+    spec = plan_build(TINY).spec
     assert tiny_tag() == spec_tag(spec)
     assert tiny_tag().startswith("reprobuild-test/tiny:cpu-")
 
@@ -449,7 +449,7 @@ def test_variant_selects_the_matrix_image_and_its_kind() -> None:
     six = (
         f"reprobuild-test/matrix:cpu-six-{load_lock(matrix / 'requirements-six.lock').sha256[:12]}"
     )
-    _, spec = make_spec(matrix, variant_name="cpu-six")
+    spec = plan_build(matrix, variant_name="cpu-six").spec
     assert spec_tag(spec, "cpu-six") == six
     engine = FakeEngine({six: attrs()})
     compose_project(matrix, variant="cpu-six", engine=engine)

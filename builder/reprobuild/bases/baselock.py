@@ -183,16 +183,13 @@ def status(name: str, lock: BaseLock, catalog: Catalog) -> Status:
     return "locked" if entry.ref.digest == locked.ref.digest else "catalog-differs"
 
 
-def pin(
-    root: Path, name: str, catalog: Catalog, *, record: bool = True
-) -> tuple[LockedBase, str | None]:
-    """The base a catalog name means for this project, and a note for the user (or None).
+def pin(root: Path, name: str, catalog: Catalog) -> tuple[LockedBase, bool, str | None]:
+    """The base a catalog name means for this project, read only: ``(base, new, note)``.
 
-    Locked: the lock's digest, with a note when the catalog now says otherwise. Not locked
-    yet: the catalog's, recorded in the lock (when ``record``) with a note saying so.
+    Locked: the lock's digest (``new`` false), with a note when the catalog now says
+    otherwise. Not locked yet: the catalog's (``new`` true); :func:`record` writes it.
     """
-    lock = load_base_lock(root)
-    locked = lock.bases.get(name)
+    locked = load_base_lock(root).bases.get(name)
     if locked is not None:
         entry = catalog.entries.get(name)
         note = None
@@ -202,13 +199,15 @@ def pin(
                 f"catalog now pins {entry.ref.by_digest()}. To move: reprobuild bases "
                 f"--update {name}"
             )
-        return locked, note
-    fresh = LockedBase.from_entry(catalog.get(name))
-    if not record:
-        return fresh, None
-    write_base_lock(root, lock.with_base(fresh))
-    return fresh, (
-        f"{name}: recorded {fresh.ref.by_digest()} in {lock_path(root)}; commit it so this "
+        return locked, False, note
+    return LockedBase.from_entry(catalog.get(name)), True, None
+
+
+def record(root: Path, base: LockedBase) -> str:
+    """Record a base seen for the first time in the project's lock; the note to show."""
+    write_base_lock(root, load_base_lock(root).with_base(base))
+    return (
+        f"{base.name}: recorded {base.ref.by_digest()} in {lock_path(root)}; commit it so this "
         "project keeps this base"
     )
 

@@ -22,7 +22,6 @@ from reprobuild.bases.refs import ImageRef, parse_ref
 from reprobuild.build import plan
 from reprobuild.build.context import write_tree
 from reprobuild.build.manifest import Distribution, Manifest
-from reprobuild.build.plan import make_spec
 from reprobuild.build.render import (
     ENTRYPOINT,
     LOCK_LABEL,
@@ -267,15 +266,11 @@ def _build_image(
             hint="or push the built image yourself: docker push",
         )
     push = normalize_push(push) if push is not None else None
-    _config, spec = make_spec(
-        directory,
-        gpu=gpu,
-        base=base,
-        online=online,
-        ca_cert=ca_cert,
-        variant_name=variant,
-        log=log,
+    planned = plan.plan_build(
+        directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant_name=variant
     )
+    plan.record_new_base(planned, log)
+    spec = planned.spec
     final = normalize_tag(tag) if tag else plan.spec_tag(spec, variant)
     builder = choose_builder(engine, builder, log)
     if push is not None and builder != "buildah":

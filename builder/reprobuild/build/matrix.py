@@ -32,7 +32,7 @@ def check_base(config: ProjectConfig, variant: Variant, catalog: Catalog) -> Non
     base = variant.base or ""
     try:
         if is_catalog_name(base):
-            pin(config.root, base, catalog, record=False)
+            pin(config.root, base, catalog)
         else:
             parse_pinned(base, what="base")
     except ReprobuildError as exc:

@@ -6,11 +6,12 @@ import os
 import stat
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from reprobuild import __version__
+from reprobuild.bases.baselock import LockedBase, pin, record
 from reprobuild.bases.baselock import lock_path as lock_path_of
-from reprobuild.bases.baselock import pin
 from reprobuild.bases.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.bases.refs import parse_pinned
 from reprobuild.build.render import FileEntry, Kind, RenderSpec
@@ -58,7 +59,20 @@ def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = 
     return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256)
 
 
-def make_spec(
+@dataclass(frozen=True)
+class Plan:
+    """What a render or a build will use, computed without writing anything."""
+
+    config: ProjectConfig
+    spec: RenderSpec
+    new_base: LockedBase | None = None
+    """A catalog base this project has not locked yet: the command records it
+    (:func:`record_new_base`); planning never writes."""
+    notes: tuple[str, ...] = ()
+    """What the user should hear (a locked base the catalog has moved past)."""
+
+
+def plan_build(
     directory: Path,
     *,
     gpu: bool = False,
@@ -66,12 +80,11 @@ def make_spec(
     online: bool = False,
     ca_cert: Path | None = None,
     catalog: Catalog | None = None,
-    record_base: bool = True,
-    log: Callable[[str], None] = lambda _: None,
     variant_name: str | None = None,
-) -> tuple[ProjectConfig, RenderSpec]:
-    """Everything a render needs. A catalog base resolves through the project's base lock
-    (recorded there on first use unless ``record_base`` is false); notes go to ``log``."""
+) -> Plan:
+    """Everything a render needs, read from the project, its locks and git. A catalog base
+    resolves through the project's base lock; one not locked yet is returned as
+    ``new_base`` for the command to record."""
     config = load_config(directory)
     if variant_name is not None:
         config, gpu = select_variant(config, variant_name, gpu=gpu)
@@ -82,19 +95,14 @@ def make_spec(
         raise ConfigError(config.config_path, f"base.{variant} is not set and no --base was given")
     catalog = catalog or load_catalog()
     known_entrypoint: tuple[str, ...] | None = None
+    new_base: LockedBase | None = None
+    notes: tuple[str, ...] = ()
     if base:
         base_ref = parse_pinned(base, what="--base")
-    elif is_catalog_name(base_value):  # the project's lock of that name, recorded on first use
-        try:
-            locked, note = pin(config.root, base_value, catalog, record=record_base)
-        except OSError as exc:  # a read-only project cannot record its base on first use
-            raise ConfigError(
-                lock_path_of(config.root),
-                f"cannot record base {base_value!r}: {exc.strerror or exc}",
-                hint="make the project writable once, or build with --base REF@DIGEST",
-            ) from None
-        if note:
-            log(f"note: {note}")
+    elif is_catalog_name(base_value):  # the project's lock of that name
+        locked, is_new, note = pin(config.root, base_value, catalog)
+        new_base = locked if is_new else None
+        notes = (note,) if note else ()
         base_ref, known_entrypoint = locked.ref, locked.entrypoint
     else:
         base_ref = parse_pinned(base_value, what=f"base.{variant}")
@@ -123,7 +131,26 @@ def make_spec(
         app_files=app_files(config),
         runtime_files=runtime_files(),
     )
-    return config, spec
+    return Plan(config=config, spec=spec, new_base=new_base, notes=notes)
+
+
+def record_new_base(plan: Plan, log: Callable[[str], None]) -> None:
+    """The command's side of a plan: say its notes, and record a catalog base used for the
+    first time in the project's base lock (``reprobuild.bases.lock``)."""
+    for note in plan.notes:
+        log(f"note: {note}")
+    if plan.new_base is None:
+        return
+    root = plan.config.root
+    try:
+        note = record(root, plan.new_base)
+    except OSError as exc:  # a read-only project cannot record its base on first use
+        raise ConfigError(
+            lock_path_of(root),
+            f"cannot record base {plan.new_base.name!r}: {exc.strerror or exc}",
+            hint="make the project writable once, or build with --base REF@DIGEST",
+        ) from None
+    log(f"note: {note}")
 
 
 def _read_ca(path: Path) -> bytes:

@@ -29,7 +29,7 @@ from reprobuild._util import leftovers
 from reprobuild.backends import buildah
 from reprobuild.backends.engine import Engine
 from reprobuild.bases.refs import parse_ref
-from reprobuild.build.plan import git_revision, make_spec
+from reprobuild.build.plan import git_revision, plan_build
 from reprobuild.checks.imageinfo import read_image
 from reprobuild.errors import EngineError, RebuildInputError, ReprobuildError, shorten
 
@@ -185,7 +185,7 @@ def rebuild(
     recorded_id = str(engine.inspect(image)["Id"])
     gpu = manifest.variant == "gpu"
     with _epoch_env(epoch):
-        _config, spec = make_spec(directory, gpu=gpu, base=manifest.base_ref)
+        spec = plan_build(directory, gpu=gpu, base=manifest.base_ref).spec
         recorded_sha = manifest.lock_sha256
         if re.fullmatch(r"[0-9a-f]{64}", recorded_sha):
             recorded_sha = recorded_sha[:12] + "..."

@@ -236,7 +236,7 @@ def verify_spec_from_args(
     nproc_per_node: int | None = None,
 ) -> VerifySpec:
     """Check the arguments of ``reprobuild verify`` and turn them into a :class:`VerifySpec`
-    (not to be confused with :func:`reprobuild.build.plan.make_spec`, which plans a build)."""
+    (not to be confused with :func:`reprobuild.build.plan.plan_build`, which plans a build)."""
     _check_target(image, command, local)
     _check_settings(runs, seed, mode)
     if trial is not None and not 0 <= trial <= SEED_MAX:
