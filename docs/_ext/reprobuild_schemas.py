@@ -14,9 +14,6 @@ import types
 import typing
 from typing import Any
 
-from docutils import nodes
-from docutils.parsers.rst import Directive
-
 _SCALARS: dict[Any, dict[str, Any]] = {
     str: {"type": "string"},
     int: {"type": "integer"},
@@ -80,20 +77,24 @@ def manifest_schema() -> dict[str, Any]:
 SCHEMAS = {"manifest": manifest_schema}
 
 
-class SchemaDirective(Directive):
-    required_arguments = 1
-    has_content = False
-
-    def run(self) -> list[nodes.Node]:
-        name = self.arguments[0]
-        if name not in SCHEMAS:
-            raise self.error(f"unknown schema {name!r}; known: {', '.join(SCHEMAS)}")
-        text = json.dumps(SCHEMAS[name](), indent=2)
-        block = nodes.literal_block(text, text)
-        block["language"] = "json"
-        return [block]
-
-
 def setup(app: Any) -> dict[str, Any]:
+    # docutils is imported here, not at the top: tests/unit/test_docs.py uses the schema
+    # functions above in environments without the docs extra.
+    from docutils import nodes
+    from docutils.parsers.rst import Directive
+
+    class SchemaDirective(Directive):
+        required_arguments = 1
+        has_content = False
+
+        def run(self) -> list[nodes.Node]:
+            name = self.arguments[0]
+            if name not in SCHEMAS:
+                raise self.error(f"unknown schema {name!r}; known: {', '.join(SCHEMAS)}")
+            text = json.dumps(SCHEMAS[name](), indent=2)
+            block = nodes.literal_block(text, text)
+            block["language"] = "json"
+            return [block]
+
     app.add_directive("reprobuild-schema", SchemaDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
