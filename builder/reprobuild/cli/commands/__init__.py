@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 
 class Command(Protocol):
@@ -21,8 +20,7 @@ class Command(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-@dataclass(frozen=True)
-class CommandInfo:
+class CommandInfo(NamedTuple):  # not a dataclass: that would import inspect at start-up
     module: str
     summary: str  # its line in `reprobuild --help`
 
