@@ -9,11 +9,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+# The exit codes, stated once: every command and error class uses these.
+EXIT_OK = 0
+EXIT_ERROR = 1  # a reprobuild error, printed as one `error:` line; also "they differ"
+EXIT_USAGE = 2  # bad usage, as argparse exits
+
+
+def signal_exit_code(signum: int) -> int:
+    """A shell's status for a process stopped by signal ``signum``: 128 + N (130 for SIGINT,
+    143 for SIGTERM, 129 for SIGHUP)."""
+    return 128 + signum
+
 
 class ReprobuildError(Exception):
     """Base class. ``message`` is one line; ``hint`` says what to do about it."""
 
-    exit_code = 1
+    exit_code = EXIT_ERROR
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -27,7 +38,7 @@ class ReprobuildError(Exception):
 class UsageError(ReprobuildError):
     """Bad command-line usage that argparse cannot catch (exit code 2, as argparse uses)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class ConfigError(ReprobuildError):
@@ -106,7 +117,7 @@ class VerifyError(ReprobuildError):
 class VerifyUsageError(VerifyError):
     """A bad argument to ``reprobuild verify`` (exit code 2, as for other bad usage)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class JsonReport(Protocol):
@@ -139,14 +150,14 @@ class DiffInputError(ReprobuildError):
     """An input of ``reprobuild diff`` that cannot be read. Exit code 2, as diff(1) uses for
     trouble, so that 1 always means "the stacks differ"."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class RebuildInputError(ReprobuildError):
     """``reprobuild rebuild``: an input the image's manifest records is not at hand (the
     project at another revision, another lock, base, builder or builder version)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 def shorten(value: object, limit: int = 80) -> str:

@@ -6,6 +6,7 @@ closed loopback port) to check the error path a user sees.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import socket
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild import __version__
-from reprobuild.cli import main
+from reprobuild.cli import build_parser, main
 
 Snapshot = dict[str, tuple[str, bytes, int, int]]
 EPOCH = 1700000000
@@ -286,9 +287,25 @@ def test_help_tells_a_user_what_reprobuild_is(
     assert "Lockfiles in, pinned and deterministic training images out." in out
     for command in ("image [DIR]", "verify IMAGE -- CMD", "diff A B"):
         assert f"reprobuild {command}" in out
-    assert "README" in out
+    assert "docs/" in out  # where to read more
     assert "Exit codes: 0 success, 1 error, 2 bad usage" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+@pytest.mark.parametrize("command", sorted(_subparsers(build_parser())))
+def test_a_commands_help_is_the_whole_parsers(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """main() adds a command's arguments only when it is chosen; build_parser(), which the CLI
+    reference is made from, adds them all: both give the same help."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main([command, "--help"]) == 0
+    assert capsys.readouterr().out == _subparsers(build_parser())[command].format_help()
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from reprobuild._util import leftovers
 from reprobuild.checks.verify.spec import VerifySpec
-from reprobuild.errors import VerifyError
+from reprobuild.errors import VerifyError, signal_exit_code
 from reprobuild_entrypoint.contract import (
     LABEL_PREFIX,
     MODE_VAR,
@@ -174,7 +174,7 @@ class _ProcessRun:
             if info is not None:
                 exited = info.si_code == os.CLD_EXITED
                 # killed by signal N: 128 + N, as a shell says
-                self._status = info.si_status if exited else 128 + info.si_status
+                self._status = info.si_status if exited else signal_exit_code(info.si_status)
         except ChildProcessError:
             pass
         finally:

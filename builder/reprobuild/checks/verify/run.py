@@ -44,7 +44,13 @@ from reprobuild.checks.verify.report import (
 from reprobuild.checks.verify.spec import VerifySpec
 from reprobuild.checks.verify.watcher import _RunState, _Watch, _watch
 from reprobuild.checks.volatile import Masker
-from reprobuild.errors import OutputError, RunFailedError, VerifyError, VerifyUsageError
+from reprobuild.errors import (
+    OutputError,
+    RunFailedError,
+    VerifyError,
+    VerifyUsageError,
+    signal_exit_code,
+)
 
 if TYPE_CHECKING:
     # Imported where containers are run: --local must work without the Docker SDK (GPU hosts
@@ -71,7 +77,7 @@ class VerifyInterrupted(VerifyError):
     def __init__(self, signum: int) -> None:
         name = _SIGNALS.get(signum, f"signal {signum}")
         super().__init__(f"interrupted by {name}: every run was stopped and removed")
-        self.exit_code = 128 + signum
+        self.exit_code = signal_exit_code(signum)
 
 
 @contextlib.contextmanager

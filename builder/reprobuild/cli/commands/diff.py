@@ -1,0 +1,32 @@
+"""``reprobuild diff``: compare two images' stacks, two run records, or one of each."""
+
+from __future__ import annotations
+
+import argparse
+
+from reprobuild.cli.options import json_flag
+from reprobuild.cli.output import EXIT_ERROR
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Compare the stacks of A and B: image manifests (an image on this engine, "
+        "or a manifest.json), run records (run-<id>.json), or one of each. Exit 0: identical; "
+        "1: they differ; 2: bad usage or an input that cannot be read."
+    )
+    parser.add_argument(
+        "a", metavar="A", help="image reference or ID, manifest.json, or run record"
+    )
+    parser.add_argument("b", metavar="B", help="the same, compared with A")
+    json_flag(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from reprobuild.checks.diff import diff
+
+    result = diff(args.a, args.b)
+    if args.json:
+        print(result.to_json(), end="")
+    else:
+        print("\n".join(result.lines()))
+    return 0 if result.identical else EXIT_ERROR

@@ -1,0 +1,63 @@
+"""``reprobuild image``: render, build, stamp and tag the project's image."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from reprobuild.backends.builders import BUILDERS
+from reprobuild.cli.options import _text, directory, json_flag, quiet_flag, variant_options
+from reprobuild.cli.output import err
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    directory(parser)
+    variant_options(parser)
+    parser.add_argument(
+        "--tag",
+        metavar="NAME[:TAG]",
+        type=_text,
+        help="image tag (default: NAME:<cpu|gpu|VARIANT>-<first 12 hex of the lock's sha256>)",
+    )
+    parser.add_argument(
+        "--builder",
+        choices=BUILDERS,
+        default="auto",
+        help="auto (buildah where installed: the same inputs give the same image ID; else "
+        "buildx if installed, else classic; says which), buildah (daemonless), buildx, "
+        "buildkit, classic (the engine's own builder, not reproducible)",
+    )
+    parser.add_argument(
+        "--push",
+        metavar="REGISTRY/NAME[:TAG]",
+        type=_text,
+        help="also push the image straight to a registry (--builder buildah)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="build without the engine's cache")
+    quiet_flag(parser)
+    json_flag(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from reprobuild.build.image import build_image
+
+    log = (lambda _: None) if args.quiet or args.json else err
+    result = build_image(
+        args.directory,
+        gpu=args.gpu,
+        tag=args.tag,
+        base=args.base,
+        online=args.online,
+        ca_cert=args.ca_cert,
+        builder=args.builder,
+        no_cache=args.no_cache,
+        log=log,
+        note=err,
+        variant=args.variant,
+        push=args.push,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(result.image)
+    return 0
