@@ -1,0 +1,120 @@
+"""``reprobuild init``: a reprobuild.yaml (and, when needed, a resolved requirements.lock) from
+what a project already has, checked by loading the result with the real config loader and
+lock readers. Resolution runs the pinned uv against this machine's package index."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reprobuild.build.initservices import init_services
+from reprobuild.errors import ReprobuildError
+from reprobuild.locks.lockfile import load_lock
+from reprobuild.project.config import load_config
+from reprobuild.project.init import InitError, InitOptions, init_project
+
+NATIVE = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "native"
+
+
+def _uv_project(tmp_path: Path) -> Path:
+    project = tmp_path / "demo"
+    shutil.copytree(NATIVE / "uv-extras", project)
+    (project / "train.py").write_text("print('train')\n")
+    (project / "data").mkdir()
+    (project / "data" / "big.bin").write_bytes(b"\0" * 10)
+    (project / ".venv").mkdir()
+    return project
+
+
+def test_init_uses_a_uv_lock_in_place(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    result = init_project(project, InitOptions(), init_services())
+    assert result.written == [project / "reprobuild.yaml"]
+    config = load_config(project)
+    assert config.lock == project / "uv.lock"
+    assert config.base_cpu == "python-3.11-slim-bookworm"
+    assert config.command == ("python", "train.py")
+    assert config.include == ("train.py",)  # no data/, no .venv, no lock, no pyproject
+    assert {r.name for r in load_lock(config.lock).requirements} == {
+        "jinja2",
+        "markupsafe",
+        "numpy",
+    }
+
+
+def test_init_with_an_extra_writes_the_selected_pins(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    result = init_project(project, InitOptions(extras=("symbolic",)), init_services())
+    assert project / "requirements.lock" in result.written
+    assert any("extras symbolic" in n for n in result.notes)
+    lock = load_lock(load_config(project).lock)
+    assert {r.name for r in lock.requirements} == {
+        "jinja2",
+        "markupsafe",
+        "numpy",
+        "sympy",
+        "mpmath",
+    }
+
+
+def test_init_resolves_unhashed_requirements(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("numpy>=1.26\njinja2\n")
+    (tmp_path / "main.py").write_text("print(1)\n")
+    result = init_project(tmp_path, InitOptions(), init_services())
+    assert result.written == [tmp_path / "requirements.lock", tmp_path / "reprobuild.yaml"]
+    lock = load_lock(tmp_path / "requirements.lock")
+    assert {r.name for r in lock.requirements} == {"numpy", "jinja2", "markupsafe"}
+    assert load_config(tmp_path).command == ("python", "main.py")
+
+
+def test_init_never_overwrites(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    (project / "reprobuild.yaml").write_text("mine\n")
+    with pytest.raises(InitError, match=r"reprobuild\.yaml: already exists; init never"):
+        init_project(project, InitOptions(), init_services())
+    assert (project / "reprobuild.yaml").read_text() == "mine\n"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "requirements.txt").write_text("numpy\n")
+    (other / "requirements.lock").write_text("# hand-made\n")
+    (other / "train.py").write_text("")
+    # the hashed lock wins over the unhashed requirements: used in place, never rewritten
+    with pytest.raises(ReprobuildError):
+        init_project(other, InitOptions(), init_services())
+    assert (other / "requirements.lock").read_text() == "# hand-made\n"
+    assert not (other / "reprobuild.yaml").exists()
+
+
+def test_init_refuses_an_ambiguous_command_and_nothing_is_written(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    (project / "main.py").write_text("")
+    with pytest.raises(
+        InitError,
+        match=r"cannot tell which command .*python train\.py, "
+        r"python main\.py",
+    ):
+        init_project(project, InitOptions(), init_services())
+    assert sorted(p.name for p in project.iterdir() if p.name.startswith(("reprobuild", "."))) == [
+        ".venv"
+    ]
+    init_project(project, InitOptions(command=("python", "main.py")), init_services())
+    assert load_config(project).command == ("python", "main.py")
+
+
+def test_init_refuses_a_lock_that_fits_no_python(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    text = (project / "uv.lock").read_text()
+    (project / "uv.lock").write_text(
+        text.replace('requires-python = ">=3.11"', 'requires-python = ">=3.12"')
+    )
+    with pytest.raises(ReprobuildError, match=r"excludes Python 3\.11|no wheel for CPython"):
+        init_project(project, InitOptions(), init_services())
+    assert not (project / "reprobuild.yaml").exists()
+
+
+def test_init_without_any_lock(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    with pytest.raises(InitError, match=r"no lock or requirements found"):
+        init_project(tmp_path, InitOptions(), init_services())
