@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -420,3 +421,65 @@ def test_poetry_constraints() -> None:
     assert poetry_allows("^0.4", "0.4.6") and not poetry_allows("^0.4", "0.5.0")
     assert poetry_allows(">=2.7,<3.0 || >=3.8", "3.11.0")
     assert poetry_allows("*", "1.0")
+
+
+# --- locks written by Poetry and pipenv, against their own exports ---------------------------
+
+
+def _exported(path: Path) -> dict[str, str]:
+    """``name==version ; marker`` lines of a tool's export, markers evaluated for the image."""
+    env = Selection().environment()
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        spec, _, marker = line.partition(";")
+        if marker.strip() and not Marker(marker.strip()).evaluate(env):
+            continue
+        name, sep, version = spec.strip().partition("==")
+        assert sep, f"{path.name}: {line!r} is not pinned"
+        out[canonicalize_name(name)] = version.strip()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("folder", "lock_name", "selection", "export"),
+    [
+        ("poetry-1.1", "poetry.lock", Selection(), "export-main.txt"),
+        ("poetry-1.1", "poetry.lock", Selection(extras=("symbolic",)), "export-extra-symbolic.txt"),
+        ("poetry-1.1", "poetry.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+        ("poetry-2.1", "poetry.lock", Selection(), "export-main.txt"),
+        ("poetry-2.1", "poetry.lock", Selection(extras=("symbolic",)), "export-extra-symbolic.txt"),
+        ("poetry-2.1", "poetry.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+        ("pipenv", "Pipfile.lock", Selection(), "export-main.txt"),
+        ("pipenv", "Pipfile.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+    ],
+)
+def test_tool_written_lock_matches_the_tools_export(
+    folder: str, lock_name: str, selection: Selection, export: str
+) -> None:
+    lock = load_lock(NATIVE / folder / lock_name, selection)
+    assert {r.name: r.version for r in lock.requirements} == _exported(NATIVE / folder / export)
+    assert lock.options.index_url == "http://127.0.0.1:8765/simple"
+    assert all(r.hashes and r.marker is None for r in lock.requirements)
+
+
+@pytest.mark.parametrize("folder", ["poetry-1.1", "poetry-2.1"])
+def test_real_poetry_lock_goes_stale_when_pyproject_changes(tmp_path: Path, folder: str) -> None:
+    shutil.copy(NATIVE / folder / "poetry.lock", tmp_path / "poetry.lock")
+    text = (NATIVE / folder / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(text.replace("numpy", "scipy", 1))
+    with pytest.raises(LockfileError, match=r"poetry\.lock:\d+: is stale: its content-hash"):
+        load_lock(tmp_path / "poetry.lock")
+    (tmp_path / "pyproject.toml").unlink()
+    with pytest.raises(LockfileError, match=r"has no pyproject\.toml beside it"):
+        load_lock(tmp_path / "poetry.lock")
+
+
+def test_real_pipfile_lock_unknown_index(tmp_path: Path) -> None:
+    source = NATIVE / "pipenv" / "Pipfile.lock"
+    text = source.read_text().replace('"index": "local"', '"index": "internal"', 1)
+    (tmp_path / "Pipfile.lock").write_text(text)
+    with pytest.raises(LockfileError, match=r"Pipfile\.lock:\d+: package jinja2 names index "):
+        load_lock(tmp_path / "Pipfile.lock")

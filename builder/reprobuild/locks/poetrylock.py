@@ -46,6 +46,7 @@ from reprobuild.locks.records import IndexOptions, Requirement, quoted
 __all__ = ["content_hashes", "parse_poetrylock", "poetry_allows"]
 
 _HINT = "relock with `poetry lock`"
+_PYPI = "https://pypi.org/simple"
 _SUPPORTED = ("1.1", "2.0", "2.1")
 _LEGACY_KEYS = ("dependencies", "source", "extras", "dev-dependencies")
 _PROJECT_KEYS = ("requires-python", "dependencies", "optional-dependencies")
@@ -157,10 +158,14 @@ def parse_poetrylock(
     for name, (entry, line) in sorted(walk.reached.items(), key=lambda kv: kv[1][1]):
         version_text, hashes, index = _pins(entry, line, files_table, selection, path, lines)
         chosen[name] = (version_text, hashes, line)
-        if index is not None and index not in indexes:
+        index = index or _PYPI  # a package with no [package.source] comes from PyPI
+        if index not in indexes:
             indexes.append(index)
+    if _PYPI in indexes:  # PyPI first: the others are extra indexes
+        indexes.remove(_PYPI)
+        indexes.insert(0, _PYPI)
     options = IndexOptions(
-        index_url="https://pypi.org/simple" if indexes else None, extra_index_urls=tuple(indexes)
+        index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
     )
     notes: tuple[str, ...] = ()
     name = pyproject.get("project", {}).get("name") or pyproject.get("tool", {}).get(
