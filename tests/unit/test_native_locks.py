@@ -483,3 +483,25 @@ def test_real_pipfile_lock_unknown_index(tmp_path: Path) -> None:
     (tmp_path / "Pipfile.lock").write_text(text)
     with pytest.raises(LockfileError, match=r"Pipfile\.lock:\d+: package jinja2 names index "):
         load_lock(tmp_path / "Pipfile.lock")
+
+
+@pytest.mark.parametrize("extra", ["cpu", "cu"])
+def test_uv_lock_torch_index_chosen_by_extra(extra: str) -> None:
+    """torch is locked twice, once per conflicting extra, each from its own index (as with
+    PyTorch's CPU and CUDA indexes): the extra asked for picks the package and its index."""
+    project = NATIVE / "uv-torch-extra"
+    lock = load_lock(project / "uv.lock", Selection(extras=(extra,)))
+    ours = {r.name: r.version for r in lock.requirements}
+    assert ours == _uv_export(project, "--extra", extra)
+    assert ours["torch"] == "2.13.0+cpu"
+    assert lock.options.extra_index_urls == (f"file:///tmp/e_idx/{extra}",)
+    assert "torch" not in {r.name for r in load_lock(project / "uv.lock").requirements}
+
+
+def test_uv_lock_conflicting_extras_are_refused() -> None:
+    with pytest.raises(
+        LockfileError,
+        match=r"package torch: both 2\.13\.0\+cpu from "
+        r"/tmp/e_idx/.* \(conflicting extras\?\)",
+    ):
+        load_lock(NATIVE / "uv-torch-extra" / "uv.lock", Selection(extras=("cpu", "cu")))

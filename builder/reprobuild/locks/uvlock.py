@@ -153,7 +153,7 @@ class _Walk:
         self.path = path
         self.root = root
         self.reached: dict[str, _Package] = {}
-        self.done: set[tuple[str, str, str]] = set()
+        self.done: set[tuple[str, str, str, str]] = set()
         project = root.name if root is not None else ""
         self.marker_extras = [_conflict_item("extra", project, e) for e in selection.extras]
         self.marker_extras += [_conflict_item("group", project, g) for g in selection.groups]
@@ -194,9 +194,10 @@ class _Walk:
         while stack:
             package, extras = stack.pop()
             for extra in ("", *extras):
-                if (package.name, package.version, extra) in self.done:
+                done = (package.name, package.version, _where(package), extra)
+                if done in self.done:
                     continue
-                self.done.add((package.name, package.version, extra))
+                self.done.add(done)
                 if not extra:
                     self._reach(package)
                     stack.extend(self._edges(package.entry.get("dependencies"), package))
@@ -208,13 +209,14 @@ class _Walk:
         if package is self.root:
             return
         other = self.reached.get(package.name)
-        if other is not None and other.version != package.version:
+        if other is not None and other is not package:
             raise LockfileError(
                 self.path,
                 package.line or None,
-                f"package {package.name}: both {other.version} and {package.version} apply to "
-                f"{self.selection.label}: the lock's forks overlap",
-                hint=_HINT,
+                f"package {package.name}: both {other.version} from {_where(other)} and "
+                f"{package.version} from {_where(package)} apply to {self.selection.label} "
+                "with the extras and groups asked for (conflicting extras?)",
+                hint="choose one of the conflicting extras",
             )
         self.reached[package.name] = package
 
@@ -258,6 +260,10 @@ class _Walk:
                 hint=_HINT,
             )
         return candidates[0]
+
+
+def _where(package: _Package) -> str:
+    return str(next(iter(package.source.values())))
 
 
 def _hashes_and_index(
