@@ -505,3 +505,18 @@ def test_uv_lock_conflicting_extras_are_refused() -> None:
         r"/tmp/e_idx/.* \(conflicting extras\?\)",
     ):
         load_lock(NATIVE / "uv-torch-extra" / "uv.lock", Selection(extras=("cpu", "cu")))
+
+
+@pytest.mark.parametrize(
+    "lock", sorted(str(p.relative_to(NATIVE)) for p in NATIVE.glob("*/*.lock"))
+)
+def test_pruning_foreign_wheels_keeps_lines_and_toml(lock: str) -> None:
+    """The readers blank other platforms' wheel lines before parsing (the speed-up
+    benchmarks/init_bench.py measures): line numbers and TOML validity must not change."""
+    import tomllib
+
+    text = (NATIVE / lock).read_text()
+    pruned = Selection().prune_foreign_wheels(text)
+    assert pruned.count("\n") == text.count("\n")
+    if not lock.endswith("Pipfile.lock"):
+        tomllib.loads(pruned)

@@ -14,7 +14,7 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from packaging.markers import InvalidMarker, Marker, UndefinedComparison, Undefi
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import (
-    InvalidWheelFilename,
     canonicalize_name,
     parse_wheel_filename,
 )
@@ -42,6 +41,12 @@ from reprobuild.locks.records import (
 
 _MANYLINUX_LEGACY = {5: "manylinux1", 12: "manylinux2010", 17: "manylinux2014"}
 _PLAIN_VERSION_RE = re.compile(r"^[A-Za-z0-9.+!_-]+$")
+# One wheel entry on a line of its own, with no nested table: what uv, Poetry and PDM write.
+_WHEEL_LINE_RE = re.compile(
+    r'^[ \t]*\{[ \t]*(url|path|file)[ \t]*=[ \t]*"([^"\n]+\.whl)"[^{}\n]*\},?[ \t]*$',
+    re.MULTILINE,
+)
+_SDIST_LINE_RE = re.compile(r"^sdist = \{[^{}\n]*\}[ \t]*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -78,33 +83,58 @@ class Selection:
             "extra": extra,
         }
 
-    @cached_property
+    @property
     def tags(self) -> frozenset[Tag]:
-        major, minor = (int(p) for p in self.python.split(".")[:2])
-        platforms: list[str] = []
-        for glibc_minor in range(self.glibc[1], 4, -1):
-            platforms.append(f"manylinux_2_{glibc_minor}_{self.machine}")
-            if glibc_minor in _MANYLINUX_LEGACY:
-                platforms.append(f"{_MANYLINUX_LEGACY[glibc_minor]}_{self.machine}")
-        platforms.append(f"linux_{self.machine}")
-        abi = f"cp{major}{minor}"
-        tags = set(cpython_tags((major, minor), abis=[abi], platforms=platforms))
-        tags.update(compatible_tags((major, minor), interpreter=abi, platforms=platforms))
-        return frozenset(tags)
+        return _platform_tags(self.python, self.machine, self.glibc)
 
     @property
     def label(self) -> str:
         return f"CPython {self.python} on linux {self.machine}"
 
+    @property
+    def _tag_strings(self) -> frozenset[str]:
+        return _tag_strings(self.python, self.machine, self.glibc)
+
     def wheel_fits(self, filename: str) -> bool:
-        """True when ``filename`` is a wheel this platform installs (an sdist is not)."""
+        """True when ``filename`` is a wheel this platform installs (an sdist is not).
+
+        Only the file name's last three fields (python, abi, platform tags, each possibly
+        dotted) are read; :func:`wheel_hashes` checks the full name of each wheel kept."""
         if not filename.endswith(".whl"):
             return False
-        try:
-            _n, _v, _b, tags = parse_wheel_filename(filename)
-        except (InvalidWheelFilename, InvalidVersion):
+        parts = filename[:-4].split("-")
+        if len(parts) < 5:
             return False
-        return not tags.isdisjoint(self.tags)
+        key = "-".join(parts[-3:])
+        fits = self._fits.get(key)
+        if fits is None:
+            pythons, abis, platforms = (p.split(".") for p in parts[-3:])
+            wanted = self._tag_strings
+            fits = any(
+                f"{py}-{abi}-{plat}" in wanted
+                for py in pythons
+                for abi in abis
+                for plat in platforms
+            )
+            self._fits[key] = fits
+        return fits
+
+    @cached_property
+    def _fits(self) -> dict[str, bool]:
+        return {}
+
+    def prune_foreign_wheels(self, text: str) -> str:
+        """``text`` with each one-line wheel entry (``{ url|path|file = "....whl", ... },``)
+        that this platform cannot install blanked out, and uv's one-line ``sdist = {...}``
+        entries too (an sdist is never installed), line numbers kept.
+
+        Native locks list every platform's wheels; TOML-parsing them all is most of the
+        reading time, and a wheel that does not fit is never looked at afterwards."""
+        text = _SDIST_LINE_RE.sub("", text)
+        return _WHEEL_LINE_RE.sub(
+            lambda m: m.group(0) if self.wheel_fits(m.group(2).rsplit("/", 1)[-1]) else "",
+            text,
+        )
 
     def marker_holds(self, text: str | None, extras: Iterable[str] = ()) -> bool:
         """Evaluate a marker for this platform; ``extras`` are the values ``extra`` may take
@@ -123,6 +153,26 @@ class Selection:
 
     def python_allowed(self, spec: str) -> bool:
         return Version(self.full_version) in SpecifierSet(spec)
+
+
+@lru_cache(maxsize=16)
+def _platform_tags(python: str, machine: str, glibc: tuple[int, int]) -> frozenset[Tag]:
+    major, minor = (int(p) for p in python.split(".")[:2])
+    platforms: list[str] = []
+    for glibc_minor in range(glibc[1], 4, -1):
+        platforms.append(f"manylinux_2_{glibc_minor}_{machine}")
+        if glibc_minor in _MANYLINUX_LEGACY:
+            platforms.append(f"{_MANYLINUX_LEGACY[glibc_minor]}_{machine}")
+    platforms.append(f"linux_{machine}")
+    abi = f"cp{major}{minor}"
+    tags = set(cpython_tags((major, minor), abis=[abi], platforms=platforms))
+    tags.update(compatible_tags((major, minor), interpreter=abi, platforms=platforms))
+    return frozenset(tags)
+
+
+@lru_cache(maxsize=16)
+def _tag_strings(python: str, machine: str, glibc: tuple[int, int]) -> frozenset[str]:
+    return frozenset(str(tag) for tag in _platform_tags(python, machine, glibc))
 
 
 class LockLines:

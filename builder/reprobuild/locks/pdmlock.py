@@ -47,7 +47,7 @@ def parse_pdmlock(
     """Parse ``pdm.lock`` text for ``selection``; return requirements, options and notes."""
     path = Path(path)
     selection = selection or Selection()
-    doc = load_toml(text, path, _HINT)
+    doc = load_toml(selection.prune_foreign_wheels(text), path, _HINT)
     lines = LockLines(text)
     metadata = doc.get("metadata")
     if not isinstance(metadata, dict):

@@ -116,7 +116,7 @@ def parse_poetrylock(
     """Parse ``poetry.lock`` text (and the pyproject.toml beside it) for ``selection``."""
     path = Path(path)
     selection = selection or Selection()
-    doc = load_toml(text, path, _HINT)
+    doc = load_toml(selection.prune_foreign_wheels(text), path, _HINT)
     lines = LockLines(text)
     metadata = doc.get("metadata")
     if not isinstance(metadata, dict):

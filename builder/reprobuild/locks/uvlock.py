@@ -65,7 +65,7 @@ def parse_uvlock(
     """Parse ``uv.lock`` text for ``selection``; return requirements, index options and notes."""
     path = Path(path)
     selection = selection or Selection()
-    doc = load_toml(text, path, _HINT)
+    doc = load_toml(selection.prune_foreign_wheels(text), path, _HINT)
     lines = LockLines(text)
     version = doc.get("version")
     if version not in _SUPPORTED:
