@@ -28,6 +28,25 @@ def _uv_project(tmp_path: Path) -> Path:
     return project
 
 
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (InitOptions(python="3.11\nx"), r"--python '3\.11\\nx' is not a Python version"),
+        (InitOptions(extras=("a b",)), r"--extra 'a b' is not a name"),
+        (InitOptions(groups=("$(x)",)), r"--group '\$\(x\)' is not a name"),
+        (InitOptions(base="img\n#"), r"--base 'img\\n#' is not an image reference"),
+        (InitOptions(command=("python", "a\nb")), r"--command word 'a\\nb' holds a control"),
+    ],
+)
+def test_init_refuses_option_values_it_cannot_write(
+    tmp_path: Path, options: InitOptions, expected: str
+) -> None:
+    project = _uv_project(tmp_path)
+    with pytest.raises(InitError, match=expected):
+        init_project(project, options, init_services())
+    assert not (project / "reprobuild.yaml").exists()
+
+
 def test_init_uses_a_uv_lock_in_place(tmp_path: Path) -> None:
     project = _uv_project(tmp_path)
     result = init_project(project, InitOptions(), init_services())

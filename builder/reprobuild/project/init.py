@@ -131,6 +131,7 @@ def init_project(
             f"{config}: already exists; init never overwrites it",
             hint="edit it, or remove it and run init again",
         )
+    _check_options(options)
     result = InitResult(config=config)
     lock_name, resolve_from = _find_lock(root)
     command = _command(root, options.command)
@@ -196,6 +197,29 @@ def init_project(
     for note in result.notes:
         log(f"note: {note}")
     return result
+
+
+_PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")
+_OPTION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_BASE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+
+
+def _check_options(options: InitOptions) -> None:
+    """Every value that init writes into reprobuild.yaml is plain text of a known shape."""
+    if options.python is not None and not _PYTHON_RE.fullmatch(options.python):
+        raise InitError(f"--python {options.python!r} is not a Python version like 3.11")
+    for flag, values in (("--extra", options.extras), ("--group", options.groups)):
+        for value in values:
+            if not _OPTION_RE.fullmatch(value):
+                raise InitError(f"{flag} {value!r} is not a name (letters, digits, '.', '_', '-')")
+    if options.base is not None and not _BASE_RE.fullmatch(options.base):
+        raise InitError(
+            f"--base {options.base!r} is not an image reference (NAME@sha256:<64 hex> or a "
+            "catalog name)"
+        )
+    for word in options.command:
+        if any(ord(c) < 32 or ord(c) == 127 for c in word):
+            raise InitError(f"--command word {word!r} holds a control character")
 
 
 def _refuse_existing(path: Path) -> None:
