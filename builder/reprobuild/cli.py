@@ -127,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"reprobuild {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    init = sub.add_parser("init", help="write reprobuild.yaml from the project's lock")
+    init.add_argument("directory", nargs="?", default=".", type=_path, help="(default: .)")
+    init.add_argument("--python", help="the image's Python, X.Y (default: what the lock needs)")
+    init.add_argument("--extra", action="append", default=[], help="an extra to install")
+    init.add_argument("--group", action="append", default=[], help="a dependency group")
+    init.add_argument("--gpu", action="store_true", help="a GPU image (default: from the lock)")
+    init.add_argument("--base", help="base image REF@sha256:... (default: a catalog base)")
+    init.add_argument("--command", dest="run_command", help="e.g. 'python train.py'")
+
     render = sub.add_parser("render", help="write the build context (Dockerfile, lock, runtime)")
     _directory(render)
     _variant_options(render)
@@ -807,7 +816,28 @@ def cmd_k8s(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    import shlex
+
+    from reprobuild.build.initservices import init_services
+    from reprobuild.project.init import InitOptions, init_project
+
+    options = InitOptions(
+        python=args.python,
+        extras=tuple(args.extra),
+        groups=tuple(args.group),
+        gpu=args.gpu,
+        base=args.base,
+        command=tuple(shlex.split(args.run_command)) if args.run_command else (),
+    )
+    result = init_project(args.directory, options, init_services(), log=_err)
+    for path in result.written:
+        print(f"wrote {path}")
+    return 0
+
+
 COMMANDS = {
+    "init": cmd_init,
     "render": cmd_render,
     "image": cmd_image,
     "matrix": cmd_matrix,

@@ -4,11 +4,13 @@ lock readers. Resolution runs the pinned uv against this machine's package index
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from helpers import run_cli
 from reprobuild.build.initservices import init_services
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import load_lock
@@ -137,3 +139,98 @@ def test_init_without_any_lock(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("")
     with pytest.raises(InitError, match=r"no lock or requirements found"):
         init_project(tmp_path, InitOptions(), init_services())
+
+
+# --- through the command line ---------------------------------------------------------------
+
+
+def _cli_project(tmp_path: Path, folder: str, lock: str, old: str, new: str) -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(NATIVE / folder, project)
+    (project / "train.py").write_text("")
+    for export in project.glob("export-*.txt"):
+        export.unlink()
+    target = project / ("pyproject.toml" if lock == "pyproject.toml" else lock)
+    text = target.read_text()
+    assert old in text
+    target.write_text(text.replace(old, new, 1))
+    return project
+
+
+_HASH = "85ece4451f492d0c13c5dd7c13a64681a86afae63a5f347908daf103ce6d2f67"  # jinja2 3.1.6
+
+
+@pytest.mark.parametrize(
+    ("folder", "edited", "old", "new", "expected"),
+    [
+        (
+            "uv-extras",
+            "uv.lock",
+            _HASH,
+            _HASH[:-2] + "zz",
+            r"uv\.lock:\d+: package jinja2 3\.1\.6: hash",
+        ),
+        (
+            "uv-extras",
+            "uv.lock",
+            'requires-python = ">=3.11"',
+            'requires-python = ">=3.14"',
+            r"uv\.lock:3: requires-python '>=3\.14' excludes Python 3\.11",
+        ),
+        (
+            "uv-extras",
+            "uv.lock",
+            "version = 1\n",
+            "version = 2\n",
+            r"uv\.lock:1: uv\.lock version '2' is not supported",
+        ),
+        (
+            "poetry-2.1",
+            "pyproject.toml",
+            '"numpy>=2"',
+            '"numpy>=2.1"',
+            r"poetry\.lock:\d+: is stale: its content-hash",
+        ),
+        (
+            "pipenv",
+            "Pipfile.lock",
+            '"index": "local"',
+            '"index": "internal"',
+            r"Pipfile\.lock:\d+: package \S+ names index 'internal'",
+        ),
+    ],
+)
+def test_cli_init_bad_lock_one_error_exit_1_nothing_written(
+    tmp_path: Path, folder: str, edited: str, old: str, new: str, expected: str
+) -> None:
+
+    project = _cli_project(tmp_path, folder, edited, old, new)
+    before = sorted(p.name for p in project.iterdir())
+    proc = run_cli("init", str(project))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and re.search(expected, errors[0]), proc.stderr
+    assert all(ln.startswith(("error:", "hint:")) for ln in proc.stderr.splitlines())
+    assert sorted(p.name for p in project.iterdir()) == before
+
+
+def test_cli_init_then_render(tmp_path: Path) -> None:
+
+    project = _uv_project(tmp_path)
+    proc = run_cli("init", str(project), "--extra", "symbolic")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"wrote {project / 'requirements.lock'}",
+        f"wrote {project / 'reprobuild.yaml'}",
+    ]
+    assert "note: uv.lock read for CPython 3.11, extras symbolic" in proc.stderr
+    again = run_cli("init", str(project))
+    assert again.returncode == 1
+    assert again.stderr.splitlines()[0] == (
+        f"error: {project / 'reprobuild.yaml'}: already exists; init never overwrites it"
+    )
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    text = (tmp_path / "ctx" / "requirements.lock").read_text()
+    assert "sympy==1.14.0 --hash=sha256:" in text
