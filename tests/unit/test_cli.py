@@ -202,7 +202,8 @@ def test_render_bad_config_error_and_hint(
     assert stdout == ""
     assert stderr.splitlines() == [
         f"error: {tmp_path.resolve() / 'reprobuild.yaml'}: not found",
-        "hint: create it; see the README's project format",
+        f"hint: run `reprobuild init {tmp_path}` to write one from the project's lock, "
+        "or see the README's project format",
     ]
     assert not (tmp_path / "ctx").exists()
 

@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion
 from reprobuild.bases.refs import is_loopback
 from reprobuild.errors import LockfileError
 
-LockFormat = Literal["requirements", "pylock"]
+LockFormat = Literal["requirements", "pylock", "uv", "poetry", "pipfile", "pdm"]
 
 
 # Accepted hash algorithms (pip's own list, minus the weak ones) and their hex lengths.
@@ -127,6 +127,9 @@ class Lock:
     format: LockFormat
     requirements: tuple[Requirement, ...]
     options: IndexOptions
+    # What a native lock's reader left out and why (e.g. the project itself, copied by
+    # `include`); empty for the requirements and pylock formats.
+    notes: tuple[str, ...] = ()
 
     def render(self, *, index_options: bool) -> str:
         """Canonical requirements text for pip's hash-checking mode.

@@ -158,7 +158,10 @@ def load_config(directory: Path) -> ProjectConfig:
         raw = read_small_file(path, CONFIG_MAX_BYTES, lambda problem: ConfigError(path, problem))
     except FileNotFoundError:
         raise ConfigError(
-            path, "not found", hint="create it; see the README's project format"
+            path,
+            "not found",
+            hint=f"run `reprobuild init {directory}` to write one from the project's lock, "
+            "or see the README's project format",
         ) from None
     try:
         text = raw.decode("utf-8")

@@ -34,6 +34,7 @@ def _info(name: str, summary: str) -> CommandInfo:
 
 # In the order `reprobuild --help` lists them.
 COMMANDS: dict[str, CommandInfo] = {
+    "init": _info("init", "write reprobuild.yaml from the project's lock (never overwrites)"),
     "render": _info("render", "write the build context (Dockerfile, lock, runtime)"),
     "image": _info("image", "render, build, stamp and tag the image"),
     "matrix": _info("matrix", "print the project's variants as a CI build matrix (JSON)"),

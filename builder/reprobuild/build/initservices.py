@@ -1,0 +1,38 @@
+"""What ``reprobuild init`` (:mod:`reprobuild.project.init`, a lower layer) needs from above
+it: a lock read for one selection, and a catalog base for a Python."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reprobuild.bases.catalog import load_catalog
+from reprobuild.locks.lockfile import Selection, load_lock
+from reprobuild.project.init import Services
+
+
+def read_lock(
+    path: Path, python: str, extras: tuple[str, ...], groups: tuple[str, ...]
+) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Validate the lock for CPython ``python`` on linux x86_64 with these extras/groups."""
+    lock = load_lock(path, Selection(python=python, extras=extras, groups=groups))
+    options = lock.options
+    indexes = tuple(u for u in (options.index_url, *options.extra_index_urls) if u)
+    names = tuple(r.name for r in lock.requirements)
+    return lock.render(index_options=True), names, indexes, lock.notes
+
+
+def base_for(python: str, gpu: bool) -> str | None:
+    """The first catalog base (by name) of that kind whose Python is ``python`` (X.Y)."""
+    catalog = load_catalog()
+    for name in sorted(catalog.entries):
+        entry = catalog.entries[name]
+        have = ".".join((entry.python or "").split(".")[:2])
+        if have == python and (entry.kind == "gpu") == gpu:
+            return name
+    return None
+
+
+def init_services() -> Services:
+    from uv import find_uv_bin
+
+    return Services(read_lock=read_lock, base_for=base_for, uv=str(find_uv_bin()))

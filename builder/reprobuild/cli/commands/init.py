@@ -1,0 +1,64 @@
+"""``reprobuild init``: write the project's ``reprobuild.yaml`` from what its directory holds."""
+
+from __future__ import annotations
+
+import argparse
+
+from reprobuild.cli.options import _path, _text
+from reprobuild.cli.output import err
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Write DIR/reprobuild.yaml, commented, from the project's lock (uv.lock, poetry.lock, "
+        "Pipfile.lock, pdm.lock, pylock.toml or a hashed requirements file, used in place; "
+        "unhashed requirements or a pyproject.toml alone are resolved into requirements.lock "
+        "with sha256 hashes). Never overwrites a file."
+    )
+    parser.add_argument(
+        "directory", nargs="?", default=".", type=_path, help="project directory (default: .)"
+    )
+    parser.add_argument(
+        "--python", type=_text, help="the image's Python, X.Y (default: what the lock needs)"
+    )
+    parser.add_argument(
+        "--extra", action="append", default=[], type=_text, help="an extra to install"
+    )
+    parser.add_argument(
+        "--group", action="append", default=[], type=_text, help="a dependency group"
+    )
+    parser.add_argument("--gpu", action="store_true", help="a GPU image (default: from the lock)")
+    parser.add_argument(
+        "--base", type=_text, help="base image REF@sha256:... (default: a catalog base)"
+    )
+    parser.add_argument(
+        "--command",
+        dest="run_command",
+        type=_text,
+        help="the default command, e.g. 'python train.py'",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import shlex
+
+    from reprobuild.build.initservices import init_services
+    from reprobuild.errors import UsageError
+    from reprobuild.project.init import InitOptions, init_project
+
+    try:
+        words = tuple(shlex.split(args.run_command)) if args.run_command else ()
+    except ValueError as exc:  # an unclosed quote
+        raise UsageError(f"--command {args.run_command!r}: {exc}") from None
+    options = InitOptions(
+        python=args.python,
+        extras=tuple(args.extra),
+        groups=tuple(args.group),
+        gpu=args.gpu,
+        base=args.base,
+        command=words,
+    )
+    result = init_project(args.directory, options, init_services(), log=err)
+    for path in result.written:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,364 @@
+"""What the native lock readers (uv.lock, poetry.lock, Pipfile.lock, pdm.lock) share.
+
+A native lock describes every platform, every extra and every group at once; an image has one
+platform and one selection. :class:`Selection` is that platform (linux, its machine, its
+CPython) and the extras and groups asked for; the readers evaluate each marker against it with
+:mod:`packaging.markers`, keep only the wheels its tags accept, and hand back the same
+:class:`~reprobuild.locks.records.Requirement` records, with no marker left, as the requirements
+and ``pylock.toml`` readers do. Every refusal is one :class:`~reprobuild.errors.LockfileError`.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any
+
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import (
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from reprobuild.errors import LockfileError
+from reprobuild.locks.records import (
+    NAME_RE,
+    Requirement,
+    check_hash,
+    hash_problem,
+    index_url_problem,
+    physical_lines,
+    quoted,
+    sorted_requirements,
+)
+
+_MANYLINUX_LEGACY = {5: "manylinux1", 12: "manylinux2010", 17: "manylinux2014"}
+_PLAIN_VERSION_RE = re.compile(r"^[A-Za-z0-9.+!_-]+$")
+# One wheel entry on a line of its own, with no nested table: what uv, Poetry and PDM write.
+_WHEEL_LINE_RE = re.compile(
+    r'^[ \t]*\{[ \t]*(url|path|file)[ \t]*=[ \t]*"([^"\n]+\.whl)"[^{}\n]*\},?[ \t]*$',
+    re.MULTILINE,
+)
+_SDIST_LINE_RE = re.compile(r"^sdist = \{[^{}\n]*\}[ \t]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The image's platform and what to install from a native lock.
+
+    The defaults are reprobuild's catalog bases: CPython 3.11 on linux x86_64 with glibc 2.36
+    (Debian 12), and the lock's main dependencies only (no extras, no dev groups).
+    """
+
+    python: str = "3.11"
+    machine: str = "x86_64"
+    glibc: tuple[int, int] = (2, 36)
+    extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+    @property
+    def full_version(self) -> str:
+        return self.python if self.python.count(".") >= 2 else f"{self.python}.0"
+
+    def environment(self, extra: str = "") -> dict[str, str]:
+        return {
+            "implementation_name": "cpython",
+            "implementation_version": self.full_version,
+            "os_name": "posix",
+            "platform_machine": self.machine,
+            "platform_python_implementation": "CPython",
+            "platform_release": "",
+            "platform_system": "Linux",
+            "platform_version": "",
+            "python_full_version": self.full_version,
+            "python_version": ".".join(self.python.split(".")[:2]),
+            "sys_platform": "linux",
+            "extra": extra,
+        }
+
+    @property
+    def tags(self) -> frozenset[Tag]:
+        return _platform_tags(self.python, self.machine, self.glibc)
+
+    @property
+    def label(self) -> str:
+        return f"CPython {self.python} on linux {self.machine}"
+
+    @property
+    def _tag_strings(self) -> frozenset[str]:
+        return _tag_strings(self.python, self.machine, self.glibc)
+
+    def wheel_fits(self, filename: str) -> bool:
+        """True when ``filename`` is a wheel this platform installs (an sdist is not).
+
+        Only the file name's last three fields (python, abi, platform tags, each possibly
+        dotted) are read; :func:`wheel_hashes` checks the full name of each wheel kept."""
+        if not filename.endswith(".whl"):
+            return False
+        parts = filename[:-4].split("-")
+        if len(parts) < 5:
+            return False
+        key = "-".join(parts[-3:])
+        fits = self._fits.get(key)
+        if fits is None:
+            pythons, abis, platforms = (p.split(".") for p in parts[-3:])
+            wanted = self._tag_strings
+            fits = any(
+                f"{py}-{abi}-{plat}" in wanted
+                for py in pythons
+                for abi in abis
+                for plat in platforms
+            )
+            self._fits[key] = fits
+        return fits
+
+    @cached_property
+    def _fits(self) -> dict[str, bool]:
+        return {}
+
+    def prune_foreign_wheels(self, text: str) -> str:
+        """``text`` with each one-line wheel entry (``{ url|path|file = "....whl", ... },``)
+        that this platform cannot install blanked out, and uv's one-line ``sdist = {...}``
+        entries too (an sdist is never installed), line numbers kept.
+
+        Native locks list every platform's wheels; TOML-parsing them all is most of the
+        reading time, and a wheel that does not fit is never looked at afterwards."""
+        text = _SDIST_LINE_RE.sub("", text)
+        return _WHEEL_LINE_RE.sub(
+            lambda m: m.group(0) if self.wheel_fits(m.group(2).rsplit("/", 1)[-1]) else "",
+            text,
+        )
+
+    def marker_holds(self, text: str | None, extras: Iterable[str] = ()) -> bool:
+        """Evaluate a marker for this platform; ``extras`` are the values ``extra`` may take
+        (the marker holds when it holds for any of them, or for none when there are none)."""
+        if text is None or not text.strip():
+            return True
+        marker = Marker(text)
+        values = list(extras) or [""]
+        for value in values:
+            try:
+                if marker.evaluate(self.environment(value)):
+                    return True
+            except (UndefinedComparison, UndefinedEnvironmentName):
+                continue
+        return False
+
+    def python_allowed(self, spec: str) -> bool:
+        return Version(self.full_version) in SpecifierSet(spec)
+
+
+@lru_cache(maxsize=16)
+def _platform_tags(python: str, machine: str, glibc: tuple[int, int]) -> frozenset[Tag]:
+    major, minor = (int(p) for p in python.split(".")[:2])
+    platforms: list[str] = []
+    for glibc_minor in range(glibc[1], 4, -1):
+        platforms.append(f"manylinux_2_{glibc_minor}_{machine}")
+        if glibc_minor in _MANYLINUX_LEGACY:
+            platforms.append(f"{_MANYLINUX_LEGACY[glibc_minor]}_{machine}")
+    platforms.append(f"linux_{machine}")
+    abi = f"cp{major}{minor}"
+    tags = set(cpython_tags((major, minor), abis=[abi], platforms=platforms))
+    tags.update(compatible_tags((major, minor), interpreter=abi, platforms=platforms))
+    return frozenset(tags)
+
+
+@lru_cache(maxsize=16)
+def _tag_strings(python: str, machine: str, glibc: tuple[int, int]) -> frozenset[str]:
+    return frozenset(str(tag) for tag in _platform_tags(python, machine, glibc))
+
+
+class LockLines:
+    """A file's physical lines, and the lines of its array-of-tables headers in order."""
+
+    def __init__(self, text: str, header: str = "package") -> None:
+        self.lines = physical_lines(text)
+        pattern = re.compile(r"\s*\[\[\s*" + re.escape(header) + r"\s*\]\]\s*(#.*)?$")
+        self.headers = [n for n, line in enumerate(self.lines, start=1) if pattern.match(line)]
+
+    def find(self, needle: str, start: int = 1) -> int | None:
+        for number in range(max(start, 1), len(self.lines) + 1):
+            if needle in self.lines[number - 1]:
+                return number
+        return None
+
+    def header_of(self, position: int, count: int) -> int:
+        """The header line of the ``position``-th entry (0 when headers and entries differ)."""
+        if len(self.headers) == count and 0 <= position < count:
+            return self.headers[position]
+        return 0
+
+
+def load_toml(text: str, path: Path, hint: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
+        where = re.search(r"\(at line (\d+)", message)
+        line = int(where.group(1)) if where else None
+        raise LockfileError(
+            path, line, f"is not valid TOML: {quoted(message, 120)[1:-1]}", hint=hint
+        ) from exc
+    except RecursionError:
+        raise LockfileError(path, None, "is not valid TOML: nested too deeply") from None
+
+
+def check_name(name: object, path: Path, line: int | None) -> str:
+    if not isinstance(name, str) or not name:
+        raise LockfileError(path, line, "a package entry has no 'name'")
+    if not NAME_RE.fullmatch(name):
+        raise LockfileError(
+            path,
+            line,
+            f"package name {quoted(name)} is not a valid package name (PEP 508: letters, digits, "
+            "'.', '_' and '-', starting and ending with a letter or digit)",
+        )
+    return canonicalize_name(name)
+
+
+def check_version(version: object, label: str, path: Path, line: int | None) -> str:
+    if not isinstance(version, str) or not version:
+        raise LockfileError(path, line, f"{label} has no version: only packages pinned to one")
+    try:
+        Version(version)
+    except InvalidVersion as exc:
+        raise LockfileError(
+            path, line, f"{label}: version {quoted(version)} is not a valid version (PEP 440)"
+        ) from exc
+    if not _PLAIN_VERSION_RE.fullmatch(version):
+        raise LockfileError(path, line, f"{label}: version {quoted(version)} is not plain")
+    return version
+
+
+def check_marker(text: object, label: str, path: Path, line: int | None) -> str | None:
+    """A marker as written, validated (``None`` when absent)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise LockfileError(path, line, f"{label}: a marker must be a string")
+    try:
+        Marker(text)
+    except InvalidMarker as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid marker"
+        raise LockfileError(
+            path,
+            line,
+            f"{label}: marker {quoted(text)} is not a valid environment marker "
+            f"({quoted(first, 80)[1:-1]})",
+        ) from exc
+    return text
+
+
+def check_index(url: object, label: str, path: Path, line: int | None) -> str:
+    if not isinstance(url, str):
+        raise LockfileError(path, line, f"{label}: an index must be a URL string")
+    problem = index_url_problem(url, what=f"{label}: index")
+    if problem is not None:
+        raise LockfileError(path, line, problem)
+    return url.rstrip("/") if url.endswith("//") else url
+
+
+def check_python(
+    spec: object, selection: Selection, path: Path, line: int | None, key: str
+) -> None:
+    """Refuse a lock whose Python range leaves out the image's Python."""
+    if spec is None or spec == "" or spec == "*":
+        return
+    if not isinstance(spec, str):
+        raise LockfileError(path, line, f"'{key}' must be a string")
+    try:
+        allowed = selection.python_allowed(spec)
+    except InvalidSpecifier:
+        return  # a poetry-style range is checked by the reader that knows its syntax
+    if not allowed:
+        raise LockfileError(
+            path,
+            line,
+            f"{key} {quoted(spec)} excludes Python {selection.python}, the image's Python",
+            hint="build on a base with a Python the lock allows (init --python X.Y), "
+            "or relock for this one",
+        )
+
+
+def wheel_hashes(
+    files: Iterable[tuple[str, object]],
+    name: str,
+    version: str,
+    selection: Selection,
+    path: Path,
+    locate: Callable[[str], int | None],
+    hint: str,
+) -> tuple[str, ...]:
+    """The sha256 hashes of the wheels among ``files`` (file name, hash) that fit the platform.
+
+    Refuses a malformed or missing hash on a wheel that fits, a wheel of another package or
+    version, and a package left with no wheel for the platform."""
+    label = f"package {name} {version}"
+    line = locate(name)
+    seen = False
+    out: list[str] = []
+    for filename, digest in files:
+        seen = True
+        if not selection.wheel_fits(filename):
+            continue
+        line = locate(filename)
+        wheel_name, wheel_version, _b, _t = parse_wheel_filename(filename)
+        if wheel_name != name or wheel_version != Version(version):
+            raise LockfileError(
+                path, line, f"{label}: wheel {quoted(filename)} is not a wheel of {name} {version}"
+            )
+        if not isinstance(digest, str) or not digest:
+            raise LockfileError(
+                path,
+                line,
+                f"{label}: wheel {quoted(filename)} has no hash: every wheel needs a sha256",
+                hint=hint,
+            )
+        normal = check_hash(digest)
+        if normal is None:
+            raise LockfileError(path, line, f"{label}: {hash_problem(digest)}", hint=hint)
+        if not normal.startswith("sha256:"):
+            raise LockfileError(
+                path, line, f"{label}: wheel {quoted(filename)} has no sha256 hash", hint=hint
+            )
+        out.append(normal)
+    line = locate(name)
+    if not out:
+        what = "files" if seen else "no files at all"
+        raise LockfileError(
+            path,
+            line,
+            f"{label} has no wheel for {selection.label} ({what} locked): only wheels are "
+            "installed (an sdist is built at install time and is not reproducible)",
+            hint="lock a version with a wheel for this platform, or choose another --python",
+        )
+    return tuple(sorted(set(out)))
+
+
+def finish(
+    chosen: Mapping[str, tuple[str, tuple[str, ...], int]], path: Path
+) -> tuple[Requirement, ...]:
+    """Records from ``name -> (version, hashes, line)``, sorted as every reader sorts them."""
+    return sorted_requirements(
+        [
+            Requirement(name=name, version=version, hashes=hashes, line=line)
+            for name, (version, hashes, line) in chosen.items()
+        ]
+    )
+
+
+def source_refusal(kind: str, name: str, where: str) -> str:
+    return (
+        f"package {name} comes from a {kind} ({quoted(where)}): a hermetic build installs only "
+        "hashed wheels from an index"
+    )
+
+
+SOURCE_HINT = "publish the package to an index (or a local --find-links wheel folder) and relock"

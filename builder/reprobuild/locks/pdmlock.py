@@ -1,0 +1,175 @@
+"""PDM's ``pdm.lock`` (``lock_version`` 4.x) into pinned requirements for one platform.
+
+A lock written with PDM's ``inherit_metadata`` strategy (the default since PDM 2.11) records,
+on each package, the groups that need it and the marker under which they do: the reader keeps
+the packages of the groups asked for (``default``, plus each ``--group`` and ``--extra``: PDM
+locks optional dependencies as groups too) whose marker holds for the image's platform, and
+the wheels among each package's ``files`` that the platform installs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from reprobuild.errors import LockfileError
+from reprobuild.locks.native import (
+    SOURCE_HINT,
+    LockLines,
+    Selection,
+    check_marker,
+    check_name,
+    check_python,
+    check_version,
+    finish,
+    load_toml,
+    source_refusal,
+    wheel_hashes,
+)
+from reprobuild.locks.records import IndexOptions, Requirement, quoted
+
+__all__ = ["parse_pdmlock"]
+
+_HINT = "relock with `pdm lock`"
+_SOURCE_KEYS = {
+    "git": "git repository",
+    "path": "local path",
+    "url": "direct URL",
+    "editable": "local editable directory",
+}
+
+
+def parse_pdmlock(
+    text: str, path: Path, selection: Selection | None = None
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
+    """Parse ``pdm.lock`` text for ``selection``; return requirements, options and notes."""
+    path = Path(path)
+    selection = selection or Selection()
+    doc = load_toml(selection.prune_foreign_wheels(text), path, _HINT)
+    lines = LockLines(text)
+    metadata = doc.get("metadata")
+    if not isinstance(metadata, dict):
+        raise LockfileError(path, None, "has no [metadata] table: not a pdm.lock", hint=_HINT)
+    version = metadata.get("lock_version")
+    try:
+        supported = isinstance(version, str) and Version(version).major == 4
+    except ValueError:
+        supported = False
+    if not supported:
+        raise LockfileError(
+            path,
+            lines.find("lock_version"),
+            f"pdm.lock lock_version {quoted(str(version))} is not supported: only 4.x",
+            hint="relock with PDM 2.11 or newer",
+        )
+    strategy = metadata.get("strategy") or []
+    if "inherit_metadata" not in strategy:
+        raise LockfileError(
+            path,
+            lines.find("strategy") or lines.find("lock_version"),
+            "was locked without the inherit_metadata strategy, so it does not record which "
+            "group and platform need each package",
+            hint="relock with `pdm lock --strategy inherit_metadata` (PDM 2.11+ default)",
+        )
+    _check_pythons(metadata, selection, path, lines)
+    wanted = ["default", *selection.groups, *selection.extras]
+    locked_groups = metadata.get("groups") or ["default"]
+    for group in wanted:
+        if group not in locked_groups:
+            raise LockfileError(
+                path,
+                lines.find("groups"),
+                f"group {quoted(group)} is not locked (the lock has "
+                f"{', '.join(str(g) for g in locked_groups)})",
+                hint=f"relock with `pdm lock -G {group}`",
+            )
+    raw = doc.get("package", [])
+    if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
+        raise LockfileError(path, None, "'package' must be an array of tables", hint=_HINT)
+    chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
+    for position, entry in enumerate(raw):
+        line = lines.header_of(position, len(raw))
+        picked = _package(entry, wanted, selection, path, lines, line)
+        if picked is None:
+            continue
+        name, version_text, hashes = picked
+        other = chosen.get(name)
+        if other is not None and other[0] != version_text:
+            raise LockfileError(
+                path,
+                line or None,
+                f"package {name}: both {other[0]} and {version_text} apply to {selection.label}",
+                hint=_HINT,
+            )
+        if other is None:
+            chosen[name] = (version_text, hashes, line)
+    if not chosen:
+        raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)
+    return finish(chosen, path), IndexOptions(), ()
+
+
+def _check_pythons(
+    metadata: dict[str, Any], selection: Selection, path: Path, lines: LockLines
+) -> None:
+    line = lines.find("requires_python")
+    if "requires_python" in metadata:
+        check_python(metadata["requires_python"], selection, path, line, "requires_python")
+    targets = metadata.get("targets")
+    if isinstance(targets, list) and targets:
+        for target in targets:
+            if not isinstance(target, dict):
+                continue
+            try:
+                check_python(
+                    target.get("requires_python"), selection, path, line, "requires_python"
+                )
+            except LockfileError:
+                continue
+            return
+        check_python(targets[0].get("requires_python"), selection, path, line, "requires_python")
+
+
+def _package(
+    entry: dict[str, Any],
+    wanted: list[str],
+    selection: Selection,
+    path: Path,
+    lines: LockLines,
+    line: int,
+) -> tuple[str, str, tuple[str, ...]] | None:
+    name = check_name(entry.get("name"), path, line or None)
+    groups = entry.get("groups")
+    if not isinstance(groups, list):
+        raise LockfileError(
+            path,
+            line or None,
+            f"package {name} has no 'groups'",
+            hint="relock with `pdm lock --strategy inherit_metadata`",
+        )
+    if not set(groups) & set(wanted):
+        return None
+    marker = check_marker(entry.get("marker"), f"package {name}", path, line or None)
+    if not selection.marker_holds(marker):
+        return None
+    for key, kind in _SOURCE_KEYS.items():
+        if entry.get(key):
+            raise LockfileError(
+                path, line or None, source_refusal(kind, name, str(entry[key])), hint=SOURCE_HINT
+            )
+    version = check_version(entry.get("version"), f"package {name}", path, line or None)
+    files = entry.get("files") or []
+    if not isinstance(files, list):
+        raise LockfileError(path, line or None, f"package {name}: 'files' must be a list")
+    pairs: list[tuple[str, object]] = []
+    for item in files:
+        if not isinstance(item, dict) or not isinstance(item.get("file"), str):
+            raise LockfileError(path, line or None, f"package {name}: a file entry has no 'file'")
+        pairs.append((item["file"], item.get("hash")))
+
+    def locate(needle: str) -> int | None:
+        return lines.find(needle, line) if line else None
+
+    hashes = wheel_hashes(pairs, name, version, selection, path, locate, _HINT)
+    return name, version, hashes

@@ -1,0 +1,212 @@
+"""pipenv's ``Pipfile.lock`` (JSON, ``pipfile-spec`` 6) into pinned requirements for one platform.
+
+Each section (``default``, ``develop``, or a custom pipenv category) is already a flat set of
+pins with markers; the reader takes the sections asked for (``default`` alone unless groups
+are given: ``dev`` and ``develop`` both mean ``develop``), evaluates each marker for the image's
+platform, and keeps each entry's named index from ``_meta.sources``. A Pipfile.lock records
+hashes without file names, so every hash of a pin is kept (sdists' too): the host-side fetch
+takes wheels only and checks each against them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from reprobuild.errors import LockfileError
+from reprobuild.locks.native import (
+    SOURCE_HINT,
+    LockLines,
+    Selection,
+    check_index,
+    check_marker,
+    check_name,
+    check_version,
+    finish,
+    source_refusal,
+)
+from reprobuild.locks.records import IndexOptions, Requirement, check_hash, hash_problem, quoted
+
+__all__ = ["parse_pipfilelock"]
+
+_HINT = "relock with `pipenv lock`"
+_SOURCE_KEYS = {
+    "git": "git repository",
+    "hg": "mercurial repository",
+    "svn": "subversion repository",
+    "bzr": "bazaar repository",
+    "path": "local path",
+    "file": "direct URL or file",
+    "editable": "local editable directory",
+}
+
+
+def parse_pipfilelock(
+    text: str, path: Path, selection: Selection | None = None
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
+    """Parse ``Pipfile.lock`` text for ``selection``; return requirements, options and notes."""
+    path = Path(path)
+    selection = selection or Selection()
+    lines = LockLines(text, header="\0")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LockfileError(path, exc.lineno, f"is not valid JSON: {exc.msg}", hint=_HINT) from exc
+    except RecursionError:
+        raise LockfileError(path, None, "is not valid JSON: nested too deeply") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("_meta"), dict):
+        raise LockfileError(path, None, "has no '_meta' object: not a Pipfile.lock", hint=_HINT)
+    meta: dict[str, Any] = doc["_meta"]
+    spec = meta.get("pipfile-spec")
+    if spec != 6:
+        raise LockfileError(
+            path,
+            lines.find('"pipfile-spec"'),
+            f"pipfile-spec {quoted(str(spec))} is not supported: only 6",
+            hint=_HINT,
+        )
+    if selection.extras:
+        raise LockfileError(
+            path,
+            None,
+            f"a Pipfile.lock has no extras ({', '.join(selection.extras)} asked for): its "
+            "sections are the groups",
+            hint="choose sections with --group (default, develop, or a pipenv category)",
+        )
+    _check_python(meta, selection, path, lines)
+    sources = _sources(meta, path, lines)
+    sections = ["default"]
+    for group in selection.groups:
+        section = "develop" if group == "dev" else group
+        if section not in sections:
+            sections.append(section)
+    chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
+    indexes: list[str] = []
+    for section in sections:
+        entries = doc.get(section)
+        if section != "default" and not isinstance(entries, dict):
+            have = sorted(k for k in doc if k != "_meta")
+            raise LockfileError(
+                path,
+                None,
+                f"has no section {quoted(section)} (it has {', '.join(have) or 'none'})",
+            )
+        if not isinstance(entries, dict):
+            entries = {}
+        start = lines.find(f'"{section}"') or 1
+        for raw_name, entry in entries.items():
+            line = lines.find(f'"{raw_name}"', start)
+            req = _entry(raw_name, entry, section, sources, selection, path, line)
+            if req is None:
+                continue
+            name, version, hashes, index = req
+            other = chosen.get(name)
+            if other is not None and other[0] != version:
+                raise LockfileError(
+                    path,
+                    line,
+                    f"package {name} is pinned to {other[0]} and to {version} in the sections "
+                    "asked for: one version per package",
+                    hint=_HINT,
+                )
+            chosen[name] = (version, hashes, line or 0)
+            if index not in indexes:
+                indexes.append(index)
+    if not chosen:
+        raise LockfileError(path, None, "pins no package for the sections asked for", hint=_HINT)
+    first = next(iter(sources.values()))
+    ordered = [first] + [i for i in indexes if i != first]
+    options = IndexOptions(index_url=ordered[0], extra_index_urls=tuple(ordered[1:]))
+    return finish(chosen, path), options, ()
+
+
+def _check_python(meta: dict[str, Any], selection: Selection, path: Path, lines: LockLines) -> None:
+    requires = meta.get("requires") or {}
+    if not isinstance(requires, dict):
+        return
+    for key in ("python_full_version", "python_version"):
+        wanted = requires.get(key)
+        if wanted is None:
+            continue
+        have = selection.full_version if key == "python_full_version" else selection.python
+        if str(wanted) != have:
+            raise LockfileError(
+                path,
+                lines.find(f'"{key}"'),
+                f"requires {key} {quoted(str(wanted))}, not Python {selection.python}, the "
+                "image's Python",
+                hint=f"build on a base with Python {wanted} (init --python {wanted}), or relock",
+            )
+        return
+
+
+def _sources(meta: dict[str, Any], path: Path, lines: LockLines) -> dict[str, str]:
+    raw = meta.get("sources")
+    if not isinstance(raw, list) or not raw:
+        raise LockfileError(
+            path, lines.find('"sources"'), "_meta.sources names no index", hint=_HINT
+        )
+    out: dict[str, str] = {}
+    for source in raw:
+        if not isinstance(source, dict) or not isinstance(source.get("name"), str):
+            raise LockfileError(path, lines.find('"sources"'), "a source has no 'name'")
+        url = source.get("url")
+        line = lines.find(str(url)) if isinstance(url, str) else None
+        out[source["name"]] = check_index(url, f"source {source['name']}", path, line)
+    return out
+
+
+def _entry(
+    raw_name: str,
+    entry: object,
+    section: str,
+    sources: dict[str, str],
+    selection: Selection,
+    path: Path,
+    line: int | None,
+) -> tuple[str, str, tuple[str, ...], str] | None:
+    name = check_name(raw_name, path, line)
+    label = f"package {name}"
+    if not isinstance(entry, dict):
+        raise LockfileError(path, line, f"{label} in {section!r} is not an object")
+    marker = check_marker(entry.get("markers"), label, path, line)
+    if not selection.marker_holds(marker):
+        return None
+    for key, kind in _SOURCE_KEYS.items():
+        if key in entry and entry[key] not in (False, None):
+            raise LockfileError(
+                path, line, source_refusal(kind, name, str(entry[key])), hint=SOURCE_HINT
+            )
+    pin = entry.get("version")
+    if not isinstance(pin, str) or not pin.startswith("=="):
+        raise LockfileError(
+            path,
+            line,
+            f"{label} is not pinned with '==' (version {quoted(str(pin))})",
+            hint=_HINT,
+        )
+    version = check_version(pin.lstrip("="), label, path, line)
+    index_name = entry.get("index", next(iter(sources)))
+    if index_name not in sources:
+        raise LockfileError(
+            path,
+            line,
+            f"{label} names index {quoted(str(index_name))}, which _meta.sources does not "
+            f"define (it defines {', '.join(sources)})",
+            hint="add the index to the Pipfile's [[source]] and relock with `pipenv lock`",
+        )
+    hashes = entry.get("hashes")
+    if not isinstance(hashes, list) or not hashes:
+        raise LockfileError(
+            path, line, f"{label} {version} has no hashes: every pin needs a sha256", hint=_HINT
+        )
+    out: list[str] = []
+    for value in hashes:
+        normal = check_hash(value) if isinstance(value, str) else None
+        if normal is None:
+            raise LockfileError(path, line, f"{label}: {hash_problem(str(value))}", hint=_HINT)
+        out.append(normal)
+    if not any(h.startswith("sha256:") for h in out):
+        raise LockfileError(path, line, f"{label} {version} has no sha256 hash", hint=_HINT)
+    return name, version, tuple(sorted(set(out))), sources[index_name]

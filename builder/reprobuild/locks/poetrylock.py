@@ -1,0 +1,449 @@
+"""Poetry's ``poetry.lock`` (lock-version 1.1, 2.0 and 2.1) into pinned requirements.
+
+A poetry.lock is read with the ``pyproject.toml`` beside it, as Poetry itself reads it:
+
+* its ``content-hash`` must be the hash Poetry computes from that pyproject.toml (the keys
+  Poetry 1.x and 2.x hash, both forms tried), or the lock is stale and refused;
+* the packages to install are found by walking the dependency graph from the project's own
+  dependencies (``[tool.poetry.dependencies]`` or ``[project].dependencies``), the groups and
+  extras asked for, keeping an edge only when its markers and ``python`` constraint hold for
+  the image's platform, and its optional dependencies only when an extra asks for them;
+* hashes come from each package's ``files`` (2.x) or ``[metadata.files]`` (1.1), wheels for
+  the platform only; a ``legacy`` source (such as PyTorch's CPU index) is kept as an index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as Pep508
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from reprobuild._util.boundedread import read_small_file
+from reprobuild.errors import LockfileError
+from reprobuild.locks.native import (
+    SOURCE_HINT,
+    LockLines,
+    Selection,
+    check_index,
+    check_marker,
+    check_name,
+    check_version,
+    finish,
+    load_toml,
+    source_refusal,
+    wheel_hashes,
+)
+from reprobuild.locks.records import IndexOptions, Requirement, quoted
+
+__all__ = ["content_hashes", "parse_poetrylock", "poetry_allows"]
+
+_HINT = "relock with `poetry lock`"
+_PYPI = "https://pypi.org/simple"
+_SUPPORTED = ("1.1", "2.0", "2.1")
+_LEGACY_KEYS = ("dependencies", "source", "extras", "dev-dependencies")
+_PROJECT_KEYS = ("requires-python", "dependencies", "optional-dependencies")
+_SOURCE_KINDS = {
+    "git": "git repository",
+    "directory": "local directory",
+    "file": "local file",
+    "url": "direct URL",
+}
+
+
+def content_hashes(pyproject: dict[str, Any]) -> set[str]:
+    """The content-hash Poetry 1.x and 2.x write for this pyproject (each form Poetry used)."""
+    poetry = pyproject.get("tool", {}).get("poetry", {})
+    project = pyproject.get("project", {})
+    groups = pyproject.get("dependency-groups", {})
+    legacy = {key: poetry.get(key) for key in _LEGACY_KEYS}
+    forms: list[object] = [legacy]
+    if poetry.get("group") is not None:
+        forms.append({**legacy, "group": poetry.get("group")})
+    relevant_project = {k: project[k] for k in _PROJECT_KEYS if project.get(k) is not None}
+    if relevant_project:
+        tool = {k: poetry[k] for k in (*_LEGACY_KEYS, "group") if poetry.get(k) is not None}
+        form: dict[str, object] = {"project": relevant_project, "tool": {"poetry": tool}}
+        forms.append(form)
+        if groups:
+            forms.append({**form, "dependency-groups": groups})
+    return {hashlib.sha256(json.dumps(f, sort_keys=True).encode()).hexdigest() for f in forms}
+
+
+def poetry_allows(constraint: str, version: str) -> bool:
+    """Whether a Poetry version constraint (``^3.11``, ``~1.2``, ``>=3.8,<4``, ``3.*``,
+    ``a || b``) allows ``version``; raises ValueError when it cannot be read."""
+    want = Version(version)
+    for alternative in constraint.split("||"):
+        alternative = re.sub(r"([<>=!~^]+)\s+", r"\1", alternative.strip())
+        clauses = [c for c in re.split(r"[,\s]+", alternative) if c]
+        if all(_clause_allows(c.replace(" ", ""), want) for c in clauses):
+            return True
+    return False
+
+
+def _clause_allows(clause: str, want: Version) -> bool:
+    if clause in ("*", ""):
+        return True
+    if clause[0] in "^~" and not clause.startswith("~="):
+        base = Version(clause[1:])
+        parts = [*base.release, 0, 0][:3]
+        if clause[0] == "^":
+            position = next((i for i, p in enumerate(parts) if p != 0), len(base.release) - 1)
+            position = min(position, len(base.release) - 1)
+        else:
+            position = 1 if len(base.release) >= 2 else 0
+        upper = [*parts[:position], parts[position] + 1]
+        return base <= want < Version(".".join(str(p) for p in upper))
+    if clause[0].isdigit():
+        clause = "==" + clause
+    try:
+        return want in SpecifierSet(clause, prereleases=True)
+    except InvalidSpecifier as exc:
+        raise ValueError(clause) from exc
+
+
+def parse_poetrylock(
+    text: str, path: Path, selection: Selection | None = None
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
+    """Parse ``poetry.lock`` text (and the pyproject.toml beside it) for ``selection``."""
+    path = Path(path)
+    selection = selection or Selection()
+    doc = load_toml(selection.prune_foreign_wheels(text), path, _HINT)
+    lines = LockLines(text)
+    metadata = doc.get("metadata")
+    if not isinstance(metadata, dict):
+        raise LockfileError(path, None, "has no [metadata] table: not a poetry.lock", hint=_HINT)
+    version = metadata.get("lock-version")
+    if version not in _SUPPORTED:
+        raise LockfileError(
+            path,
+            lines.find("lock-version"),
+            f"poetry.lock lock-version {quoted(str(version))} is not supported: only "
+            f"{', '.join(_SUPPORTED)}",
+            hint="relock with Poetry 1.1 or newer",
+        )
+    pyproject = _pyproject(path)
+    recorded = metadata.get("content-hash")
+    if recorded not in content_hashes(pyproject):
+        raise LockfileError(
+            path,
+            lines.find("content-hash"),
+            f"is stale: its content-hash {quoted(str(recorded), 20)} is not the hash of the "
+            "pyproject.toml beside it (the dependencies changed after locking)",
+            hint="run `poetry lock` (Poetry 2: `poetry lock`; 1.x: `poetry lock --no-update`) "
+            "and commit both files",
+        )
+    _check_python(metadata.get("python-versions"), selection, path, lines)
+    raw = doc.get("package", [])
+    if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
+        raise LockfileError(path, None, "'package' must be an array of tables", hint=_HINT)
+    files_table = metadata.get("files") if version == "1.1" else None
+    packages: dict[str, list[tuple[dict[str, Any], int]]] = {}
+    for position, entry in enumerate(raw):
+        line = lines.header_of(position, len(raw))
+        name = check_name(entry.get("name"), path, line or None)
+        packages.setdefault(name, []).append((entry, line))
+    walk = _Walk(selection, packages, path)
+    walk.run(_roots(pyproject, selection, path))
+    chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
+    indexes: list[str] = []
+    for name, (entry, line) in sorted(walk.reached.items(), key=lambda kv: kv[1][1]):
+        version_text, hashes, index = _pins(entry, line, files_table, selection, path, lines)
+        chosen[name] = (version_text, hashes, line)
+        index = index or _PYPI  # a package with no [package.source] comes from PyPI
+        if index not in indexes:
+            indexes.append(index)
+    if _PYPI in indexes:  # PyPI first: the others are extra indexes
+        indexes.remove(_PYPI)
+        indexes.insert(0, _PYPI)
+    options = IndexOptions(
+        index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
+    )
+    notes: tuple[str, ...] = ()
+    name = pyproject.get("project", {}).get("name") or pyproject.get("tool", {}).get(
+        "poetry", {}
+    ).get("name")
+    if name and pyproject.get("tool", {}).get("poetry", {}).get("package-mode", True):
+        notes = (
+            f"{path.name}: the project {name} itself is not installed from the lock: its "
+            "source is copied into the image with `include`",
+        )
+    return finish(chosen, path), options, notes
+
+
+def _pyproject(path: Path) -> dict[str, Any]:
+    beside = path.parent / "pyproject.toml"
+
+    def fail(problem: str) -> LockfileError:
+        return LockfileError(beside, None, problem)
+
+    try:
+        data = read_small_file(beside, 4 << 20, fail)
+    except FileNotFoundError:
+        raise LockfileError(
+            path,
+            None,
+            "has no pyproject.toml beside it: a poetry.lock is read with its project's "
+            "pyproject.toml (its dependencies and content-hash)",
+            hint="keep poetry.lock next to the pyproject.toml it was locked from",
+        ) from None
+    try:
+        return load_toml(data.decode("utf-8-sig"), beside, _HINT)
+    except UnicodeDecodeError:
+        raise LockfileError(beside, None, "is not UTF-8 text") from None
+
+
+def _check_python(spec: object, selection: Selection, path: Path, lines: LockLines) -> None:
+    if not isinstance(spec, str):
+        return
+    try:
+        allowed = poetry_allows(spec, selection.full_version)
+    except (ValueError, InvalidVersion):
+        return  # an unreadable range is left to the packages' own wheels
+    if not allowed:
+        raise LockfileError(
+            path,
+            lines.find("python-versions"),
+            f"python-versions {quoted(spec)} excludes Python {selection.python}, the image's "
+            "Python",
+            hint="build on a base with a Python the lock allows (init --python X.Y), "
+            "or relock for this one",
+        )
+
+
+# A dependency as Poetry writes it: (name, constraint, markers, python, optional, extras).
+_Dep = tuple[str, str, str | None, str | None, bool, tuple[str, ...]]
+
+
+def _deps_of(table: object) -> list[_Dep]:
+    """``name = "^1.0"`` / ``{version, markers, python, optional, extras}`` / a list of them."""
+    out: list[_Dep] = []
+    if not isinstance(table, dict):
+        return out
+    for name, spec in table.items():
+        if name == "python":
+            continue
+        for one in spec if isinstance(spec, list) else [spec]:
+            if isinstance(one, str):
+                out.append((name, one, None, None, False, ()))
+            elif isinstance(one, dict):
+                for kind in ("git", "path", "url"):
+                    if kind in one:
+                        out.append((name, f"@{kind}:{one[kind]}", None, None, False, ()))
+                        break
+                else:
+                    out.append(
+                        (
+                            name,
+                            str(one.get("version", "*")),
+                            one.get("markers"),
+                            one.get("python"),
+                            bool(one.get("optional", False)),
+                            tuple(str(e) for e in one.get("extras", [])),
+                        )
+                    )
+    return out
+
+
+def _pep508(text: str) -> _Dep:
+    req = Pep508(text)
+    marker = str(req.marker) if req.marker is not None else None
+    constraint = str(req.specifier) or "*"
+    if req.url:
+        constraint = f"@url:{req.url}"
+    return (req.name, constraint, marker, None, False, tuple(sorted(req.extras)))
+
+
+def _roots(pyproject: dict[str, Any], selection: Selection, path: Path) -> list[_Dep]:
+    poetry = pyproject.get("tool", {}).get("poetry", {})
+    project = pyproject.get("project", {})
+    deps = _deps_of(poetry.get("dependencies"))
+    try:
+        deps += [_pep508(t) for t in project.get("dependencies", [])]
+        optional = project.get("optional-dependencies", {})
+        poetry_extras = poetry.get("extras", {})
+        for extra in selection.extras:
+            if extra in optional:
+                deps += [_pep508(t) for t in optional[extra]]
+            elif extra in poetry_extras:
+                names = {canonicalize_name(n) for n in poetry_extras[extra]}
+                deps += [
+                    (n, c, m, p, False, e)
+                    for (n, c, m, p, _o, e) in _deps_of(poetry.get("dependencies"))
+                    if canonicalize_name(n) in names
+                ]
+            else:
+                known = sorted({*optional, *poetry_extras})
+                raise LockfileError(
+                    path,
+                    None,
+                    f"extra {quoted(extra)} is not one of the project's extras "
+                    f"({', '.join(known) or 'none'})",
+                )
+        for group in selection.groups:
+            table = poetry.get("group", {}).get(group, {}).get("dependencies")
+            if table is None and group == "dev":
+                table = poetry.get("dev-dependencies")
+            pep735 = pyproject.get("dependency-groups", {}).get(group)
+            if table is None and pep735 is None:
+                known = sorted({*poetry.get("group", {}), *pyproject.get("dependency-groups", {})})
+                raise LockfileError(
+                    path,
+                    None,
+                    f"group {quoted(group)} is not one of the project's groups "
+                    f"({', '.join(known) or 'none'})",
+                )
+            deps += _deps_of(table)
+            deps += [_pep508(t) for t in pep735 or [] if isinstance(t, str)]
+    except InvalidRequirement as exc:
+        raise LockfileError(
+            path.parent / "pyproject.toml", None, f"a dependency is not PEP 508: {exc}"
+        ) from None
+    return [d for d in deps if not d[4]]  # optional ones only through an extra
+
+
+class _Walk:
+    def __init__(
+        self,
+        selection: Selection,
+        packages: dict[str, list[tuple[dict[str, Any], int]]],
+        path: Path,
+    ) -> None:
+        self.selection = selection
+        self.packages = packages
+        self.path = path
+        self.reached: dict[str, tuple[dict[str, Any], int]] = {}
+        self.done: set[tuple[str, str]] = set()
+
+    def holds(self, dep: _Dep, parent_extras: tuple[str, ...] = ()) -> bool:
+        _name, _c, markers, python, _o, _e = dep
+        if python is not None:
+            try:
+                if not poetry_allows(python, self.selection.full_version):
+                    return False
+            except (ValueError, InvalidVersion):
+                pass
+        return self.selection.marker_holds(markers, parent_extras)
+
+    def run(self, roots: list[_Dep]) -> None:
+        stack: list[tuple[_Dep, str]] = [(d, "the project") for d in roots if self.holds(d)]
+        while stack:
+            dep, parent = stack.pop()
+            name, constraint, _m, _p, _o, extras = dep
+            if constraint.startswith("@"):
+                kind, _, where = constraint[1:].partition(":")
+                raise LockfileError(
+                    self.path,
+                    None,
+                    source_refusal(_SOURCE_KINDS.get(kind, kind), name, where)
+                    + f" (required by {parent})",
+                    hint=SOURCE_HINT,
+                )
+            entry, line = self.pick(canonicalize_name(name), constraint, parent)
+            key = canonicalize_name(name)
+            other = self.reached.get(key)
+            if other is not None and other[0] is not entry:
+                raise LockfileError(
+                    self.path,
+                    line or None,
+                    f"package {key}: two locked versions apply to {self.selection.label}",
+                    hint=_HINT,
+                )
+            self.reached[key] = (entry, line)
+            for extra in ("", *extras):
+                if (key, extra) in self.done:
+                    continue
+                self.done.add((key, extra))
+                children = _deps_of(entry.get("dependencies"))
+                if not extra:
+                    stack.extend((d, key) for d in children if not d[4] and self.holds(d))
+                    continue
+                wanted = entry.get("extras", {}).get(extra, [])
+                names = {
+                    canonicalize_name(re.split(r"[\s(<>=!~\[;]", w, maxsplit=1)[0]) for w in wanted
+                }
+                stack.extend(
+                    (d, key)
+                    for d in children
+                    if canonicalize_name(d[0]) in names and self.holds(d, (extra,))
+                )
+
+    def pick(self, name: str, constraint: str, parent: str) -> tuple[dict[str, Any], int]:
+        candidates = self.packages.get(name, [])
+        fitting = []
+        for entry, line in candidates:
+            try:
+                ok = poetry_allows(constraint, str(entry.get("version")))
+            except (ValueError, InvalidVersion):
+                ok = True
+            if ok:
+                fitting.append((entry, line))
+        if len(fitting) > 1:
+            fitting = [
+                (e, ln) for e, ln in fitting if self.selection.marker_holds(_package_marker(e))
+            ]
+        if len(fitting) != 1:
+            raise LockfileError(
+                self.path,
+                None,
+                f"{parent} needs {name} {quoted(constraint)}, which "
+                f"{'no' if not fitting else str(len(fitting))} locked package entries satisfy",
+                hint=_HINT,
+            )
+        return fitting[0]
+
+
+def _package_marker(entry: dict[str, Any]) -> str | None:
+    markers = entry.get("markers")
+    if isinstance(markers, dict):
+        markers = markers.get("main")
+    return markers if isinstance(markers, str) else None
+
+
+def _pins(
+    entry: dict[str, Any],
+    line: int,
+    files_table: object,
+    selection: Selection,
+    path: Path,
+    lines: LockLines,
+) -> tuple[str, tuple[str, ...], str | None]:
+    name = canonicalize_name(str(entry["name"]))
+    version = check_version(entry.get("version"), f"package {name}", path, line or None)
+    check_marker(_package_marker(entry), f"package {name}", path, line or None)
+    source = entry.get("source")
+    index: str | None = None
+    if isinstance(source, dict):
+        kind = source.get("type")
+        if kind != "legacy":
+            raise LockfileError(
+                path,
+                line or None,
+                source_refusal(
+                    _SOURCE_KINDS.get(str(kind), f"{kind} source"), name, str(source.get("url"))
+                ),
+                hint=SOURCE_HINT,
+            )
+        index = check_index(source.get("url"), f"package {name}", path, line or None)
+    files = entry.get("files")
+    start = line
+    if files is None and isinstance(files_table, dict):
+        files = files_table.get(entry["name"], files_table.get(name))
+        start = lines.find(f"{entry['name']} = [", 1) or lines.find(f'"{entry["name"]}" = [') or 0
+    if not isinstance(files, list):
+        files = []
+    pairs = [(str(f.get("file")), f.get("hash")) for f in files if isinstance(f, dict)]
+
+    def locate(needle: str) -> int | None:
+        return lines.find(needle, start) if start else None
+
+    hashes = wheel_hashes(pairs, name, version, selection, path, locate, _HINT)
+    return version, hashes, index

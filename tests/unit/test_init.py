@@ -1,0 +1,236 @@
+"""``reprobuild init``: a reprobuild.yaml (and, when needed, a resolved requirements.lock) from
+what a project already has, checked by loading the result with the real config loader and
+lock readers. Resolution runs the pinned uv against this machine's package index."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+from reprobuild.build.initservices import init_services
+from reprobuild.errors import ReprobuildError
+from reprobuild.locks.lockfile import load_lock
+from reprobuild.project.config import load_config
+from reprobuild.project.init import InitError, InitOptions, init_project
+
+NATIVE = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "native"
+
+
+def _uv_project(tmp_path: Path) -> Path:
+    project = tmp_path / "demo"
+    shutil.copytree(NATIVE / "uv-extras", project)
+    (project / "train.py").write_text("print('train')\n")
+    (project / "data").mkdir()
+    (project / "data" / "big.bin").write_bytes(b"\0" * 10)
+    (project / ".venv").mkdir()
+    return project
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (InitOptions(python="3.11\nx"), r"--python '3\.11\\nx' is not a Python version"),
+        (InitOptions(extras=("a b",)), r"--extra 'a b' is not a name"),
+        (InitOptions(groups=("$(x)",)), r"--group '\$\(x\)' is not a name"),
+        (InitOptions(base="img\n#"), r"--base 'img\\n#' is not an image reference"),
+        (InitOptions(command=("python", "a\nb")), r"--command word 'a\\nb' holds a control"),
+    ],
+)
+def test_init_refuses_option_values_it_cannot_write(
+    tmp_path: Path, options: InitOptions, expected: str
+) -> None:
+    project = _uv_project(tmp_path)
+    with pytest.raises(InitError, match=expected):
+        init_project(project, options, init_services())
+    assert not (project / "reprobuild.yaml").exists()
+
+
+def test_init_uses_a_uv_lock_in_place(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    result = init_project(project, InitOptions(), init_services())
+    assert result.written == [project / "reprobuild.yaml"]
+    config = load_config(project)
+    assert config.lock == project / "uv.lock"
+    assert config.base_cpu == "python-3.11-slim-bookworm"
+    assert config.command == ("python", "train.py")
+    assert config.include == ("train.py",)  # no data/, no .venv, no lock, no pyproject
+    assert {r.name for r in load_lock(config.lock).requirements} == {
+        "jinja2",
+        "markupsafe",
+        "numpy",
+    }
+
+
+def test_init_with_an_extra_writes_the_selected_pins(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    result = init_project(project, InitOptions(extras=("symbolic",)), init_services())
+    assert project / "requirements.lock" in result.written
+    assert any("extras symbolic" in n for n in result.notes)
+    lock = load_lock(load_config(project).lock)
+    assert {r.name for r in lock.requirements} == {
+        "jinja2",
+        "markupsafe",
+        "numpy",
+        "sympy",
+        "mpmath",
+    }
+
+
+def test_init_resolves_unhashed_requirements(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("numpy>=1.26\njinja2\n")
+    (tmp_path / "main.py").write_text("print(1)\n")
+    result = init_project(tmp_path, InitOptions(), init_services())
+    assert result.written == [tmp_path / "requirements.lock", tmp_path / "reprobuild.yaml"]
+    lock = load_lock(tmp_path / "requirements.lock")
+    assert {r.name for r in lock.requirements} == {"numpy", "jinja2", "markupsafe"}
+    assert load_config(tmp_path).command == ("python", "main.py")
+
+
+def test_init_never_overwrites(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    (project / "reprobuild.yaml").write_text("mine\n")
+    with pytest.raises(InitError, match=r"reprobuild\.yaml: already exists; init never"):
+        init_project(project, InitOptions(), init_services())
+    assert (project / "reprobuild.yaml").read_text() == "mine\n"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "requirements.txt").write_text("numpy\n")
+    (other / "requirements.lock").write_text("# hand-made\n")
+    (other / "train.py").write_text("")
+    # the hashed lock wins over the unhashed requirements: used in place, never rewritten
+    with pytest.raises(ReprobuildError):
+        init_project(other, InitOptions(), init_services())
+    assert (other / "requirements.lock").read_text() == "# hand-made\n"
+    assert not (other / "reprobuild.yaml").exists()
+
+
+def test_init_refuses_an_ambiguous_command_and_nothing_is_written(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    (project / "main.py").write_text("")
+    with pytest.raises(
+        InitError,
+        match=r"cannot tell which command .*python train\.py, "
+        r"python main\.py",
+    ):
+        init_project(project, InitOptions(), init_services())
+    assert sorted(p.name for p in project.iterdir() if p.name.startswith(("reprobuild", "."))) == [
+        ".venv"
+    ]
+    init_project(project, InitOptions(command=("python", "main.py")), init_services())
+    assert load_config(project).command == ("python", "main.py")
+
+
+def test_init_refuses_a_lock_that_fits_no_python(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    text = (project / "uv.lock").read_text()
+    (project / "uv.lock").write_text(
+        text.replace('requires-python = ">=3.11"', 'requires-python = ">=3.12"')
+    )
+    with pytest.raises(ReprobuildError, match=r"excludes Python 3\.11|no wheel for CPython"):
+        init_project(project, InitOptions(), init_services())
+    assert not (project / "reprobuild.yaml").exists()
+
+
+def test_init_without_any_lock(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    with pytest.raises(InitError, match=r"no lock or requirements found"):
+        init_project(tmp_path, InitOptions(), init_services())
+
+
+# --- through the command line ---------------------------------------------------------------
+
+
+def _cli_project(tmp_path: Path, folder: str, lock: str, old: str, new: str) -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(NATIVE / folder, project)
+    (project / "train.py").write_text("")
+    for export in project.glob("export-*.txt"):
+        export.unlink()
+    target = project / ("pyproject.toml" if lock == "pyproject.toml" else lock)
+    text = target.read_text()
+    assert old in text
+    target.write_text(text.replace(old, new, 1))
+    return project
+
+
+_HASH = "85ece4451f492d0c13c5dd7c13a64681a86afae63a5f347908daf103ce6d2f67"  # jinja2 3.1.6
+
+
+@pytest.mark.parametrize(
+    ("folder", "edited", "old", "new", "expected"),
+    [
+        (
+            "uv-extras",
+            "uv.lock",
+            _HASH,
+            _HASH[:-2] + "zz",
+            r"uv\.lock:\d+: package jinja2 3\.1\.6: hash",
+        ),
+        (
+            "uv-extras",
+            "uv.lock",
+            'requires-python = ">=3.11"',
+            'requires-python = ">=3.14"',
+            r"uv\.lock:3: requires-python '>=3\.14' excludes Python 3\.11",
+        ),
+        (
+            "uv-extras",
+            "uv.lock",
+            "version = 1\n",
+            "version = 2\n",
+            r"uv\.lock:1: uv\.lock version '2' is not supported",
+        ),
+        (
+            "poetry-2.1",
+            "pyproject.toml",
+            '"numpy>=2"',
+            '"numpy>=2.1"',
+            r"poetry\.lock:\d+: is stale: its content-hash",
+        ),
+        (
+            "pipenv",
+            "Pipfile.lock",
+            '"index": "local"',
+            '"index": "internal"',
+            r"Pipfile\.lock:\d+: package \S+ names index 'internal'",
+        ),
+    ],
+)
+def test_cli_init_bad_lock_one_error_exit_1_nothing_written(
+    tmp_path: Path, folder: str, edited: str, old: str, new: str, expected: str
+) -> None:
+
+    project = _cli_project(tmp_path, folder, edited, old, new)
+    before = sorted(p.name for p in project.iterdir())
+    proc = run_cli("init", str(project))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and re.search(expected, errors[0]), proc.stderr
+    assert all(ln.startswith(("error:", "hint:")) for ln in proc.stderr.splitlines())
+    assert sorted(p.name for p in project.iterdir()) == before
+
+
+def test_cli_init_then_render(tmp_path: Path) -> None:
+
+    project = _uv_project(tmp_path)
+    proc = run_cli("init", str(project), "--extra", "symbolic")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"wrote {project / 'requirements.lock'}",
+        f"wrote {project / 'reprobuild.yaml'}",
+    ]
+    assert "note: uv.lock read for CPython 3.11, extras symbolic" in proc.stderr
+    again = run_cli("init", str(project))
+    assert again.returncode == 1
+    assert again.stderr.splitlines()[0] == (
+        f"error: {project / 'reprobuild.yaml'}: already exists; init never overwrites it"
+    )
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    text = (tmp_path / "ctx" / "requirements.lock").read_text()
+    assert "sympy==1.14.0 --hash=sha256:" in text

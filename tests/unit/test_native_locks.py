@@ -1,0 +1,522 @@
+"""Native locks (uv.lock, poetry.lock, Pipfile.lock, pdm.lock) read for one platform.
+
+The uv locks in ``tests/data/lockfiles/native/`` were written by uv itself; each reading is
+compared, package by package, with what ``uv export --frozen`` (the format's own tool, pinned
+as a dependency of reprobuild) says for the same extras and groups. The poetry, Pipfile and
+pdm cases are small locks in each tool's layout, checked against a tiny independent reading.
+Every bad input gives one ``file:line: problem`` line and, through the CLI, exit 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name
+
+from reprobuild.errors import LockfileError
+from reprobuild.locks.lockfile import Selection, format_of, load_lock, parse_lock_bytes
+from reprobuild.locks.poetrylock import content_hashes, poetry_allows
+
+NATIVE = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "native"
+
+
+def _uv() -> str:
+    from uv import find_uv_bin
+
+    return str(find_uv_bin())
+
+
+def _h(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _uv_export(project: Path, *args: str) -> dict[str, str]:
+    """What ``uv export --frozen`` pins for linux x86_64 CPython 3.11 (markers evaluated)."""
+    proc = subprocess.run(
+        [_uv(), "export", "--frozen", "--no-hashes", "--no-header", "--no-annotate",
+         "--offline", "--no-emit-project", *args],
+        cwd=project, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    env = Selection().environment()
+    out: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        spec, _, marker = line.partition(";")
+        if marker.strip() and not Marker(marker.strip()).evaluate(env):
+            continue
+        name, _, version = spec.strip().partition("==")
+        out[canonicalize_name(name)] = version
+    return out
+
+
+@pytest.mark.parametrize(
+    ("extras", "groups", "export_args"),
+    [
+        ((), (), ("--no-dev",)),
+        (("symbolic",), (), ("--no-dev", "--extra", "symbolic")),
+        ((), ("dev",), ("--only-group", "dev", "--group", "dev")),
+        (("symbolic", "windows"), ("dev",), ("--extra", "symbolic", "--extra", "windows")),
+    ],
+)
+def test_uv_lock_matches_uv_export(
+    extras: tuple[str, ...], groups: tuple[str, ...], export_args: tuple[str, ...]
+) -> None:
+    project = NATIVE / "uv-extras"
+    lock = load_lock(project / "uv.lock", Selection(extras=extras, groups=groups))
+    assert lock.format == "uv"
+    ours = {r.name: r.version for r in lock.requirements}
+    if groups and not extras:
+        export_args = ("--no-default-groups", "--group", "dev")
+    assert ours == _uv_export(project, *export_args)
+    for req in lock.requirements:
+        assert req.marker is None and req.hashes and req.line > 0
+        assert all(h.startswith("sha256:") for h in req.hashes)
+    assert lock.options.index_url == "file:///opt/pypi/simple"
+
+
+def test_uv_lock_renders_hash_checked_requirements() -> None:
+    lock = load_lock(NATIVE / "uv-extras" / "uv.lock")
+    text = lock.render(index_options=True)
+    assert text.startswith("# Rendered by reprobuild from a uv lock (sha256 ")
+    assert "--index-url file:///opt/pypi/simple" in text
+    assert "numpy==2.4.6 --hash=sha256:" in text
+
+
+def test_uv_lock_with_an_unhashed_local_wheel_is_refused() -> None:
+    """uv records no hash for a wheel from a local flat index: refused, naming the line."""
+    path = NATIVE / "uv-torch-flat" / "uv.lock"
+    assert load_lock(path).format == "uv"  # without the extra, torch is not needed
+    with pytest.raises(LockfileError) as info:
+        load_lock(path, Selection(extras=("cpu",)))
+    lines = path.read_text().splitlines()
+    assert info.value.line is not None and "torch-2.13.0+cpu" in lines[info.value.line - 1]
+    assert "has no hash" in str(info.value)
+
+
+def _edit(tmp_path: Path, source: Path, old: str, new: str, name: str = "uv.lock") -> Path:
+    text = source.read_text()
+    assert old in text
+    (tmp_path / name).write_text(text.replace(old, new, 1))
+    pyproject = source.parent / "pyproject.toml"
+    if pyproject.exists():
+        (tmp_path / "pyproject.toml").write_bytes(pyproject.read_bytes())
+    return tmp_path / name
+
+
+def test_uv_lock_wrong_hash_is_refused(tmp_path: Path) -> None:
+    source = NATIVE / "uv-extras" / "uv.lock"
+    good = next(ln for ln in source.read_text().splitlines() if "numpy-2.4.6-cp311" in ln)
+    digest = good.split('hash = "sha256:')[1][:64]
+    path = _edit(tmp_path, source, digest, digest[:-1] + "Z")
+    with pytest.raises(LockfileError, match=r"uv\.lock:\d+: package numpy 2\.4\.6: hash"):
+        load_lock(path)
+
+
+def test_uv_lock_unsupported_version(tmp_path: Path) -> None:
+    path = _edit(tmp_path, NATIVE / "uv-extras" / "uv.lock", "version = 1\n", "version = 2\n")
+    with pytest.raises(LockfileError, match=r"uv\.lock:1: uv\.lock version '2' is not supported"):
+        load_lock(path)
+
+
+def test_uv_lock_requires_python_excluding_the_image(tmp_path: Path) -> None:
+    path = _edit(
+        tmp_path,
+        NATIVE / "uv-extras" / "uv.lock",
+        'requires-python = ">=3.11"',
+        'requires-python = ">=3.12"',
+    )
+    with pytest.raises(LockfileError, match=r"excludes Python 3\.11, the image's Python"):
+        load_lock(path)
+    with pytest.raises(LockfileError, match=r"has no wheel for CPython 3\.12"):
+        load_lock(path, Selection(python="3.12"))  # past requires-python: the local wheels
+
+
+def test_uv_lock_git_source_is_refused(tmp_path: Path) -> None:
+    path = _edit(
+        tmp_path,
+        NATIVE / "uv-extras" / "uv.lock",
+        'name = "jinja2"\nversion = "3.1.6"\nsource = { registry = "/opt/pypi/simple" }',
+        'name = "jinja2"\nversion = "3.1.6"\nsource = { git = "https://github.com/pallets/jinja'
+        '?rev=main#0123" }',
+    )
+    with pytest.raises(LockfileError, match=r"package jinja2 comes from a git repository"):
+        load_lock(path)
+
+
+def test_uv_lock_unknown_extra_is_refused() -> None:
+    with pytest.raises(LockfileError, match=r"extra 'gpu' is not one of the project's extras"):
+        load_lock(NATIVE / "uv-extras" / "uv.lock", Selection(extras=("gpu",)))
+
+
+def test_format_of_names() -> None:
+    assert format_of(Path("x/uv.lock")) == "uv"
+    assert format_of(Path("poetry.lock")) == "poetry"
+    assert format_of(Path("Pipfile.lock")) == "pipfile"
+    assert format_of(Path("pdm.lock")) == "pdm"
+    assert format_of(Path("pylock.toml")) == "pylock"
+    assert format_of(Path("requirements.lock")) == "requirements"
+
+
+# --- Pipfile.lock --------------------------------------------------------------------------
+
+
+def _pipfile(default: Mapping[str, object], develop: Mapping[str, object] | None = None) -> bytes:
+    doc = {
+        "_meta": {
+            "hash": {"sha256": _h("Pipfile")},
+            "pipfile-spec": 6,
+            "requires": {"python_version": "3.11"},
+            "sources": [
+                {"name": "pypi", "url": "https://pypi.org/simple", "verify_ssl": True},
+                {
+                    "name": "pytorch",
+                    "url": "https://download.pytorch.org/whl/cpu",
+                    "verify_ssl": True,
+                },
+            ],
+        },
+        "default": default,
+        "develop": develop or {},
+    }
+    return json.dumps(doc, indent=4, sort_keys=True).encode()
+
+
+def test_pipfile_lock_sections_markers_and_indexes() -> None:
+    data = _pipfile(
+        {
+            "numpy": {
+                "hashes": [f"sha256:{_h('np1')}", f"sha256:{_h('np2')}"],
+                "index": "pypi",
+                "version": "==2.4.6",
+            },
+            "torch": {
+                "hashes": [f"sha256:{_h('t')}"],
+                "index": "pytorch",
+                "version": "==2.13.0+cpu",
+            },
+            "pywin32": {
+                "hashes": [f"sha256:{_h('w')}"],
+                "markers": "sys_platform == 'win32'",
+                "version": "==306",
+            },
+        },
+        {"pytest": {"hashes": [f"sha256:{_h('p')}"], "version": "==9.0.3"}},
+    )
+    lock = parse_lock_bytes(data, Path("Pipfile.lock"))
+    assert lock.format == "pipfile"
+    assert {r.name: r.version for r in lock.requirements} == {
+        "numpy": "2.4.6",
+        "torch": "2.13.0+cpu",
+    }
+    assert lock.options.index_url == "https://pypi.org/simple"
+    assert lock.options.extra_index_urls == ("https://download.pytorch.org/whl/cpu",)
+    dev = parse_lock_bytes(data, Path("Pipfile.lock"), selection=Selection(groups=("dev",)))
+    assert "pytest" in {r.name for r in dev.requirements}
+
+
+def test_pipfile_lock_unknown_index_is_refused() -> None:
+    data = _pipfile(
+        {"numpy": {"hashes": [f"sha256:{_h('n')}"], "index": "internal", "version": "==2.4.6"}}
+    )
+    with pytest.raises(
+        LockfileError,
+        match=r"Pipfile\.lock:\d+: package numpy names index "
+        r"'internal', which _meta\.sources does not define",
+    ):
+        parse_lock_bytes(data, Path("Pipfile.lock"))
+
+
+def test_pipfile_lock_without_hash_or_from_git_is_refused() -> None:
+    with pytest.raises(LockfileError, match=r"package numpy 2\.4\.6 has no hashes"):
+        parse_lock_bytes(_pipfile({"numpy": {"version": "==2.4.6"}}), Path("Pipfile.lock"))
+    git = {"mylib": {"git": "https://github.com/x/y.git", "ref": "abc"}}
+    with pytest.raises(LockfileError, match=r"package mylib comes from a git repository"):
+        parse_lock_bytes(_pipfile(git), Path("Pipfile.lock"))
+
+
+def test_pipfile_lock_for_another_python_is_refused() -> None:
+    data = _pipfile({"numpy": {"hashes": [f"sha256:{_h('n')}"], "version": "==2.4.6"}})
+    with pytest.raises(LockfileError, match=r"requires python_version '3\.11', not Python 3\.12"):
+        parse_lock_bytes(data, Path("Pipfile.lock"), selection=Selection(python="3.12"))
+
+
+# --- pdm.lock ------------------------------------------------------------------------------
+
+_PDM = f"""\
+# This file is @generated by PDM.
+# It is not intended for manual editing.
+
+[metadata]
+groups = ["default", "dev", "symbolic"]
+strategy = ["inherit_metadata"]
+lock_version = "4.5.0"
+content_hash = "sha256:{_h("pdm")}"
+
+[[metadata.targets]]
+requires_python = ">=3.11"
+
+[[package]]
+name = "numpy"
+version = "2.4.6"
+requires_python = ">=3.11"
+groups = ["default"]
+files = [
+    {{file = "numpy-2.4.6-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", hash = "sha256:{_h("n311")}"}},
+    {{file = "numpy-2.4.6-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", hash = "sha256:{_h("n312")}"}},
+    {{file = "numpy-2.4.6-cp311-cp311-win_amd64.whl", hash = "sha256:{_h("nwin")}"}},
+    {{file = "numpy-2.4.6.tar.gz", hash = "sha256:{_h("nsd")}"}},
+]
+
+[[package]]
+name = "colorama"
+version = "0.4.6"
+groups = ["default"]
+marker = "sys_platform == \\"win32\\""
+files = [
+    {{file = "colorama-0.4.6-py2.py3-none-any.whl", hash = "sha256:{_h("c")}"}},
+]
+
+[[package]]
+name = "sympy"
+version = "1.14.0"
+groups = ["symbolic"]
+files = [
+    {{file = "sympy-1.14.0-py3-none-any.whl", hash = "sha256:{_h("s")}"}},
+]
+"""  # noqa: E501
+
+
+def test_pdm_lock_groups_markers_and_platform_wheels() -> None:
+    lock = parse_lock_bytes(_PDM.encode(), Path("pdm.lock"))
+    assert lock.format == "pdm"
+    assert [(r.name, r.version, r.hashes) for r in lock.requirements] == [
+        ("numpy", "2.4.6", (f"sha256:{_h('n311')}",))
+    ]
+    with_extra = parse_lock_bytes(
+        _PDM.encode(), Path("pdm.lock"), selection=Selection(extras=("symbolic",))
+    )
+    assert [r.name for r in with_extra.requirements] == ["numpy", "sympy"]
+    with pytest.raises(
+        LockfileError,
+        match=r"package numpy 2\.4\.6 has no wheel for CPython "
+        r"3\.13 on linux x86_64",
+    ):
+        parse_lock_bytes(_PDM.encode(), Path("pdm.lock"), selection=Selection(python="3.13"))
+
+
+def test_pdm_lock_without_hash_is_refused() -> None:
+    text = _PDM.replace(f', hash = "sha256:{_h("n311")}"', "")
+    with pytest.raises(
+        LockfileError,
+        match=r"pdm\.lock:19: package numpy 2\.4\.6: wheel "
+        r"'numpy-2\.4\.6-cp311-cp311-manylinux.*has no hash",
+    ):
+        parse_lock_bytes(text.encode(), Path("pdm.lock"))
+
+
+# --- poetry.lock ---------------------------------------------------------------------------
+
+_PYPROJECT = """\
+[tool.poetry]
+name = "demo"
+version = "0.1.0"
+description = ""
+authors = []
+
+[tool.poetry.dependencies]
+python = "^3.10"
+numpy = "^2.0"
+colorama = { version = "*", markers = "sys_platform == 'win32'" }
+sympy = { version = "^1.12", optional = true }
+
+[tool.poetry.extras]
+symbolic = ["sympy"]
+
+[tool.poetry.group.dev.dependencies]
+pytest = "^9.0"
+"""
+
+
+def _poetry_lock(pyproject: str, lock_version: str) -> str:
+    import tomllib
+
+    digest = sorted(content_hashes(tomllib.loads(pyproject)))[0]
+    packages = [
+        ("colorama", "0.4.6", "colorama-0.4.6-py2.py3-none-any.whl", {}),
+        ("mpmath", "1.3.0", "mpmath-1.3.0-py3-none-any.whl", {}),
+        ("numpy", "2.4.6", "numpy-2.4.6-cp311-cp311-manylinux_2_17_x86_64.whl", {}),
+        ("pytest", "9.0.3", "pytest-9.0.3-py3-none-any.whl", {}),
+        ("sympy", "1.14.0", "sympy-1.14.0-py3-none-any.whl", {"mpmath": ">=1.1.0,<1.4"}),
+    ]
+    out = []
+    files_table = ["", "[metadata.files]"]
+    for name, version, wheel, deps in packages:
+        out.append(
+            f'[[package]]\nname = "{name}"\nversion = "{version}"\ndescription = ""\n'
+            'optional = false\npython-versions = ">=3.8"\n'
+        )
+        files = f'[\n    {{file = "{wheel}", hash = "sha256:{_h(wheel)}"}},\n]'
+        if lock_version == "1.1":
+            files_table.append(f"{name} = {files}")
+        else:
+            out.append(f"files = {files}\n")
+        if deps:
+            out.append(
+                "[package.dependencies]\n"
+                + "".join(f'{k} = "{v}"\n' for k, v in deps.items())
+                + "\n"
+            )
+        else:
+            out.append("\n")
+    meta = (
+        f'[metadata]\nlock-version = "{lock_version}"\npython-versions = "^3.10"\n'
+        f'content-hash = "{digest}"\n'
+    )
+    tail = "\n".join(files_table) + "\n" if lock_version == "1.1" else ""
+    return "".join(out) + meta + tail
+
+
+@pytest.mark.parametrize("lock_version", ["1.1", "2.1"])
+def test_poetry_lock_walks_the_graph(tmp_path: Path, lock_version: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(_PYPROJECT)
+    path = tmp_path / "poetry.lock"
+    path.write_text(_poetry_lock(_PYPROJECT, lock_version))
+    lock = load_lock(path)
+    assert lock.format == "poetry"
+    assert {r.name: r.version for r in lock.requirements} == {"numpy": "2.4.6"}
+    assert lock.notes and "demo itself is not installed" in lock.notes[0]
+    full = load_lock(path, Selection(extras=("symbolic",), groups=("dev",)))
+    assert {r.name for r in full.requirements} == {"numpy", "sympy", "mpmath", "pytest"}
+
+
+def test_poetry_lock_stale_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(_PYPROJECT.replace('numpy = "^2.0"', 'numpy = "^2.1"'))
+    path = tmp_path / "poetry.lock"
+    path.write_text(_poetry_lock(_PYPROJECT, "2.1"))
+    with pytest.raises(LockfileError, match=r"poetry\.lock:\d+: is stale: its content-hash"):
+        load_lock(path)
+
+
+def test_poetry_lock_unsupported_version(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(_PYPROJECT)
+    path = tmp_path / "poetry.lock"
+    path.write_text(_poetry_lock(_PYPROJECT, "2.1").replace('"2.1"', '"3.0"'))
+    with pytest.raises(LockfileError, match=r"lock-version '3\.0' is not supported"):
+        load_lock(path)
+
+
+def test_poetry_constraints() -> None:
+    assert poetry_allows("^3.10", "3.11.0") and not poetry_allows("^3.12", "3.11.0")
+    assert poetry_allows(">=3.8,<4.0", "3.11.0") and poetry_allows(">=3.8 <4.0", "3.11.0")
+    assert poetry_allows("~3.11", "3.11.5") and not poetry_allows("~3.11", "3.12.0")
+    assert poetry_allows("^0.4", "0.4.6") and not poetry_allows("^0.4", "0.5.0")
+    assert poetry_allows(">=2.7,<3.0 || >=3.8", "3.11.0")
+    assert poetry_allows("*", "1.0")
+
+
+# --- locks written by Poetry and pipenv, against their own exports ---------------------------
+
+
+def _exported(path: Path) -> dict[str, str]:
+    """``name==version ; marker`` lines of a tool's export, markers evaluated for the image."""
+    env = Selection().environment()
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        spec, _, marker = line.partition(";")
+        if marker.strip() and not Marker(marker.strip()).evaluate(env):
+            continue
+        name, sep, version = spec.strip().partition("==")
+        assert sep, f"{path.name}: {line!r} is not pinned"
+        out[canonicalize_name(name)] = version.strip()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("folder", "lock_name", "selection", "export"),
+    [
+        ("poetry-1.1", "poetry.lock", Selection(), "export-main.txt"),
+        ("poetry-1.1", "poetry.lock", Selection(extras=("symbolic",)), "export-extra-symbolic.txt"),
+        ("poetry-1.1", "poetry.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+        ("poetry-2.1", "poetry.lock", Selection(), "export-main.txt"),
+        ("poetry-2.1", "poetry.lock", Selection(extras=("symbolic",)), "export-extra-symbolic.txt"),
+        ("poetry-2.1", "poetry.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+        ("pipenv", "Pipfile.lock", Selection(), "export-main.txt"),
+        ("pipenv", "Pipfile.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+    ],
+)
+def test_tool_written_lock_matches_the_tools_export(
+    folder: str, lock_name: str, selection: Selection, export: str
+) -> None:
+    lock = load_lock(NATIVE / folder / lock_name, selection)
+    assert {r.name: r.version for r in lock.requirements} == _exported(NATIVE / folder / export)
+    assert lock.options.index_url == "http://127.0.0.1:8765/simple"
+    assert all(r.hashes and r.marker is None for r in lock.requirements)
+
+
+@pytest.mark.parametrize("folder", ["poetry-1.1", "poetry-2.1"])
+def test_real_poetry_lock_goes_stale_when_pyproject_changes(tmp_path: Path, folder: str) -> None:
+    shutil.copy(NATIVE / folder / "poetry.lock", tmp_path / "poetry.lock")
+    text = (NATIVE / folder / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(text.replace("numpy", "scipy", 1))
+    with pytest.raises(LockfileError, match=r"poetry\.lock:\d+: is stale: its content-hash"):
+        load_lock(tmp_path / "poetry.lock")
+    (tmp_path / "pyproject.toml").unlink()
+    with pytest.raises(LockfileError, match=r"has no pyproject\.toml beside it"):
+        load_lock(tmp_path / "poetry.lock")
+
+
+def test_real_pipfile_lock_unknown_index(tmp_path: Path) -> None:
+    source = NATIVE / "pipenv" / "Pipfile.lock"
+    text = source.read_text().replace('"index": "local"', '"index": "internal"', 1)
+    (tmp_path / "Pipfile.lock").write_text(text)
+    with pytest.raises(LockfileError, match=r"Pipfile\.lock:\d+: package jinja2 names index "):
+        load_lock(tmp_path / "Pipfile.lock")
+
+
+@pytest.mark.parametrize("extra", ["cpu", "cu"])
+def test_uv_lock_torch_index_chosen_by_extra(extra: str) -> None:
+    """torch is locked twice, once per conflicting extra, each from its own index (as with
+    PyTorch's CPU and CUDA indexes): the extra asked for picks the package and its index."""
+    project = NATIVE / "uv-torch-extra"
+    lock = load_lock(project / "uv.lock", Selection(extras=(extra,)))
+    ours = {r.name: r.version for r in lock.requirements}
+    assert ours == _uv_export(project, "--extra", extra)
+    assert ours["torch"] == "2.13.0+cpu"
+    assert lock.options.extra_index_urls == (f"file:///tmp/e_idx/{extra}",)
+    assert "torch" not in {r.name for r in load_lock(project / "uv.lock").requirements}
+
+
+def test_uv_lock_conflicting_extras_are_refused() -> None:
+    with pytest.raises(
+        LockfileError,
+        match=r"package torch: both 2\.13\.0\+cpu from "
+        r"/tmp/e_idx/.* \(conflicting extras\?\)",
+    ):
+        load_lock(NATIVE / "uv-torch-extra" / "uv.lock", Selection(extras=("cpu", "cu")))
+
+
+@pytest.mark.parametrize(
+    "lock", sorted(str(p.relative_to(NATIVE)) for p in NATIVE.glob("*/*.lock"))
+)
+def test_pruning_foreign_wheels_keeps_lines_and_toml(lock: str) -> None:
+    """The readers blank other platforms' wheel lines before parsing (the speed-up
+    benchmarks/init_bench.py measures): line numbers and TOML validity must not change."""
+    import tomllib
+
+    text = (NATIVE / lock).read_text()
+    pruned = Selection().prune_foreign_wheels(text)
+    assert pruned.count("\n") == text.count("\n")
+    if not lock.endswith("Pipfile.lock"):
+        tomllib.loads(pruned)
