@@ -205,3 +205,20 @@ def test_check_document_refuses_what_is_not_cyclonedx(tmp_path: Path) -> None:
     assert sbom.check_document(make(), "x")["bomFormat"] == "CycloneDX"
     with pytest.raises(ReprobuildError, match="is not a CycloneDX document"):
         sbom.check_document(b"[]", "the SBOM")
+
+
+def test_rebuild_says_whether_the_sboms_are_the_same() -> None:
+    from reprobuild.checks.rebuild import RebuildReport, render_table
+
+    a, b = "ab" * 32, "cd" * 32
+    same = render_table(
+        RebuildReport("img", "sha256:1", "sha256:1", sbom_recorded=a, sbom_rebuilt=a)
+    )
+    assert f"sbom      the same (sha256 {a[:12]}...)" in same
+    differs = RebuildReport("img", "sha256:1", "sha256:2", sbom_recorded=a, sbom_rebuilt=b)
+    assert f"sbom      differs: recorded sha256 {a[:12]}..., rebuilt {b[:12]}..." in render_table(
+        differs
+    )
+    assert differs.to_dict()["sbom_rebuilt"] == b
+    old = render_table(RebuildReport("img", "sha256:1", "sha256:1", sbom_rebuilt=b))
+    assert "sbom      the recorded image has none (built before images had one)" in old
