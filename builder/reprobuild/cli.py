@@ -211,6 +211,16 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("image", help="image reference or ID")
     _json_flag(inspect)
 
+    sbom = sub.add_parser("sbom", help="print (or write) the CycloneDX SBOM an image carries")
+    sbom.add_argument("image", type=_text, help="image reference or ID")
+    sbom.add_argument(
+        "-o",
+        "--output",
+        type=_path,
+        metavar="FILE",
+        help="write here, atomically (default, or -: stdout)",
+    )
+
     resolve = sub.add_parser(
         "resolve",
         help="pin a tag: print NAME:TAG@sha256:... from its registry, or refresh a catalog entry",
@@ -627,6 +637,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sbom(args: argparse.Namespace) -> int:
+    from reprobuild.backends.engine import Engine
+    from reprobuild.checks.sbom import export_sbom
+
+    raw = export_sbom(Engine(), args.image, args.output)
+    if args.output is None or str(args.output) == "-":
+        sys.stdout.buffer.write(raw)
+    else:
+        print(args.output)
+    return 0
+
+
 def cmd_resolve(args: argparse.Namespace) -> int:
     from reprobuild.bases.registry import resolve
     from reprobuild.errors import UsageError
@@ -812,6 +834,7 @@ COMMANDS = {
     "image": cmd_image,
     "matrix": cmd_matrix,
     "inspect": cmd_inspect,
+    "sbom": cmd_sbom,
     "rebuild": cmd_rebuild,
     "resolve": cmd_resolve,
     "bases": cmd_bases,

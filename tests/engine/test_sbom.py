@@ -8,6 +8,8 @@ import contextlib
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +47,8 @@ def built(
     try:
         args = ("--base", base_ref, "--builder", "buildah", "--tag", tag, "-q")
         result = build_json(str(root), *args, env=ENV)
-        yield {"root": root, "tag": tag, "result": result, "sbom": read_sbom(Engine(), tag)}
+        sbom = read_sbom(Engine(), tag)
+        yield {"root": root, "tag": tag, "result": result, "sbom": sbom, "base": base_ref}
     finally:
         with contextlib.suppress(docker.errors.ImageNotFound):
             docker_client.images.remove(tag, force=True)
@@ -128,3 +131,55 @@ def test_a_lock_change_is_a_changed_component(
     assert set(before) - set(after) == {"pkg:pypi/idna@3.10"}
     assert set(after) == set(before) - {"pkg:pypi/idna@3.10"}
     assert before["pkg:pypi/six@1.17.0"] == after["pkg:pypi/six@1.17.0"]
+
+
+def test_sbom_command_prints_and_writes_it(built: dict[str, Any], tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "reprobuild", "sbom", built["tag"]], capture_output=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == built["sbom"]
+    out = tmp_path / "image.cdx.json"
+    for _ in range(2):  # the second replaces the SBOM the first wrote
+        proc_o = run_cli("sbom", built["tag"], "-o", str(out))
+        assert proc_o.returncode == 0, proc_o.stderr
+        assert proc_o.stdout == f"{out}\n"
+        assert out.read_bytes() == built["sbom"]
+    source = tmp_path / "train.py"
+    source.write_text("print('mine')\n")
+    proc_o = run_cli("sbom", built["tag"], "-o", str(source))
+    assert proc_o.returncode == 1
+    assert proc_o.stderr.startswith("error: -o ") and "is not a CycloneDX SBOM" in proc_o.stderr
+    assert source.read_text() == "print('mine')\n"
+
+
+def test_sbom_command_bad_images_are_one_error_line(
+    built: dict[str, Any], unique_tag: Any, docker_client: DockerClient, tmp_path: Path
+) -> None:
+    """No such image; an image reprobuild did not build; a reprobuild image from before the
+    SBOM (its manifest without sbom_sha256, under a matching label): one error line each."""
+    manifest = dict(built["result"]["manifest"])
+    del manifest["sbom_sha256"]
+    raw = (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode()
+    (tmp_path / "manifest.json").write_bytes(raw)
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {built['tag']}\nCOPY manifest.json /opt/reprobuild/manifest.json\n"
+        f"LABEL io.reprobuild.manifest.sha256={hashlib.sha256(raw).hexdigest()}\n"
+    )
+    old = unique_tag("sbom-old")
+    docker_client.images.build(path=str(tmp_path), tag=old, rm=True)
+    foreign = unique_tag("sbom-foreign")
+    (tmp_path / "Dockerfile").write_text(f"FROM {built['base']}\n")
+    docker_client.images.build(path=str(tmp_path), tag=foreign, rm=True)
+    cases = {
+        "reprobuild-test/no-such-image:0": "no image 'reprobuild-test/no-such-image:0'",
+        foreign: "was not built by reprobuild",
+        old: "carries no SBOM (built by reprobuild 0.1.0, before images had one)",
+    }
+    for image, said in cases.items():
+        out = tmp_path / "out.json"
+        proc = run_cli("sbom", image, "-o", str(out))
+        assert proc.returncode == 1, (image, proc.stderr)
+        assert proc.stderr.startswith("error: ") and said in proc.stderr, proc.stderr
+        assert len([line for line in proc.stderr.splitlines() if line.startswith("error")]) == 1
+        assert proc.stdout == "" and not out.exists()
