@@ -176,6 +176,16 @@ def test_manifest_and_labels_record_the_stack(
     assert labels["io.reprobuild.nccl"] == "2.23.4"
     assert labels["io.reprobuild.torch"] == "2.6.0a0+ecf3bae40a.nv25.1"
     assert labels["io.reprobuild.driver.min"] == need.driver_min
+    # the SBOM names the stack too: CUDA, cuDNN, NCCL as declared; the base's torch, unhashed
+    from reprobuild.backends.engine import Engine
+    from reprobuild.checks.sbom import read_sbom
+
+    sbom = {c["bom-ref"]: c for c in json.loads(read_sbom(Engine(), tag))["components"]}
+    assert [sbom[f"nvidia-{k}"]["version"] for k in ("cuda", "cudnn", "nccl")] == [
+        "12.6.3.004", "9.6.0.74", "2.23.4",
+    ]  # fmt: skip
+    torch = sbom["base:pkg:pypi/torch@2.6.0a0%2Becf3bae40a.nv25.1"]
+    assert "hashes" not in torch and torch["properties"][0]["value"] == "base"
 
 
 def test_gpu_image_without_a_gpu_refuses_in_strict(

@@ -28,6 +28,7 @@ def manifest(**over: Any) -> Manifest:
         python_version="3.11.9",
         machine="x86_64",
         distributions=(Distribution("idna", "3.10"), Distribution("six", "1.17.0")),
+        sbom_sha256="ef" * 32,
     )
     values.update(over)
     return Manifest(**values)
@@ -160,12 +161,33 @@ def test_missing_schema_version_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "field", [f for f in FIELDS if f not in ("schema_version", "stack", "gpu", "build")]
+    "field",
+    [f for f in FIELDS if f not in ("schema_version", "stack", "gpu", "build", "sbom_sha256")],
 )
 def test_missing_field_named(field: str) -> None:
     data = manifest().to_dict()
     del data[field]
     with pytest.raises(ReprobuildError, match=f"manifest is missing field '{field}'"):
+        Manifest.from_dict(data)
+
+
+def test_a_manifest_from_before_the_sbom_keeps_its_bytes() -> None:
+    """Images built before the SBOM have no sbom_sha256: read back, the manifest is the same
+    bytes (its sha256 is a label of the image), and it says there is no SBOM."""
+    data = manifest().to_dict()
+    del data["sbom_sha256"]
+    raw = (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
+    old = Manifest.from_json(raw)
+    assert old.sbom_sha256 is None
+    assert old.to_json() == raw
+    assert Manifest.from_json(manifest().to_json()).sbom_sha256 == "ef" * 32
+
+
+@pytest.mark.parametrize("value", ["", "EF" * 32, "ef" * 31, 7, ["ef" * 32]])
+def test_a_bad_sbom_sha256_is_refused(value: object) -> None:
+    data = manifest().to_dict()
+    data["sbom_sha256"] = value
+    with pytest.raises(ReprobuildError, match="'sbom_sha256' is not a sha256 hex digest"):
         Manifest.from_dict(data)
 
 

@@ -19,7 +19,7 @@ from reprobuild.backends.builders import REPRODUCIBLE, Builder
 from reprobuild.backends.engine import Engine, RunResult
 from reprobuild.bases import gpustack as stacklib
 from reprobuild.bases.refs import ImageRef, parse_ref
-from reprobuild.build import plan
+from reprobuild.build import plan, sbom
 from reprobuild.build.context import write_tree
 from reprobuild.build.manifest import Distribution, Manifest
 from reprobuild.build.render import (
@@ -314,11 +314,14 @@ def _build_image(
             )
         try:
             engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache, network=network)
-            manifest = _manifest(engine, spec, scratch, build_info(engine, builder, spec))
+            manifest, sbom_json = _manifest(
+                engine, spec, scratch, build_info(engine, builder, spec)
+            )
             stamp = Path(tmp) / "stamp"
             stamp.mkdir()
             labels = manifest.labels()
-            write_tree(render_stamp(scratch, manifest.to_json(), labels), stamp, epoch=spec.epoch)
+            files = render_stamp(scratch, manifest.to_json(), labels, sbom_json)
+            write_tree(files, stamp, epoch=spec.epoch)
             image_id = engine.build(stamp, final, builder="classic", log=log, network=False)
         finally:
             engine.untag(scratch)
@@ -357,10 +360,10 @@ def _build_buildah(
         scratch_id = buildah.bud(
             ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
         )
-        manifest = _manifest(buildah.Prober(), spec, scratch_id, info)
+        manifest, sbom_json = _manifest(buildah.Prober(), spec, scratch_id, info)
         stamp = ctx.parent / "stamp"
         stamp.mkdir()
-        files = render_stamp(scratch_id, manifest.to_json(), manifest.labels())
+        files = render_stamp(scratch_id, manifest.to_json(), manifest.labels(), sbom_json)
         write_tree(files, stamp, epoch=spec.epoch)
         final_id = buildah.bud(stamp, stamp_tag, epoch=spec.epoch, log=log, network=False)
         digest = None
@@ -445,7 +448,11 @@ class Prober(Protocol):
     def inspect(self, image: str) -> dict[str, Any]: ...
 
 
-def _manifest(engine: Prober, spec: RenderSpec, image: str, build: dict[str, Any]) -> Manifest:
+def _manifest(
+    engine: Prober, spec: RenderSpec, image: str, build: dict[str, Any]
+) -> tuple[Manifest, bytes]:
+    """The manifest and the SBOM (:mod:`reprobuild.build.sbom`) of the built image; the
+    manifest records the SBOM's sha256."""
     # One probe run: GPU images also report their frameworks' build facts (--stack), with the
     # runtime off so the start-up hook configures nothing while they are imported.
     gpu = spec.variant == "gpu"
@@ -469,7 +476,7 @@ def _manifest(engine: Prober, spec: RenderSpec, image: str, build: dict[str, Any
     )
     check_installed(spec.lock, tuple(d for d in dists if d.origin == "lock"))
     stack, gpu_facts = _gpu_stack(engine, image, probe) if gpu else ({}, None)
-    return Manifest(
+    manifest = Manifest(
         builder_version=spec.builder_version,
         name=spec.name,
         variant=spec.variant,
@@ -487,6 +494,8 @@ def _manifest(engine: Prober, spec: RenderSpec, image: str, build: dict[str, Any
         gpu=gpu_facts,
         build=build,
     )
+    document = sbom.make_sbom(manifest, spec.lock, sbom.image_facts(engine, image), spec.epoch)
+    return replace(manifest, sbom_sha256=sbom.sha256(document)), document
 
 
 def _gpu_stack(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from reprobuild_entrypoint.contract import LABEL_PREFIX
 
 SCHEMA_VERSION = 1
 # Fields a manifest may lack (images built before they existed); distributions is read apart.
-_OPTIONAL = ("distributions", "stack", "gpu", "build")
+_OPTIONAL = ("distributions", "stack", "gpu", "build", "sbom_sha256")
 # The label carrying the manifest file's sha256 (the file's path in the image is the runtime's
 # reprobuild_entrypoint.MANIFEST_PATH: it reads the file in every run).
 MANIFEST_LABEL = f"{LABEL_PREFIX}manifest.sha256"
@@ -57,11 +58,16 @@ class Manifest:
     # How it was built: {"builder": "buildah", "builder_version": "1.28.2", "reproducible":
     # true}; reproducible means the same inputs give the same image ID (see buildah.py).
     build: dict[str, Any] = field(default_factory=dict)
+    # The sha256 of the image's SBOM (reprobuild.build.sbom.SBOM_PATH); None in an image built
+    # before images had one, and then left out of the JSON, so such a manifest keeps its bytes.
+    sbom_sha256: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["distributions"] = [asdict(d) for d in self.distributions]
+        if self.sbom_sha256 is None:
+            del data["sbom_sha256"]
         return data
 
     def to_json(self) -> bytes:
@@ -94,6 +100,9 @@ class Manifest:
             raise ReprobuildError(f"manifest is missing field {exc}") from None
         if not isinstance(fields.get("build", {}), dict):
             raise ReprobuildError("manifest field 'build' is not a JSON object")
+        sbom = fields.get("sbom_sha256")
+        if sbom is not None and not (isinstance(sbom, str) and re.fullmatch("[0-9a-f]{64}", sbom)):
+            raise ReprobuildError("manifest field 'sbom_sha256' is not a sha256 hex digest")
         return cls(**fields, distributions=dists)
 
     @classmethod

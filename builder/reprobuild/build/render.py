@@ -7,6 +7,7 @@ files under tests/golden/ hold this module to.
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -167,11 +168,20 @@ def render_context(spec: RenderSpec) -> dict[str, FileEntry]:
     return dict(sorted(files.items()))
 
 
-def render_stamp(image: str, manifest_json: bytes, labels: dict[str, str]) -> dict[str, FileEntry]:
-    """The second, tiny build that adds the manifest file and its labels on top of ``image``."""
+def render_stamp(
+    image: str, manifest_json: bytes, labels: dict[str, str], sbom_json: bytes | None = None
+) -> dict[str, FileEntry]:
+    """The second, tiny build that adds the manifest file (and the SBOM, beside it: one layer)
+    and its labels on top of ``image``."""
+    from reprobuild.build.sbom import SBOM_PATH
+
+    files = {posixpath.basename(MANIFEST_PATH): FileEntry(manifest_json)}
+    if sbom_json is not None:
+        files[posixpath.basename(SBOM_PATH)] = FileEntry(sbom_json)
+    folder = posixpath.dirname(MANIFEST_PATH)  # the SBOM's too (tests/unit/test_sbom.py)
     text = (
         _environment()
         .get_template("Stamp.j2")
-        .render(image=image, manifest_path=MANIFEST_PATH, labels=sorted(labels.items()))
+        .render(image=image, files=sorted(files), folder=folder, labels=sorted(labels.items()))
     )
-    return {"Dockerfile": FileEntry(text.encode()), "manifest.json": FileEntry(manifest_json)}
+    return {"Dockerfile": FileEntry(text.encode()), **files}

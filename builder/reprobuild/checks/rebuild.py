@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -73,6 +73,9 @@ class RebuildReport:
     rebuilt_id: str
     layer: LayerDiff | None = None
     config: tuple[str, ...] = field(default_factory=tuple)  # config keys that differ
+    # The SBOMs' sha256 (the manifests' sbom_sha256): None where an image has none.
+    sbom_recorded: str | None = None
+    sbom_rebuilt: str | None = None
 
     @property
     def match(self) -> bool:
@@ -210,8 +213,14 @@ def rebuild(
                 engine=engine, log=log, no_cache=True,
             )  # fmt: skip
             if result.id == recorded_id:
-                return RebuildReport(image, recorded_id, result.id)
-            return _compare(engine, image, recorded_id, tag, result.id)
+                report = RebuildReport(image, recorded_id, result.id)
+            else:
+                report = _compare(engine, image, recorded_id, tag, result.id)
+            return replace(
+                report,
+                sbom_recorded=manifest.sbom_sha256,
+                sbom_rebuilt=result.manifest.sbom_sha256,
+            )
         finally:
             engine.untag(tag)
 
@@ -324,11 +333,21 @@ def shown(path: str) -> str:
     return path if path.isprintable() else repr(path)
 
 
+def _sbom_line(report: RebuildReport) -> str:
+    recorded, rebuilt = report.sbom_recorded, report.sbom_rebuilt
+    if recorded is None:
+        return "sbom      the recorded image has none (built before images had one)"
+    if recorded == rebuilt:
+        return f"sbom      the same (sha256 {recorded[:12]}...)"
+    return f"sbom      differs: recorded sha256 {recorded[:12]}..., rebuilt {str(rebuilt)[:12]}..."
+
+
 def render_table(report: RebuildReport) -> list[str]:
     lines = [
         f"image     {report.image} ({report.recorded_id})",
         f"rebuilt   {report.rebuilt_id}",
     ]
+    lines.append(_sbom_line(report))
     if report.match:
         lines.append("result    the same image: the recorded inputs give it again")
         return lines

@@ -42,6 +42,7 @@ COMMANDS: dict[str, CommandInfo] = {
         "rebuild", "build an image again from the inputs its manifest records; same image?"
     ),
     "inspect": _info("inspect", "print an image's manifest"),
+    "sbom": _info("sbom", "print (or write) the CycloneDX SBOM an image carries"),
     "resolve": _info(
         "resolve",
         "pin a tag: print NAME:TAG@sha256:... from its registry, or refresh a catalog entry",
