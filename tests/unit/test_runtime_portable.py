@@ -76,7 +76,7 @@ def run_program(
     cpu: str,
     emulate: tuple[str, str] | None = None,
     timeout: float = 600,
-    **extra: str,
+    extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-c", LAUNCH, str(site), str(program)]
     if emulate is not None:
@@ -84,7 +84,7 @@ def run_program(
         argv = [qemu, "-cpu", model, *argv]
     return subprocess.run(
         argv,
-        env=image_environment(cpu, **extra),
+        env=image_environment(cpu, **(extra or {})),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -118,7 +118,7 @@ def test_portable_float32_sqrt_is_exact_and_the_record_says_what_dispatched(
     records = tmp_path / "records"
     records.mkdir()
     extra = {"REPRO_RUN_DIR": str(records), "REPRO_RUN_ID": "portable-sqrt"}
-    portable = run_program(site_dir, program, "portable", **extra)
+    portable = run_program(site_dir, program, "portable", extra=extra)
     assert portable.returncode == 0, portable.stderr
     assert portable.stdout.split() == ["0"] * 6
     native = run_program(site_dir, program, "native")
@@ -165,7 +165,7 @@ def test_a_level_above_the_cpu_is_refused_in_one_line_not_sigill(
     program = tmp_path / "never.py"
     program.write_text("import torch\nprint('started')\n")
     refused = run_program(
-        site_dir, program, "x86-64-v3", (qemu, "Nehalem"), EMULATED_TIMEOUT_S, REPRO_QUIET="0"
+        site_dir, program, "x86-64-v3", (qemu, "Nehalem"), extra={"REPRO_QUIET": "0"}
     )
     assert refused.returncode == 3
     assert "started" not in refused.stdout
