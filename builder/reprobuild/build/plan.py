@@ -111,6 +111,7 @@ def make_spec(
         lock=lock,
         seed=config.seed,
         determinism=config.determinism,
+        cpu=config.cpu,
         builder_version=__version__,
         command=config.command,
         apt=config.apt,
