@@ -140,6 +140,9 @@ def summary(
         if settings.rank is not None:
             seed += f" (rank {settings.rank}: seed {settings.rank_seed})"
         parts = [seed, f"mode {settings.mode}", f"threads {settings.threads}"]
+        level = envplan.level_name(settings.cpu)
+        if level is not None:
+            parts.append(f"cpu portable ({level})")
         if gpu is not None:
             parts.append(gpu)
         parts.append(f"{len(env_plan.set)} variables set")

@@ -164,6 +164,7 @@ _PAGES: list[object] = []
 
 
 CPUINFO = "/proc/cpuinfo"
+X86_64 = ("x86_64", "amd64")
 
 
 def detect(cpuinfo: str = CPUINFO) -> dict[str, object]:
@@ -171,8 +172,14 @@ def detect(cpuinfo: str = CPUINFO) -> dict[str, object]:
     ``{"level", "flags", "source", "vendor"}``. Never raises; ``level`` is None off x86-64 or
     when nothing could be read."""
     machine = platform.machine().lower()
-    if machine not in ("x86_64", "amd64"):
-        return {"level": None, "flags": [], "source": f"not x86-64 ({machine})", "vendor": None}
+    if machine not in X86_64:
+        return {
+            "level": None,
+            "flags": [],
+            "source": f"not x86-64 ({machine})",
+            "vendor": None,
+            "machine": machine,
+        }
     try:
         flags, vendor = _read_cpuid()
         source: str = "cpuid"
@@ -197,6 +204,12 @@ def check(level: str, found: Mapping[str, object]) -> str | None:
     """None when a CPU with ``found`` (from :func:`detect`) runs code of ``level``; else the one
     line that says why not, naming both."""
     have = found.get("level")
+    machine = found.get("machine")
+    if isinstance(machine, str) and machine not in X86_64:
+        return (
+            f"this run is pinned to CPU level {level} (REPRO_CPU), but this machine is "
+            f"{machine}, not x86-64: use REPRO_CPU=native"
+        )
     if not isinstance(have, str) or have not in LEVELS:
         return None  # unknown: the libraries' own checks decide
     if LEVELS.index(have) >= LEVELS.index(level):

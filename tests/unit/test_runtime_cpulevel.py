@@ -81,6 +81,11 @@ def test_a_level_above_the_cpu_is_one_line_naming_both() -> None:
     assert cpulevel.check("x86-64-v2", found) is None
     assert cpulevel.check("x86-64-v3", {"level": "x86-64-v4", "flags": []}) is None
     assert cpulevel.check("x86-64-v3", {"level": None, "flags": []}) is None  # unknown: go on
+    arm = cpulevel.check("x86-64-v2", {"level": None, "flags": [], "machine": "aarch64"})
+    assert arm == (
+        "this run is pinned to CPU level x86-64-v2 (REPRO_CPU), but this machine is aarch64, "
+        "not x86-64: use REPRO_CPU=native"
+    )
 
 
 @pytest.mark.parametrize(
@@ -184,6 +189,7 @@ def test_the_entrypoint_sets_the_pins_and_records_them(tmp_path: pytest.TempPath
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["default", "COMPATIBLE"]
+    assert ", cpu portable (x86-64-v2), " in result.stderr
     (record,) = tmp_path.glob("run-*.json")  # type: ignore[attr-defined]
     import json
 
@@ -200,3 +206,18 @@ def test_a_bad_repro_cpu_stops_the_entrypoint_with_one_line() -> None:
         "reprobuild: REPRO_CPU='fast' is not a CPU mode: use one of native, portable, "
         "x86-64-v2, x86-64-v3"
     ]
+
+
+def test_warn_mode_below_the_level_runs_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        cpulevel, "detect", lambda: {"level": "x86-64-v2", "flags": sorted(V2), "source": "t"}
+    )
+    settings = from_environ({"REPRO_CPU": "x86-64-v3", "REPRO_DETERMINISM": "warn"})
+    refusal, found = cpulevel.resolve(settings)
+    assert refusal is not None and found is not None
+    cpulevel.fall_back(settings, refusal)
+    assert settings.cpu == "native"
+    assert settings.cpu_source == "native instead of x86-64-v3 (REPRO_CPU): CPU below it"
+    assert "ATEN_CPU_CAPABILITY" not in envplan.wanted_env(settings)
+    # A native run reads nothing.
+    assert cpulevel.resolve(from_environ({})) == (None, None)

@@ -175,3 +175,20 @@ def test_a_level_above_the_cpu_is_refused_in_one_line_not_sigill(
         "x86-64-v2 (no avx, avx2, bmi1, bmi2, ...): the pinned libraries would die with SIGILL; "
         "use REPRO_CPU=portable (x86-64-v2) or REPRO_CPU=native"
     ]
+
+
+def test_warn_mode_below_the_level_says_so_and_runs_native(
+    site_dir: Path, qemu: str, tmp_path: Path
+) -> None:
+    program = tmp_path / "show.py"
+    program.write_text("import os\nprint(os.environ.get('ATEN_CPU_CAPABILITY'))\n")
+    done = run_program(
+        site_dir,
+        program,
+        "x86-64-v3",
+        (qemu, "Nehalem"),
+        extra={"REPRO_QUIET": "0", "REPRO_DETERMINISM": "warn"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None"]
+    assert "this CPU is x86-64-v2" in done.stderr and "; running native" in done.stderr
