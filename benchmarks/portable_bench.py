@@ -136,7 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.rounds < 1 or args.threads < 1:
         parser.error(f"workloads are {', '.join(WORKLOADS)}; rounds and threads at least 1")
     found = cpulevel.detect()
-    configs = [c for c in CONFIGS if cpulevel.check(c, found) is None or c == "native"]
+    configs = [
+        c
+        for c in CONFIGS
+        if c == "native" or cpulevel.check(cpulevel.level_name(c) or c, found) is None
+    ]
     with tempfile.TemporaryDirectory(prefix="portable-bench-") as scratch:
         site = Path(scratch) / "site"
         site.mkdir()
