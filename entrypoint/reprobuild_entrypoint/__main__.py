@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from reprobuild_entrypoint import envplan, hostinfo, jsonfile, runrecord
+from reprobuild_entrypoint import cpulevel, envplan, hostinfo, jsonfile, runrecord
 from reprobuild_entrypoint.contract import RUN_DIR_VAR
 from reprobuild_entrypoint.envplan import EnvPlan
 from reprobuild_entrypoint.launch import exec_command, parse_base_entrypoint
@@ -45,8 +45,9 @@ from reprobuild_entrypoint.settings import Settings, SettingsError, from_environ
 
 USAGE_ERROR = 2
 HOST_REFUSED = 3
-"""A GPU image refused the host before the program started: the driver is older than the
-image's CUDA needs, or no GPU is visible (strict mode; see drivercheck)."""
+"""The image refused the host before the program started: a GPU image whose driver is older
+than the image's CUDA needs, or with no GPU visible (strict mode; see drivercheck), or a
+portable run pinned to a CPU level above this CPU's (strict mode; see cpulevel)."""
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
@@ -140,6 +141,9 @@ def summary(
         if settings.rank is not None:
             seed += f" (rank {settings.rank}: seed {settings.rank_seed})"
         parts = [seed, f"mode {settings.mode}", f"threads {settings.threads}"]
+        level = envplan.level_name(settings.cpu)
+        if level is not None:
+            parts.append(f"cpu portable ({level})")
         if gpu is not None:
             parts.append(gpu)
         parts.append(f"{len(env_plan.set)} variables set")
@@ -176,6 +180,14 @@ def main(argv: Sequence[str]) -> int:
     except SettingsError as exc:
         sys.stderr.write(f"reprobuild: {exc}\n")
         return USAGE_ERROR
+    requested_cpu = settings.cpu
+    cpu_refusal, cpu_found = cpulevel.resolve(settings)
+    if cpu_found is None and run_dir_text:
+        cpu_found = cpulevel.detect()
+    if cpu_refusal is not None and settings.mode == "warn":
+        if not _quiet(environ):
+            sys.stderr.write(f"reprobuild: {cpu_refusal}; running native\n")
+        cpulevel.fall_back(settings, cpu_refusal)
     env_plan = envplan.plan(environ, settings)
     command = [*(base or ()), *argv]
     init = os.getpid() == 1 or environ.get("REPROBUILD_FORCE_INIT") == "1"
@@ -186,6 +198,13 @@ def main(argv: Sequence[str]) -> int:
     record_path: Path | None = None
     if run_dir_text:
         run_dir = Path(run_dir_text).absolute()
+        host = runrecord.host_info(gpu.host if gpu.host is not None else hostinfo.gpu_info())
+        if cpu_found is not None:
+            host["cpu"].update(
+                level=cpu_found.get("level"),
+                vendor=cpu_found.get("vendor"),
+                flags_source=cpu_found.get("source"),
+            )
         record = runrecord.run_record(
             run_id=run_id,
             started=started,
@@ -197,8 +216,9 @@ def main(argv: Sequence[str]) -> int:
             init=init,
             environ=environ,
             manifest=manifest,
-            host=runrecord.host_info(gpu.host if gpu.host is not None else hostinfo.gpu_info()),
+            host=host,
             gpu_check=gpu.record,
+            cpu_check={"requested": requested_cpu, "refused": cpu_refusal},
         )
         try:
             record_path = jsonfile.write_atomic(runrecord.run_record_path(run_dir, run_id), record)
@@ -210,6 +230,10 @@ def main(argv: Sequence[str]) -> int:
             return USAGE_ERROR
         environ[RUN_DIR_VAR] = str(run_dir)
         environ["REPRO_RUN_ID"] = run_id
+    if cpu_refusal is not None and settings.mode == "strict":
+        sys.stderr.write(f"reprobuild: {cpu_refusal}\n")
+        sys.stderr.flush()
+        return HOST_REFUSED
     if gpu.status == "refuse":
         sys.stderr.write(f"reprobuild: {gpu.message}\n")
         sys.stderr.flush()

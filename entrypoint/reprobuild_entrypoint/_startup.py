@@ -87,6 +87,8 @@ def _boot() -> None:
     except settings.SettingsError as exc:
         _fatal(str(exc), 2)
         return
+    if resolved.cpu != "native" and resolved.mode != "off":
+        _check_cpu_level(resolved)
     _settings = resolved
     STATE.update(
         pid=os.getpid(),
@@ -95,6 +97,8 @@ def _boot() -> None:
         rank=resolved.rank,
         rank_seed=resolved.rank_seed,
         threads=resolved.threads,
+        cpu=resolved.cpu,
+        cpu_source=resolved.cpu_source,
     )
     started_hash_seed = os.environ.get("PYTHONHASHSEED")
     env_plan = envplan.plan(os.environ, resolved)
@@ -133,6 +137,22 @@ def _boot() -> None:
         import atexit
 
         atexit.register(_write_record)
+
+
+def _check_cpu_level(resolved: "Settings") -> None:
+    """A portable run pinned above this CPU: strict stops here with one line (status 3), the
+    libraries would die with SIGILL; warn says so and runs native."""
+    from reprobuild_entrypoint import cpulevel
+
+    refusal, found = cpulevel.resolve(resolved)
+    if found is not None:
+        STATE["cpu_found"] = {"level": found.get("level"), "source": found.get("source")}
+    if refusal is None:
+        return
+    if resolved.mode == "strict":
+        _fatal(refusal, 3)
+    _say(f"{refusal}; running native (REPRO_DETERMINISM=warn)")
+    cpulevel.fall_back(resolved, refusal)
 
 
 def _check_cpus(resolved: "Settings") -> None:

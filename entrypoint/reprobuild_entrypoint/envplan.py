@@ -49,9 +49,15 @@ Choices, with reasons:
   algorithms and never raises, so warn mode keeps it.
 - ``NVIDIA_TF32_OVERRIDE=0`` only in strict mode (it overrides whatever the program asks for).
 - GPU-only variables (cuBLAS, NCCL, TF32) are baked for the ``gpu`` variant only.
+- ``cpu`` other than ``native`` (``REPRO_CPU``, issue 31): the pins of
+  :data:`PINS` for its level, which replace ``MKL_CBWR`` with
+  ``COMPATIBLE``; what has no variable (oneDNN and NNPACK in torch, MKL's float32 sqrt) is
+  switched by the import hook (:mod:`~reprobuild_entrypoint.frameworks`).
 """
 
 from reprobuild_entrypoint.settings import (
+    CPU_MODES,
+    DEFAULT_CPU,
     DEFAULT_THREADS,
     MAX_THREADS,
     MODES,
@@ -64,6 +70,38 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping
 
+PORTABLE_LEVELS = ("x86-64-v2", "x86-64-v3")
+"""Levels a portable run can pin to; ``portable`` means the first
+(:mod:`~reprobuild_entrypoint.cpulevel` reads the CPU's)."""
+
+PINS = {
+    "x86-64-v2": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "MKL_CBWR": "COMPATIBLE",
+        "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
+        "OPENBLAS_CORETYPE": "Nehalem",
+    },
+    "x86-64-v3": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_CBWR": "COMPATIBLE",
+        "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+        "OPENBLAS_CORETYPE": "Haswell",
+    },
+}
+"""The environment a portable run gets at each level (issue 31, docs/determinism.md).
+``MKL_CBWR=COMPATIBLE``: oneMKL on AMD refuses its AVX2 and SSE4_2 branches (``AVX2,STRICT``
+silently runs as ``AUTO,STRICT``), so the one branch every CPU shares is the generic one."""
+
+
+def level_name(cpu: str) -> str | None:
+    """The level a ``REPRO_CPU`` value pins to; None for ``native``."""
+    if cpu == "native":
+        return None
+    return PORTABLE_LEVELS[0] if cpu == "portable" else cpu
+
+
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -73,7 +111,13 @@ THREAD_VARIABLES = (
 )
 
 
-def image_env(seed: int, mode: str, variant: str, threads: int = DEFAULT_THREADS) -> dict[str, str]:
+def image_env(
+    seed: int,
+    mode: str,
+    variant: str,
+    threads: int = DEFAULT_THREADS,
+    cpu: str = DEFAULT_CPU,
+) -> dict[str, str]:
     """The determinism variables for an image (or a run) with these settings, sorted by name.
 
     Raises ValueError for a value outside the allowed ones.
@@ -86,6 +130,8 @@ def image_env(seed: int, mode: str, variant: str, threads: int = DEFAULT_THREADS
         raise ValueError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
     if not 1 <= threads <= MAX_THREADS:
         raise ValueError(f"thread count {threads!r} is out of range: use 1 to {MAX_THREADS}")
+    if cpu not in CPU_MODES:
+        raise ValueError(f"CPU mode {cpu!r} is not one of {', '.join(CPU_MODES)}")
     if mode == "off":
         return {}
     env = {
@@ -101,6 +147,9 @@ def image_env(seed: int, mode: str, variant: str, threads: int = DEFAULT_THREADS
     env.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
     if mode == "strict":
         env["TF_DETERMINISTIC_OPS"] = "1"
+    level = level_name(cpu)
+    if level is not None:
+        env.update(PINS[level])
     if variant == "gpu":
         env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
         env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "0"
@@ -114,12 +163,17 @@ def image_env(seed: int, mode: str, variant: str, threads: int = DEFAULT_THREADS
 
 def baked_env(settings: Settings) -> dict[str, str]:
     """What the image's build baked, judged from the image's own settings."""
-    return image_env(settings.image_seed, settings.image_mode, settings.variant)
+    return image_env(
+        settings.image_seed,
+        settings.image_mode,
+        settings.variant,
+        cpu=settings.image_cpu,
+    )
 
 
 def wanted_env(settings: Settings) -> dict[str, str]:
     """What this run wants: its own seed, mode and thread count."""
-    return image_env(settings.seed, settings.mode, settings.variant, settings.threads)
+    return image_env(settings.seed, settings.mode, settings.variant, settings.threads, settings.cpu)
 
 
 class EnvPlan:

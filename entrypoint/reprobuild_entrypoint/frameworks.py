@@ -21,7 +21,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-from reprobuild_entrypoint import distinfo
+from reprobuild_entrypoint import distinfo, envplan
 from reprobuild_entrypoint.settings import Settings
 
 RECORD: dict[str, dict[str, Any]] = {}
@@ -148,6 +148,9 @@ def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]
     entry["num_threads_source"] = source
     entry["num_threads"] = torch.get_num_threads()
     entry["num_interop_threads"] = torch.get_num_interop_threads()
+    level = envplan.level_name(settings.cpu)
+    if level is not None:
+        entry["portable"] = _torch_portable(torch, level)
     launched = distinfo.under_launcher(os.environ)
     if launched:
         entry["watch_init_process_group"] = distinfo.watch_init_process_group(torch)
@@ -177,6 +180,124 @@ def _torch_deterministic(torch: ModuleType, warn_only: bool) -> str:
         return "core flag; Inductor reads TORCHINDUCTOR_DETERMINISTIC=1 when it loads"
     torch.use_deterministic_algorithms(True, warn_only=warn_only)
     return "torch.use_deterministic_algorithms"
+
+
+def _torch_portable(torch: ModuleType, level: str) -> dict[str, Any]:
+    """A portable run (``REPRO_CPU``): what has no environment variable.
+
+    - oneDNN off in torch at ``x86-64-v2`` (the prototype of issue 31 that gave one result on
+      four CPUs); at ``x86-64-v3`` it stays on, capped at AVX2 by ``ONEDNN_MAX_CPU_ISA``.
+    - NNPACK off: it serves convolutions on AVX2 CPUs only (when oneDNN is off), so the same
+      program would take other kernels on other CPUs.
+    - float32 ``sqrt`` exact (:func:`_exact_sqrt`): oneMKL's vector math (VML), behind
+      ``torch.sqrt`` on CPU, approximates it with ``rsqrtps``, whose bits depend on the chip.
+    """
+    out: dict[str, Any] = {"level": level}
+    mkldnn = torch.backends.mkldnn
+    if level == "x86-64-v2":
+        mkldnn.enabled = False
+    out["mkldnn_enabled"] = bool(mkldnn.enabled)
+    nnpack = getattr(torch.backends, "nnpack", None)
+    if nnpack is not None and hasattr(nnpack, "set_flags"):
+        nnpack.set_flags(False)
+        out["nnpack_enabled"] = bool(torch._C._get_nnpack_enabled())
+    out["sqrt"] = _exact_sqrt(torch)
+    return out
+
+
+_SQRT_NOTE = "float32 CPU sqrt computed in float64 and rounded: exact, not oneMKL VML"
+
+
+def _exact_sqrt(torch: ModuleType) -> str:
+    """Route float32 CPU ``sqrt`` around oneMKL's VML, which rounds by a chip-dependent
+    ``rsqrtps`` approximation (measured: 15.6 % of 10**6 float32 values not correctly rounded
+    on an AMD EPYC, at every ``ATEN_CPU_CAPABILITY``, also with ``MKL_CBWR=COMPATIBLE``;
+    ``pow(x, 0.5)`` and ``_foreach_sqrt`` go the same way).
+
+    The replacement takes the square root in float64 and rounds it to float32. That is the
+    correctly rounded float32 square root whatever float64 sqrt is used, as long as that one is
+    within 4 float64 ulps: the exact root of a float32 is never closer than 2**-50 (relative)
+    to a float32 rounding midpoint, and VML's float64 sqrt (HA mode) is within 1 ulp. Correctly
+    rounded means the same bits on every CPU. Measured: 0 of 1.2 * 10**6 values (normal,
+    subnormal, huge, 0, -0, inf) differ from NumPy's (IEEE ``sqrtps``) result; it costs about
+    3x the float32 sqrt itself (31 against 10 ms for 4 * 10**6 values), a small part of an
+    optimizer step. Autograd sees float64 ops, so gradients through it are exact too.
+
+    Patched, as the program sees them: ``torch.sqrt``, ``Tensor.sqrt``, ``Tensor.sqrt_`` and
+    ``torch._foreach_sqrt(_)`` (default Adam, AdamW, Adagrad, RMSprop); other dtypes, other
+    devices and ``pow(x, 0.5)`` pass through unchanged.
+    """
+    if getattr(torch.sqrt, "__reprobuild__", False):
+        return _SQRT_NOTE
+    float32 = torch.float32
+    float64 = torch.float64
+    tensor_cls = torch.Tensor
+    original_sqrt = torch.sqrt
+    original_method = tensor_cls.sqrt
+    original_inplace = tensor_cls.sqrt_
+    original_foreach = torch._foreach_sqrt
+    original_foreach_inplace = torch._foreach_sqrt_
+
+    def _ours(tensor: Any) -> bool:
+        return (
+            isinstance(tensor, tensor_cls)
+            and tensor.dtype == float32
+            and tensor.device.type == "cpu"
+        )
+
+    def sqrt(input: Any, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        if args or kwargs or not _ours(input):
+            if out is not None:
+                kwargs["out"] = out
+            return original_sqrt(input, *args, **kwargs)
+        result = original_sqrt(input.to(float64)).to(float32)
+        if out is None:
+            return result
+        out.resize_(result.shape)
+        out.copy_(result)
+        return out
+
+    def method(self: Any) -> Any:
+        if not _ours(self):
+            return original_method(self)
+        return original_sqrt(self.to(float64)).to(float32)
+
+    def inplace(self: Any) -> Any:
+        if not _ours(self):
+            return original_inplace(self)
+        return self.copy_(original_sqrt(self.to(float64)))
+
+    def foreach(tensors: Any) -> Any:
+        tensors = list(tensors)
+        if not all(_ours(t) for t in tensors):
+            return original_foreach(tensors)
+        return [original_sqrt(t.to(float64)).to(float32) for t in tensors]
+
+    def foreach_inplace(tensors: Any) -> None:
+        tensors = list(tensors)
+        if not all(_ours(t) for t in tensors):
+            original_foreach_inplace(tensors)
+            return
+        for t in tensors:
+            t.copy_(original_sqrt(t.to(float64)))
+
+    replacements: tuple[tuple[Any, Any], ...] = (
+        (sqrt, original_sqrt),
+        (method, original_method),
+        (inplace, original_inplace),
+        (foreach, original_foreach),
+        (foreach_inplace, original_foreach_inplace),
+    )
+    for replacement, original in replacements:
+        replacement.__doc__ = original.__doc__
+        replacement.__wrapped__ = original
+        replacement.__reprobuild__ = True
+    setattr(torch, "sqrt", sqrt)  # noqa: B010  (mypy: torch is a ModuleType here)
+    tensor_cls.sqrt = method
+    tensor_cls.sqrt_ = inplace
+    setattr(torch, "_foreach_sqrt", foreach)  # noqa: B010
+    setattr(torch, "_foreach_sqrt_", foreach_inplace)  # noqa: B010
+    return _SQRT_NOTE
 
 
 def _torch_threads(settings: Settings) -> tuple[int, str]:
@@ -244,6 +365,13 @@ def configure_tensorflow(tf: ModuleType, settings: Settings, entry: dict[str, An
         # kernel raise. Warn mode keeps deterministic cuDNN (TF_CUDNN_DETERMINISTIC) only.
         entry["op_determinism"] = False
         _say("tensorflow has no warn-only determinism; op determinism stays off in warn mode")
+    if settings.cpu != "native":
+        entry["portable"] = False
+        _say(
+            "tensorflow is not portable across CPUs (REPRO_CPU): its Eigen and oneDNN kernels "
+            "gave other bits on AVX-512 and AVX2 CPUs under op determinism, with or without "
+            "ONEDNN_MAX_CPU_ISA; same CPU model, same bits"
+        )
     experimental.enable_tensor_float_32_execution(False)
     entry["tensor_float_32"] = bool(experimental.tensor_float_32_execution_enabled())
     # Thread counts come from TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS (envplan): the

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from reprobuild_entrypoint import MANIFEST_PATH, distinfo, hostinfo, jsonfile
+from reprobuild_entrypoint import MANIFEST_PATH, distinfo, envplan, hostinfo, jsonfile
 from reprobuild_entrypoint.contract import FRAMEWORKS_KIND, RUN_EXIT_KIND, RUN_KIND
 from reprobuild_entrypoint.envplan import THREAD_VARIABLES, EnvPlan
 from reprobuild_entrypoint.settings import RANK_SEED_SCHEME, Settings, SettingsError
@@ -158,6 +158,7 @@ def run_record(
     manifest: dict[str, Any],
     host: dict[str, Any],
     gpu_check: dict[str, Any] | None = None,
+    cpu_check: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run record: pure, from what the entrypoint resolved and measured. ``gpu_check`` is
     the host driver check of a GPU image (None for a CPU image)."""
@@ -190,6 +191,7 @@ def run_record(
             "rank_seed_scheme": RANK_SEED_SCHEME,
             "note": "each process seeds with its own RANK at start: see the framework records",
         },
+        "cpu": cpu_section(settings, cpu_check),
         "threads": {
             "requested": settings.threads,
             "source": settings.threads_source,
@@ -206,6 +208,22 @@ def run_record(
         "image": manifest,
         "gpu_check": gpu_check,
         "framework_records": f"run-{run_id}-frameworks-*.json",
+    }
+
+
+def cpu_section(settings: Settings, check: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``cpu`` of the run record: native or portable, the level pinned and its variables
+    (issue 31); ``refused`` is the line when the CPU is below that level."""
+    level = envplan.level_name(settings.cpu) if settings.mode != "off" else None
+    return {
+        "mode": "native" if level is None else "portable",
+        "setting": settings.cpu,
+        "source": settings.cpu_source,
+        "image_cpu": settings.image_cpu,
+        "requested": (check or {}).get("requested", settings.cpu),
+        "level": level,
+        "pins": dict(envplan.PINS[level]) if level is not None else {},
+        "refused": (check or {}).get("refused"),
     }
 
 
@@ -269,6 +287,75 @@ def _at_exit(frameworks: dict[str, dict[str, Any]]) -> None:
             frameworks["tensorflow"]["build_info"] = f"unknown ({type(exc).__name__})"
 
 
+def _openblas_core() -> str | None:
+    """The core OpenBLAS dispatched to, from the OpenBLAS this process loaded (NumPy's)."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            maps = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    paths = {line.split()[-1] for line in maps.splitlines() if "openblas" in line.lower()}
+    import ctypes
+
+    for path in sorted(p for p in paths if p.startswith("/")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in (
+            "scipy_openblas_get_corename64_",
+            "scipy_openblas_get_corename",
+            "openblas_get_corename64_",
+            "openblas_get_corename",
+        ):
+            function = getattr(lib, name, None)
+            if function is not None:
+                function.restype = ctypes.c_char_p
+                value = function()
+                return value.decode("ascii", "replace") if value else None
+    return None
+
+
+def cpu_dispatch() -> dict[str, Any]:
+    """What each loaded CPU library dispatched to in this process (issue 31): torch's ATen
+    capability, oneDNN and NNPACK on or off, oneMKL's CNR branch (``MKL_CBWR``), the float32
+    sqrt path (oneMKL VML or exact), NumPy's dispatch targets, OpenBLAS's core."""
+    out: dict[str, Any] = {
+        "MKL_CBWR": os.environ.get("MKL_CBWR"),
+        "ONEDNN_MAX_CPU_ISA": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            backends = torch.backends
+            out["aten_capability"] = str(backends.cpu.get_cpu_capability())
+            out["mkldnn_enabled"] = bool(backends.mkldnn.is_available() and backends.mkldnn.enabled)
+            nnpack = getattr(backends, "nnpack", None)
+            out["nnpack_enabled"] = (
+                bool(nnpack.is_available() and torch._C._get_nnpack_enabled())
+                if nnpack is not None
+                else None
+            )
+            exact = getattr(torch.sqrt, "__reprobuild__", False)
+            out["float32_sqrt"] = "exact (float64, rounded)" if exact else "oneMKL VML"
+        except Exception as exc:
+            out["torch_error"] = f"{type(exc).__name__}: {exc}"
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            umath = np._core._multiarray_umath
+            features = umath.__cpu_features__
+            out["numpy_baseline"] = list(umath.__cpu_baseline__)
+            out["numpy_dispatch"] = [t for t in umath.__cpu_dispatch__ if features.get(t)]
+        except Exception as exc:
+            out["numpy_error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            out["openblas_core"] = _openblas_core()
+        except Exception as exc:
+            out["openblas_core"] = f"unknown ({type(exc).__name__})"
+    return out
+
+
 def framework_record(
     run_id: str, state: Mapping[str, object], frameworks: ModuleType
 ) -> dict[str, Any]:
@@ -286,6 +373,7 @@ def framework_record(
         "written": timestamp(utc_now()),
         "startup": dict(state),
         "framework_settings": record,
+        "cpu_dispatch": cpu_dispatch(),
         "errors": list(frameworks.ERRORS),
     }
     if distinfo.under_launcher(os.environ):

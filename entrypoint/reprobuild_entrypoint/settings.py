@@ -5,6 +5,9 @@ Precedence, per setting:
 - seed: ``REPRO_SEED`` (run time) > ``REPROBUILD_IMAGE_SEED`` (baked by the build) > 0
 - mode: ``REPRO_DETERMINISM`` > ``REPROBUILD_IMAGE_DETERMINISM`` > ``strict``
 - threads: ``REPRO_THREADS`` > :data:`DEFAULT_THREADS`
+- cpu: ``REPRO_CPU`` (``native``, ``portable`` or a level, ``x86-64-v2``/``x86-64-v3``) >
+  ``REPROBUILD_IMAGE_CPU`` (baked from ``cpu:`` in reprobuild.yaml) > ``native``
+  (:mod:`~reprobuild_entrypoint.cpulevel` says what a portable run pins)
 - trial: ``REPRO_TRIAL=k`` makes the seed above the experiment seed and derives the run seed
   from both (:mod:`~reprobuild_entrypoint.trials`)
 
@@ -35,6 +38,9 @@ if TYPE_CHECKING:
 
 SEED_MAX = 2**32 - 1
 MODES = ("strict", "warn", "off")
+CPU_MODES = ("native", "portable", "x86-64-v2", "x86-64-v3")
+"""``REPRO_CPU``: ``portable`` is ``x86-64-v2``; kept equal to ``cpulevel.CPU_MODES``."""
+DEFAULT_CPU = "native"
 VARIANTS = ("cpu", "gpu")
 DEFAULT_MODE = "strict"
 DEFAULT_VARIANT = "cpu"
@@ -51,7 +57,10 @@ class Settings:
     """The resolved settings of one run (or one rank of it)."""
 
     __slots__ = (
+        "cpu",
+        "cpu_source",
         "experiment_seed",
+        "image_cpu",
         "image_mode",
         "image_seed",
         "local_rank",
@@ -84,6 +93,9 @@ class Settings:
         world_size: int | None = None,
         experiment_seed: int | None = None,
         trial: int | None = None,
+        cpu: str = DEFAULT_CPU,
+        cpu_source: str = "default",
+        image_cpu: str = DEFAULT_CPU,
     ) -> None:
         self.seed = seed
         self.seed_source = seed_source
@@ -99,6 +111,9 @@ class Settings:
         self.world_size = world_size
         self.experiment_seed = experiment_seed
         self.trial = trial
+        self.cpu = cpu
+        self.cpu_source = cpu_source
+        self.image_cpu = image_cpu
 
     @property
     def rank_seed(self) -> int:
@@ -169,6 +184,13 @@ def parse_threads(name: str, text: str) -> int:
     return number
 
 
+def parse_cpu(name: str, text: str) -> str:
+    cpu = text.lower()
+    if cpu not in CPU_MODES:
+        raise SettingsError(f"{name}={text!r} is not a CPU mode: use one of {', '.join(CPU_MODES)}")
+    return cpu
+
+
 def parse_variant(name: str, text: str) -> str:
     variant = text.lower()
     if variant not in VARIANTS:
@@ -236,6 +258,18 @@ def from_environ(environ: "Mapping[str, str]") -> Settings:
     else:
         threads, threads_source = DEFAULT_THREADS, "default"
 
+    image_cpu_text = _value(environ, "REPROBUILD_IMAGE_CPU")
+    image_cpu = (
+        DEFAULT_CPU if image_cpu_text is None else parse_cpu("REPROBUILD_IMAGE_CPU", image_cpu_text)
+    )
+    cpu_text = _value(environ, "REPRO_CPU")
+    if cpu_text is not None:
+        cpu, cpu_source = parse_cpu("REPRO_CPU", cpu_text), "REPRO_CPU"
+    elif image_cpu_text is not None:
+        cpu, cpu_source = image_cpu, "REPROBUILD_IMAGE_CPU"
+    else:
+        cpu, cpu_source = DEFAULT_CPU, "default"
+
     return Settings(
         seed=seed,
         seed_source=seed_source,
@@ -251,4 +285,7 @@ def from_environ(environ: "Mapping[str, str]") -> Settings:
         world_size=_launcher_int(environ, "WORLD_SIZE"),
         experiment_seed=experiment_seed,
         trial=trial,
+        cpu=cpu,
+        cpu_source=cpu_source,
+        image_cpu=image_cpu,
     )

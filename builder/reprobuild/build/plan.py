@@ -119,6 +119,7 @@ def plan_build(
         lock=lock,
         seed=config.seed,
         determinism=config.determinism,
+        cpu=config.cpu,
         builder_version=__version__,
         command=config.command,
         apt=config.apt,

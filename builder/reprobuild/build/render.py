@@ -48,6 +48,9 @@ class RenderSpec:
     seed: int
     determinism: str
     builder_version: str
+    # The image's default CPU mode, baked as REPROBUILD_IMAGE_CPU with its pins (issue 31);
+    # nothing is baked for native, so native images render as before.
+    cpu: str = "native"
     command: tuple[str, ...] = ()
     apt: tuple[str, ...] = ()
     online: bool = False
@@ -118,6 +121,14 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def determinism_env(spec: RenderSpec) -> dict[str, str]:
+    """The image's determinism variables, with the CPU mode it defaults to when not native."""
+    env = image_env(spec.seed, spec.determinism, spec.variant, cpu=spec.cpu)
+    if spec.cpu != "native":
+        env["REPROBUILD_IMAGE_CPU"] = spec.cpu
+    return env
+
+
 def render_dockerfile(spec: RenderSpec) -> str:
     if not spec.base.digest:
         raise ReprobuildError(f"base {spec.base} is not pinned by digest")
@@ -140,7 +151,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         variant=spec.variant,
         has_app=bool(spec.app_files),
         base_entrypoint=json.dumps(list(spec.base_entrypoint)) if spec.base_entrypoint else "",
-        determinism_env=sorted(image_env(spec.seed, spec.determinism, spec.variant).items()),
+        determinism_env=sorted(determinism_env(spec).items()),
         entrypoint=ENTRYPOINT,
         command=spec.command or DEFAULT_COMMAND,
         labels=sorted(static_labels(spec).items()),

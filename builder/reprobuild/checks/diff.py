@@ -62,7 +62,12 @@ from reprobuild._util import jsonload
 from reprobuild.backends.engine import Engine
 from reprobuild.build.manifest import MANIFEST_LABEL, Distribution, Manifest
 from reprobuild.checks.imageinfo import read_image
-from reprobuild.checks.runrecords import RecordAgreement, RunRecords, compare_run_records
+from reprobuild.checks.runrecords import (
+    RecordAgreement,
+    RunRecords,
+    compare_run_records,
+    cpu_cause,
+)
 from reprobuild.checks.verify.report import REPORT_KIND as VERIFY_KIND
 from reprobuild.errors import DiffInputError, EngineUnavailableError, ReprobuildError
 from reprobuild_entrypoint.contract import FRAMEWORKS_KIND, RUN_KIND
@@ -180,6 +185,9 @@ class DiffResult:
     records: RecordAgreement | None = None
     """Two run records: the answer ``reprobuild verify`` gives for them too (the same
     function); None when a manifest is involved."""
+    cause: str | None = None
+    """Two run records on different CPUs: why their bits may differ, in one line
+    (:func:`reprobuild.checks.runrecords.cpu_cause`)."""
 
     @property
     def count(self) -> int:
@@ -213,6 +221,7 @@ class DiffResult:
                 "changed": [c.to_dict() for c in self.changed],
             },
             "run_records": None if self.records is None else self.records.to_dict(),
+            "cause": self.cause,
         }
 
     def to_json(self) -> str:
@@ -246,6 +255,8 @@ class DiffResult:
                 f"run records differ first at {self.records.first} "
                 f"({len(self.records.differences)} in all, as verify compares them)"
             )
+        if self.cause is not None:
+            out.append(f"cause: {self.cause}")
         out.append(
             "identical"
             if self.identical
@@ -352,7 +363,11 @@ def diff(a: str, b: str, *, engine: Engine | None = None) -> DiffResult:
     stack_a, stack_b = load(a, engine), load(b, engine)
     result = compare(stack_a, stack_b)
     if stack_a.records is not None and stack_b.records is not None:
-        result = replace(result, records=compare_run_records(stack_a.records, stack_b.records))
+        result = replace(
+            result,
+            records=compare_run_records(stack_a.records, stack_b.records),
+            cause=cpu_cause(stack_a.records, stack_b.records),
+        )
     return result
 
 
@@ -619,8 +634,11 @@ def from_run_record(
         partial.add(("stack", key))
 
     put("host", "kernel", _dig(data, "host", "kernel"))
-    for field_name in ("model", "count", "allowed"):
+    for field_name in ("model", "count", "allowed", "level", "vendor"):
         put("host", f"cpu.{field_name}", _dig(data, "host", "cpu", field_name))
+    for key, value in _dispatch(frameworks).items():
+        put("host", f"dispatch.{key}", value)
+        partial.add(("host", f"dispatch.{key}"))
     gpu = _dig(data, "host", "gpu")
     if gpu is not _ABSENT:
         put("host", "gpu.devices", _gpu_devices(gpu))
@@ -632,6 +650,8 @@ def from_run_record(
     put("run", "seed", _dig(data, "determinism", "seed"))
     put("run", "mode", _dig(data, "determinism", "mode"))
     put("run", "threads", _dig(data, "threads", "requested"))
+    put("run", "cpu", _dig(data, "cpu", "mode"))
+    put("run", "cpu.level", _dig(data, "cpu", "level"))
     put("run", "rank", _dig(data, "distributed", "rank"))
     put("run", "world_size", _dig(data, "distributed", "world_size"))
     put("run", "command", _dig(data, "command"))
@@ -662,6 +682,16 @@ def from_run_record(
         partial=frozenset(partial),
         records=RunRecords(data, tuple(frameworks)),
     )
+
+
+def _dispatch(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the CPU libraries dispatched to (``cpu_dispatch`` of the framework records)."""
+    out: dict[str, Any] = {}
+    for record in records:
+        found = record.get("cpu_dispatch")
+        if isinstance(found, dict):
+            out.update({str(k): v for k, v in found.items()})
+    return dict(sorted(out.items()))
 
 
 def _rank_values(records: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, Any]]:

@@ -88,6 +88,101 @@ def compare_run_records(a: RunRecords, b: RunRecords) -> RecordAgreement:
     return RecordAgreement(tuple(diff_json(stack_view(a, both), stack_view(b, both))))
 
 
+# ------------------------------------------------------------------------- CPU differences
+
+LEVEL_NAMES = {
+    "x86-64": "x86-64 (SSE2)",
+    "x86-64-v2": "SSE4.2",
+    "x86-64-v3": "AVX2",
+    "x86-64-v4": "AVX-512",
+}
+"""How a cause line names an x86-64 level: by the widest vector instructions it has."""
+
+
+def _get(data: Any, *path: str) -> Any:
+    for name in path:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(name)
+    return data
+
+
+def _cpu_of(records: RunRecords) -> dict[str, Any]:
+    record = records.record or {}
+    host_cpu = _get(record, "host", "cpu") or {}
+    dispatch: dict[str, Any] = {}
+    for framework_record in records.frameworks:
+        found = framework_record.get("cpu_dispatch")
+        if isinstance(found, Mapping):
+            dispatch.update(found)
+    mode = _get(record, "cpu", "mode") or "native"  # records before issue 31: native only
+    return {
+        "mode": mode,
+        "level": _get(record, "cpu", "level"),
+        "host_level": host_cpu.get("level") if isinstance(host_cpu, Mapping) else None,
+        "model": host_cpu.get("model") if isinstance(host_cpu, Mapping) else None,
+        "vendor": host_cpu.get("vendor") if isinstance(host_cpu, Mapping) else None,
+        "dispatch": dispatch,
+    }
+
+
+def _describe(cpu: Mapping[str, Any]) -> str:
+    level = cpu.get("host_level")
+    return LEVEL_NAMES.get(level, str(level)) if level else str(cpu.get("model") or "unknown")
+
+
+def cpu_cause(a: RunRecords, b: RunRecords) -> str | None:
+    """Why two runs on different CPUs may have other bits, in one line (issue 31); None when
+    both ran on the same CPU (same model and level) or the records do not say.
+
+    - both native on CPUs of other levels or models: expected to differ, use portable;
+    - one native, one portable: expected to differ, the modes pin other kernels;
+    - both portable at one level: the same bits are expected; what each library dispatched
+      is compared, and a library that dispatched differently is named;
+    - portable at two levels: expected to differ.
+    """
+    ca, cb = _cpu_of(a), _cpu_of(b)
+    same_cpu = (ca["host_level"], ca["model"], ca["vendor"]) == (
+        cb["host_level"],
+        cb["model"],
+        cb["vendor"],
+    )
+    if ca["mode"] == cb["mode"] == "native":
+        if same_cpu:
+            return None
+        where = f"{_describe(ca)} vs {_describe(cb)}"
+        if ca["host_level"] is None or cb["host_level"] is None:
+            where = f"{ca['model'] or 'unknown'} vs {cb['model'] or 'unknown'}"
+        elif ca["host_level"] == cb["host_level"]:
+            where = (
+                f"{ca['model'] or 'unknown'} vs {cb['model'] or 'unknown'} (both {_describe(ca)})"
+            )
+        return (
+            f"native mode on {where}: expected to differ (each library dispatches by CPU); "
+            "use portable (REPRO_CPU=portable) for the same bits on every x86-64 CPU"
+        )
+    if ca["mode"] != cb["mode"] or ca["level"] != cb["level"]:
+        return (
+            f"CPU mode {ca['mode']}{_at(ca)} vs {cb['mode']}{_at(cb)}: expected to differ "
+            "(they pin other kernels); run both in the same mode"
+        )
+    keys = sorted(set(ca["dispatch"]) & set(cb["dispatch"]))
+    apart = [k for k in keys if ca["dispatch"][k] != cb["dispatch"][k]]
+    if apart:
+        shown = ", ".join(f"{k} {ca['dispatch'][k]!r} vs {cb['dispatch'][k]!r}" for k in apart)
+        return f"portable mode{_at(ca)}, but the libraries dispatched differently: {shown}"
+    if same_cpu:
+        return None
+    return (
+        f"portable mode{_at(ca)} on {_describe(ca)} vs {_describe(cb)}: the same bits are "
+        "expected; outputs that differ are a reprobuild bug worth reporting"
+    )
+
+
+def _at(cpu: Mapping[str, Any]) -> str:
+    return f" ({cpu['level']})" if cpu.get("level") else ""
+
+
 # ---------------------------------------------------------------------------------- reading
 
 

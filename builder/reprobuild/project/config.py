@@ -14,6 +14,7 @@ from reprobuild.errors import ConfigError, ReprobuildError, shorten
 
 # The runtime owns the determinism modes and the seed range (it enforces them in every run);
 # re-exported here, where reprobuild.yaml is checked against them.
+from reprobuild_entrypoint.settings import CPU_MODES as CPU_MODES
 from reprobuild_entrypoint.settings import MODES as MODES
 from reprobuild_entrypoint.settings import SEED_MAX as SEED_MAX
 
@@ -28,6 +29,7 @@ KEYS = (
     "base",
     "seed",
     "determinism",
+    "cpu",
     "include",
     "command",
     "apt",
@@ -89,6 +91,9 @@ class ProjectConfig:
     base_gpu: str | None = None
     seed: int = 0
     determinism: Mode = "strict"
+    # The image's default CPU mode (REPRO_CPU overrides it per run): native, portable or a
+    # portable level (reprobuild_entrypoint.envplan.PINS).
+    cpu: str = "native"
     include: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
     apt: tuple[str, ...] = field(default_factory=tuple)
@@ -202,6 +207,7 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
         base_gpu=base.get("gpu"),
         seed=_seed(path, data.get("seed", 0)),
         determinism=_mode(path, data.get("determinism", "strict")),
+        cpu=_cpu(path, data.get("cpu", "native")),
         include=_includes(root, path, data.get("include", [])),
         command=_command(path, data.get("command")),
         apt=_apt(path, data.get("apt", [])),
@@ -259,6 +265,12 @@ def _mode(path: Path, mode: object) -> Mode:
     if isinstance(mode, str) and mode in MODES:
         return cast(Mode, mode)
     raise ConfigError(path, f"determinism {shorten(mode)} must be one of: {', '.join(MODES)}")
+
+
+def _cpu(path: Path, cpu: object) -> str:
+    if isinstance(cpu, str) and cpu in CPU_MODES:
+        return cpu
+    raise ConfigError(path, f"cpu {shorten(cpu)} must be one of: {', '.join(CPU_MODES)}")
 
 
 def _apt(path: Path, apt: object) -> tuple[str, ...]:
