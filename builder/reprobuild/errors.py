@@ -68,6 +68,10 @@ class CatalogError(ReprobuildError):
     """The base-image catalog is invalid or has no such entry."""
 
 
+class UnknownBaseError(CatalogError):
+    """A base name that is neither in the catalog nor in the project's base lock."""
+
+
 class RegistryError(ReprobuildError):
     """The registry refused or could not answer a request."""
 

@@ -15,7 +15,7 @@ from reprobuild.bases.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.bases.refs import parse_pinned
 from reprobuild.build.render import FileEntry, Kind, RenderSpec
 from reprobuild.build.runtimefiles import runtime_package
-from reprobuild.errors import ConfigError, ReprobuildError
+from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
 from reprobuild.locks.lockfile import load_lock
 from reprobuild.project.config import ProjectConfig, load_config, select_variant
 
@@ -58,6 +58,13 @@ def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = 
     return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256)
 
 
+def _base_where(config: ProjectConfig, kind: str, variant_name: str | None) -> str:
+    """reprobuild.yaml:LINE of the base a build uses (the variant's, or base.cpu/base.gpu)."""
+    if variant_name:
+        return config.where_base(config.variant(variant_name))
+    return config.where("base", kind)
+
+
 def make_spec(
     directory: Path,
     *,
@@ -93,11 +100,20 @@ def make_spec(
                 f"cannot record base {base_value!r}: {exc.strerror or exc}",
                 hint="make the project writable once, or build with --base REF@DIGEST",
             ) from None
+        except UnknownBaseError as exc:  # named at the line that sets it
+            raise UnknownBaseError(
+                f"{_base_where(config, variant, variant_name)}: {exc.message}", hint=exc.hint
+            ) from None
         if note:
             log(f"note: {note}")
         base_ref, known_entrypoint = locked.ref, locked.entrypoint
     else:
-        base_ref = parse_pinned(base_value, what=f"base.{variant}")
+        try:
+            base_ref = parse_pinned(base_value, what=f"base.{variant}")
+        except ImageRefError as exc:  # named at the line that sets it
+            raise ImageRefError(
+                f"{_base_where(config, variant, variant_name)}: {exc.message}", hint=exc.hint
+            ) from None
     if ca_cert is not None and not online:
         raise ReprobuildError(
             "--ca-cert is only used with --online (hermetic builds need no network)"
