@@ -106,6 +106,19 @@ class OutputError(ReprobuildError):
     """An output path cannot be written."""
 
 
+class WriteError(OutputError):
+    """A file reprobuild writes into the project (or beside it) cannot be written: a read-only
+    project, a full disk. Names what it tried to write and where."""
+
+    def __init__(
+        self, what: str, path: Path | str, reason: str, *, hint: str | None = None
+    ) -> None:
+        super().__init__(f"cannot write {what} {path}: {reason}", hint=hint)
+        self.what = what
+        self.path = Path(path)
+        self.reason = reason
+
+
 class VerifyError(ReprobuildError):
     """``reprobuild verify`` cannot run what it was asked to, or a run did not finish."""
 

@@ -24,7 +24,7 @@ from reprobuild._util.boundedread import read_small_file
 from reprobuild._util.fsutil import write_atomic
 from reprobuild.bases.catalog import BaseEntry, Catalog, is_catalog_name
 from reprobuild.bases.refs import ImageRef, parse_pinned
-from reprobuild.errors import CatalogError, ImageRefError, shorten
+from reprobuild.errors import CatalogError, ImageRefError, WriteError, shorten
 from reprobuild.project.config import ProjectConfig
 
 LOCK_NAME = "reprobuild.bases.lock"
@@ -268,5 +268,13 @@ def update(root: Path, names: list[str], catalog: Catalog) -> list[tuple[str, st
             fresh = replace(fresh, locked_by=old.locked_by)
         lock = lock.with_base(fresh)
         changes.append((name, old.ref.digest if old else None, str(entry.ref.digest)))
-    write_base_lock(root, lock)
+    try:
+        write_base_lock(root, lock)
+    except OSError as exc:  # a read-only project: nothing was changed
+        raise WriteError(
+            "the re-pinned bases to",
+            lock_path(root),
+            exc.strerror or str(exc),
+            hint="make the project writable to re-pin its bases",
+        ) from None
     return changes
