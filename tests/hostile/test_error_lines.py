@@ -278,3 +278,37 @@ def test_catalog_value_is_named_at_its_line(tmp_path: Path) -> None:
     kind_line = body.splitlines().index('      "kind": "cpu",') + 1
     message = caught.value.message
     assert message.startswith(f"{path}:{kind_line}: bases.py.kind"), message
+
+
+# ---------------------------------------------------------------- reprobuild.bases.lock
+BASES_LOCK_CASES = [
+    ("ref-unpinned", '"ref": "python:3.11-slim-bookworm@sha256:', '"ref": "python:3.11@x', 5),
+    ("entrypoint-type", '"entrypoint": []', '"entrypoint": "sh"', 7),
+    ("versions-type", '"python": "3.11"', '"python": 3.11', 8),
+    ("schema-version", '"schema_version": 1', '"schema_version": "1"', 2),
+]
+
+
+@pytest.mark.parametrize("command", ["matrix", "render"])
+@pytest.mark.parametrize(
+    ("old", "new", "line"),
+    [c[1:] for c in BASES_LOCK_CASES],
+    ids=[c[0] for c in BASES_LOCK_CASES],
+)
+def test_bases_lock_value_is_named_at_its_line(
+    old: str, new: str, line: int, command: str, project: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The base lock is JSON (no positions from the reader): the line is found by its key,
+    within the base's own entry."""
+    root = project("tiny")
+    lock = root / "reprobuild.bases.lock"
+    text = lock.read_text()
+    assert old in text
+    lock.write_text(text.replace(old, new))
+    out = tmp_path / "out"
+    argv = ["matrix", str(root)] if command == "matrix" else ["render", "-o", str(out), str(root)]
+    snap = Snapshot.take([root, out])
+    proc = run_cli(*argv, timeout=120)
+    error = assert_clean_failure(proc, "reprobuild.bases.lock")
+    assert f"{lock}:{line}: " in error, error
+    snap.assert_unchanged()
