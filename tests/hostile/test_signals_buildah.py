@@ -92,6 +92,12 @@ def _names() -> set[str]:
     return {line.strip() for line in out.splitlines()}
 
 
+def _engine_tags(docker_client) -> set[str]:  # type: ignore[no-untyped-def]
+    """The engine's tags, in one API call (images.list() inspects each image afterwards, and
+    fails when another session removes one in between)."""
+    return {t for image in docker_client.api.images() for t in image.get("RepoTags") or []}
+
+
 def _owned_temps(pid: int) -> list[Path]:
     tmp = Path(tempfile.gettempdir())
     return [p for p in tmp.iterdir() if p.name.startswith("reprobuild-") and f"-{pid}-" in p.name]
@@ -211,7 +217,7 @@ def test_signal_in_every_phase_of_a_buildah_build_leaves_nothing(  # type: ignor
     tag = f"reprobuild-hostile/buildah-signal:{uuid.uuid4().hex[:8]}"
     containers = set(_containers())
     names = _names()
-    tags = {t for image in docker_client.images.list() for t in image.tags}
+    tags = _engine_tags(docker_client)
     proc = _start(tiny, base_ref, tag, tmp_path / "cache")
     seen: list[str] = []
     try:
@@ -242,7 +248,7 @@ def test_signal_in_every_phase_of_a_buildah_build_leaves_nothing(  # type: ignor
         left = _ours(layer, set(_containers()) - containers)
         assert left == set(), "buildah working containers left"
         assert {n for n in _names() - names if f":{proc.pid}-" in n} == set()
-        now = {t for image in docker_client.images.list() for t in image.tags}
+        now = _engine_tags(docker_client)
         assert tag not in now
         assert {t for t in now - tags if f":{proc.pid}-" in t} == set()
 
