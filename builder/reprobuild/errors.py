@@ -76,6 +76,10 @@ class CatalogError(ReprobuildError):
     """The base-image catalog is invalid or has no such entry."""
 
 
+class UnknownBaseError(CatalogError):
+    """A base name that is neither in the catalog nor in the project's base lock."""
+
+
 class RegistryError(ReprobuildError):
     """The registry refused or could not answer a request."""
 
@@ -108,6 +112,19 @@ class ImageNotBuiltError(ReprobuildError):
 
 class OutputError(ReprobuildError):
     """An output path cannot be written."""
+
+
+class WriteError(OutputError):
+    """A file reprobuild writes into the project (or beside it) cannot be written: a read-only
+    project, a full disk. Names what it tried to write and where."""
+
+    def __init__(
+        self, what: str, path: Path | str, reason: str, *, hint: str | None = None
+    ) -> None:
+        super().__init__(f"cannot write {what} {path}: {reason}", hint=hint)
+        self.what = what
+        self.path = Path(path)
+        self.reason = reason
 
 
 class VerifyError(ReprobuildError):

@@ -327,21 +327,21 @@ def test_load_catalog_missing_file(tmp_path: Path) -> None:
 def test_load_catalog_bad_yaml(tmp_path: Path) -> None:
     path = tmp_path / "catalog.yaml"
     path.write_text("schema_version: 2\nbases: [oops\n")
-    with pytest.raises(CatalogError, match=re.escape(f"{path}:3: invalid YAML")):
+    with pytest.raises(CatalogError, match=re.escape(f"{path}:3:1: invalid YAML")):
         load_catalog(path)
 
 
 def test_load_catalog_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "catalog.yaml"
     path.write_bytes(b"schema_version: 2\n# \xff\n")
-    with pytest.raises(CatalogError, match=r"catalog\.yaml:2: is not UTF-8"):
+    with pytest.raises(CatalogError, match=r"catalog\.yaml:2:3: is not UTF-8"):
         load_catalog(path)
 
 
 def test_load_catalog_wrong_schema_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "catalog.yaml"
     path.write_text("schema_version: 9\nbases: {}\n")
-    with pytest.raises(CatalogError, match=f"^{re.escape(str(path))}: schema_version must be 2"):
+    with pytest.raises(CatalogError, match=f"^{re.escape(str(path))}:1: schema_version must be 2"):
         load_catalog(path)
 
 

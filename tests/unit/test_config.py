@@ -128,7 +128,7 @@ def test_non_utf8_names_the_line(tmp_path: Path) -> None:
     root = project(tmp_path, b"name: demo\nlock: requirements.lock\n# caf\xe9\n")
     with pytest.raises(ConfigError) as info:
         load_config(root)
-    assert info.value.message == f"{root.resolve() / 'reprobuild.yaml'}:3: is not UTF-8"
+    assert info.value.message == f"{root.resolve() / 'reprobuild.yaml'}:3:6: is not UTF-8"
 
 
 def test_yaml_error_names_the_line(tmp_path: Path) -> None:
@@ -136,14 +136,15 @@ def test_yaml_error_names_the_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="invalid YAML") as info:
         load_config(root)
     where = info.value.message.split(": ", 1)[0]
-    path, line = where.rsplit(":", 1)
+    path, line, column = where.rsplit(":", 2)
     assert path == str(root.resolve() / "reprobuild.yaml")
     assert line.isdigit() and int(line) >= 3
+    assert column.isdigit()
 
 
 def test_tab_indent_yaml_error_names_line(tmp_path: Path) -> None:
     root = project(tmp_path, "name: demo\nbase:\n\tcpu: x\n")
-    with pytest.raises(ConfigError, match=r"reprobuild\.yaml:3: invalid YAML"):
+    with pytest.raises(ConfigError, match=r"reprobuild\.yaml:3:1: invalid YAML"):
         load_config(root)
 
 
@@ -380,10 +381,18 @@ def test_include_duplicate(tmp_path: Path, second: str) -> None:
     assert f"include {second!r} is listed twice" in err.message
 
 
-@pytest.mark.parametrize("value", ["a.py", {"a.py": 1}, [1], [None]])
-def test_include_must_be_list_of_strings(tmp_path: Path, value: object) -> None:
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("a.py", "include must be a list of relative paths, got a string"),
+        ({"a.py": 1}, "include must be a list of relative paths, got a mapping"),
+        ([1], "include entry 1 must be a relative path, got an integer"),
+        ([None], "include entry None must be a relative path, got nothing"),
+    ],
+)
+def test_include_must_be_list_of_strings(tmp_path: Path, value: object, expected: str) -> None:
     err = refused(tmp_path, "a.py", include=value)
-    assert "include must be a list of relative paths" in err.message
+    assert expected in err.message
 
 
 @pytest.mark.parametrize("item", ["a;b", "a$b", "a`b", "a\tb", " lead", "a\\b"])
@@ -431,10 +440,18 @@ def test_command_empty(tmp_path: Path, value: object) -> None:
     assert "command is empty" in err.message
 
 
-@pytest.mark.parametrize("value", [3, {"run": "x"}, ["python", 3], True])
-def test_command_wrong_type(tmp_path: Path, value: object) -> None:
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (3, "command must be a string or a list of strings, got an integer"),
+        ({"run": "x"}, "command must be a string or a list of strings, got a mapping"),
+        (["python", 3], "command word 3 must be a string, got an integer"),
+        (True, "command must be a string or a list of strings, got a boolean"),
+    ],
+)
+def test_command_wrong_type(tmp_path: Path, value: object, expected: str) -> None:
     err = refused(tmp_path, command=value)
-    assert "command must be a string or a list of strings" in err.message
+    assert expected in err.message
 
 
 @pytest.mark.parametrize("word", ["a\nb", "a\x00b", "tab\there", "del\x7f", "esc\x1b[0m"])
@@ -489,10 +506,17 @@ def test_apt_invalid(tmp_path: Path, entry: str) -> None:
     assert f"apt entry {entry!r} must be 'package=version'" in err.message
 
 
-@pytest.mark.parametrize("value", ["curl=7.88", [1], {"curl": "7.88"}])
-def test_apt_must_be_list_of_strings(tmp_path: Path, value: object) -> None:
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("curl=7.88", "apt must be a list of 'package=version' strings, got a string"),
+        ([1], "apt entry 1 must be a 'package=version' string, got an integer"),
+        ({"curl": "7.88"}, "apt must be a list of 'package=version' strings, got a mapping"),
+    ],
+)
+def test_apt_must_be_list_of_strings(tmp_path: Path, value: object, expected: str) -> None:
     err = refused(tmp_path, apt=value)
-    assert "apt must be a list of 'package=version' strings" in err.message
+    assert expected in err.message
 
 
 def test_first_bad_value_wins_in_key_order(tmp_path: Path) -> None:

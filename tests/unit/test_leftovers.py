@@ -47,3 +47,46 @@ def test_reap_removes_dead_temp_dirs_only(tmp_path: Path) -> None:
         for path in (dead, mine):
             if path.exists():
                 path.rmdir()
+
+
+def test_container_name_carries_the_owner() -> None:
+    name = leftovers.container_name("0123456789abcdef")
+    assert leftovers.container_owner(name) == leftovers.owner()
+    assert leftovers.container_owner("127.0.0.1-working-container") is None
+    assert leftovers.container_owner("reprobuild-x-1-ab") is None
+
+
+class _Store:
+    """A store (buildah's) holding one container of a dead run and one of this run."""
+
+    def __init__(self) -> None:
+        self.held = {"reprobuild-999999998-5-ab": "999999998-5", "mine": leftovers.owner()}
+
+    def owned_containers(self) -> list[tuple[str, str]]:
+        return list(self.held.items())
+
+    def remove_container(self, container_id: str) -> bool:
+        return self.held.pop(container_id, None) is not None
+
+    def tags_under(self, prefix: str) -> list[str]:
+        return []
+
+    def untag(self, ref: str) -> None:
+        raise AssertionError(ref)
+
+
+def test_reap_counts_every_store_in_one_note(tmp_path: Path) -> None:
+    """The engine's leftovers and buildah's in one note line; a store's are removed before
+    the dead run's temp dirs (which may say what it left there)."""
+    dead = Path(tempfile.mkdtemp(prefix="reprobuild-iid-999999998-5-"))
+    store = _Store()
+    notes: list[str] = []
+    try:
+        # (other dead runs' temp dirs on this machine may be counted too)
+        assert leftovers.reap(None, notes.append, also=[store]) >= 2
+        assert list(store.held) == ["mine"]
+        assert not dead.exists()
+        assert len(notes) == 1 and "999999998" in notes[0], notes
+    finally:
+        if dead.exists():
+            dead.rmdir()

@@ -3,6 +3,7 @@ checked by its whole message (the file, the variant and the bad value, and what 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,11 @@ def load(tmp_path: Path, matrix: object, **over: Any) -> ProjectConfig:
 def refused(tmp_path: Path, matrix: object, **over: Any) -> str:
     with pytest.raises(ConfigError) as info:
         load(tmp_path, matrix, **over)
-    prefix = f"{tmp_path.resolve() / 'proj' / 'reprobuild.yaml'}: "
-    assert info.value.message.startswith(prefix)
-    return info.value.message[len(prefix) :]
+    # Every message names the file and the line of the value it refuses.
+    path = re.escape(str(tmp_path.resolve() / "proj" / "reprobuild.yaml"))
+    where = re.match(path + r":[0-9]+: ", info.value.message)
+    assert where is not None, info.value.message
+    return info.value.message[where.end() :]
 
 
 # --------------------------------------------------------------------------- valid matrices
@@ -171,23 +174,31 @@ NAME_RULE = (
     [
         (
             {"name": "cpu"},
-            "matrix must be a non-empty list of variants, each a mapping with a name",
+            "matrix must be a non-empty list of variants, each a mapping with a name, "
+            "got a mapping",
         ),
-        ([], "matrix must be a non-empty list of variants, each a mapping with a name"),
-        (["cpu"], "matrix[0] must be a mapping with a name (got 'cpu')"),
-        ([{"gpu": True}], f"matrix[0]: name None {NAME_RULE}"),
+        (
+            [],
+            "matrix must be a non-empty list of variants, each a mapping with a name, "
+            "got an empty list",
+        ),
+        (["cpu"], "matrix[0] must be a mapping with a name (got a string, 'cpu')"),
+        ([{"gpu": True}], f"matrix[0]: name None {NAME_RULE}, got nothing"),
         ([{"name": "cpu"}, {"name": "CPU"}], f"matrix[1]: name 'CPU' {NAME_RULE}"),
         ([{"name": "-cpu"}], f"matrix[0]: name '-cpu' {NAME_RULE}"),
         ([{"name": "cpu/tf"}], f"matrix[0]: name 'cpu/tf' {NAME_RULE}"),
         ([{"name": "cpu tf"}], f"matrix[0]: name 'cpu tf' {NAME_RULE}"),
-        ([{"name": 7}], f"matrix[0]: name 7 {NAME_RULE}"),
+        ([{"name": 7}], f"matrix[0]: name 7 {NAME_RULE}, got an integer"),
         ([{"name": "x" * 33}], f"matrix[0]: name {'x' * 33!r} {NAME_RULE}"),
         (
             [{"name": "cpu", "tag": "latest"}],
             "matrix variant 'cpu': unknown key 'tag'; allowed keys: name, gpu, lock, base, runner",
         ),
         ([{"name": "cpu"}, {"name": "cpu"}], "matrix variant 'cpu' is listed twice"),
-        ([{"name": "g", "gpu": "yes"}], "matrix variant 'g': gpu 'yes' must be true or false"),
+        (
+            [{"name": "g", "gpu": "yes"}],
+            "matrix variant 'g': gpu 'yes' must be true or false, got a string",
+        ),
         (
             [{"name": "cpu", "lock": "nope.lock"}],
             "matrix variant 'cpu': lock 'nope.lock' does not exist",
@@ -199,7 +210,7 @@ NAME_RULE = (
         ),
         (
             [{"name": "cpu", "lock": 3}],
-            "matrix variant 'cpu': lock must be a path to a lockfile, got 3",
+            "matrix variant 'cpu': lock must be a path to a lockfile, got an integer",
         ),
         (
             [{"name": "g", "gpu": True, "base": PINNED_GPU}],
@@ -211,7 +222,8 @@ NAME_RULE = (
         ),
         (
             [{"name": "cpu", "base": ["python"]}],
-            "matrix variant 'cpu': base ['python'] must be a catalog name or NAME@sha256:<64 hex>",
+            "matrix variant 'cpu': base ['python'] must be a catalog name or NAME@sha256:<64 hex>"
+            ", got a list",
         ),
         (
             [{"name": "cpu", "base": " "}],
@@ -219,11 +231,13 @@ NAME_RULE = (
         ),
         (
             [{"name": "cpu", "runner": []}],
-            "matrix variant 'cpu': runner must be a runner label or a non-empty list of labels",
+            "matrix variant 'cpu': runner must be a runner label or a non-empty list of labels"
+            ", got an empty list",
         ),
         (
             [{"name": "cpu", "runner": {"group": "gpus"}}],
-            "matrix variant 'cpu': runner must be a runner label or a non-empty list of labels",
+            "matrix variant 'cpu': runner must be a runner label or a non-empty list of labels"
+            ", got a mapping",
         ),
         (
             [{"name": "cpu", "runner": ["self-hosted", "gpu; rm -rf /"]}],

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from reprobuild.errors import WriteError
 
-def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same directory, then rename."""
+
+def write_atomic(
+    path: Path, data: bytes | str, *, mode: int = 0o644, what: str | None = None
+) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same directory, then rename.
+
+    ``what`` (e.g. "the base lock"): an OSError (a read-only project, a full disk) becomes one
+    :class:`~reprobuild.errors.WriteError` naming it and ``path``; without it the OSError is
+    raised for the caller to word."""
+    if what is None:
+        _write_atomic(path, data, mode)
+        return
+    try:
+        _write_atomic(path, data, mode)
+    except OSError as exc:
+        raise WriteError(
+            what,
+            path,
+            exc.strerror or str(exc),
+            hint=READ_ONLY_HINT if exc.errno == errno.EROFS else None,
+        ) from None
+
+
+READ_ONLY_HINT = "the file system is read-only: run it where the project is writable"
+
+
+def _write_atomic(path: Path, data: bytes | str, mode: int) -> None:
     payload = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Protocol
@@ -24,11 +24,14 @@ from reprobuild_entrypoint.contract import LABEL_PREFIX
 OWNER_LABEL = f"{LABEL_PREFIX}owner"
 SCRATCH_REPO = "reprobuild-scratch/"
 # Temp dirs a run makes: reprobuild-<kind>-<pid>-<start>-<random>
-TEMP_KINDS = ("ctx", "iid", "lock", "verify")
+TEMP_KINDS = ("ctx", "iid", "lock", "verify", "layers", "buildah")
 _TOKEN = r"(?P<pid>\d+)-(?P<start>\d+)"
 _TEMP_RE = re.compile(rf"^reprobuild-(?:{'|'.join(TEMP_KINDS)})-{_TOKEN}-")
 _SCRATCH_RE = re.compile(rf"^{re.escape(SCRATCH_REPO)}[^:]+:{_TOKEN}-[0-9a-f]+$")
 _OWNER_RE = re.compile(rf"^{_TOKEN}$")
+# buildah working containers this run names (the image probe's): reprobuild-<owner>-<random>
+CONTAINER_PREFIX = "reprobuild-"
+_CONTAINER_RE = re.compile(rf"^{CONTAINER_PREFIX}{_TOKEN}-[0-9a-f]+$")
 
 
 def _start_time(pid: int) -> int | None:
@@ -82,6 +85,33 @@ def labels() -> dict[str, str]:
     return {OWNER_LABEL: owner()}
 
 
+def container_name(suffix: str) -> str:
+    """A name for a container this run creates that names its owner (buildah has no labels
+    on working containers): ``reprobuild-<owner>-<suffix>``."""
+    return f"{CONTAINER_PREFIX}{owner()}-{suffix}"
+
+
+def container_owner(name: str) -> str | None:
+    match = _CONTAINER_RE.match(name)
+    return f"{match['pid']}-{match['start']}" if match else None
+
+
+def dead_temp_dirs(kind: str) -> list[tuple[Path, str]]:
+    """This machine's ``reprobuild-<kind>-<owner>-*`` temp dirs with their owner tokens (the
+    caller decides with :func:`is_alive`)."""
+    pattern = re.compile(rf"^reprobuild-{re.escape(kind)}-{_TOKEN}-")
+    try:
+        entries = list(Path(tempfile.gettempdir()).iterdir())
+    except OSError:
+        return []
+    found = []
+    for path in entries:
+        match = pattern.match(path.name)
+        if match is not None:
+            found.append((path, f"{match['pid']}-{match['start']}"))
+    return found
+
+
 def scratch_owner(tag: str) -> str | None:
     match = _SCRATCH_RE.match(tag)
     return f"{match['pid']}-{match['start']}" if match else None
@@ -108,16 +138,28 @@ class OwnedEngine(Protocol):
     def untag(self, ref: str) -> None: ...
 
 
-def reap(engine: OwnedEngine | None, note: Callable[[str], None], *, mine: bool = False) -> int:
+def reap(
+    engine: OwnedEngine | None,
+    note: Callable[[str], None],
+    *,
+    mine: bool = False,
+    also: Sequence[OwnedEngine] = (),
+) -> int:
     """Remove what runs that are gone left behind (scratch tags, probe containers, temp
-    dirs); say so in one note line. ``engine`` None: temp dirs only. ``mine``: remove only
-    this run's own (its last act when interrupted), silently. Never fails."""
+    dirs); say so in one note line. ``engine`` None: temp dirs only; ``also``: more stores
+    (buildah's), reaped first (what they find may be recorded in a dead run's temp dir).
+    ``mine``: remove only this run's own (its last act when interrupted), silently. Never
+    fails."""
 
     def is_gone(token: str) -> bool:
         return token == owner() if mine else not is_alive(token)
 
     removed = 0
     dead: set[str] = set()
+    for store in also:
+        count, tokens = _reap_store(store, is_gone)
+        removed += count
+        dead |= tokens
     tmp = Path(tempfile.gettempdir())
     try:
         entries = list(tmp.iterdir())
@@ -134,22 +176,31 @@ def reap(engine: OwnedEngine | None, note: Callable[[str], None], *, mine: bool 
                 removed += 1
                 dead.add(token)
     if engine is not None:
-        try:
-            for container_id, token in engine.owned_containers():
-                if is_gone(token) and engine.remove_container(container_id):
-                    removed += 1
-                    dead.add(token)
-            for tag in engine.tags_under(SCRATCH_REPO):
-                token = scratch_owner(tag) or ""
-                if token and is_gone(token):
-                    engine.untag(tag)
-                    removed += 1
-                    dead.add(token)
-        except Exception:
-            pass
+        count, tokens = _reap_store(engine, is_gone)
+        removed += count
+        dead |= tokens
     if removed and not mine:
         pids = ", ".join(sorted({t.split("-", 1)[0] for t in dead}, key=int))
         what = "leftover" if removed == 1 else "leftovers"
         runs = "an earlier run that was" if len(dead) == 1 else "earlier runs that were"
         note(f"note: removed {removed} {what} of {runs} killed (pid {pids})")
     return removed
+
+
+def _reap_store(store: OwnedEngine, is_gone: Callable[[str], bool]) -> tuple[int, set[str]]:
+    removed = 0
+    dead: set[str] = set()
+    try:
+        for container_id, token in store.owned_containers():
+            if is_gone(token) and store.remove_container(container_id):
+                removed += 1
+                dead.add(token)
+        for tag in store.tags_under(SCRATCH_REPO):
+            token = scratch_owner(tag) or ""
+            if token and is_gone(token):
+                store.untag(tag)
+                removed += 1
+                dead.add(token)
+    except Exception:
+        pass
+    return removed, dead

@@ -19,13 +19,14 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from reprobuild._util import leftovers
 from reprobuild.backends.engine import RunResult
-from reprobuild.backends.procstream import run_streamed
+from reprobuild.backends.procstream import run_captured, run_streamed
 from reprobuild.bases.refs import ImageRef
 from reprobuild.errors import EngineError
 
@@ -129,12 +130,14 @@ def pull(ref: ImageRef, log: Log = _quiet) -> None:
     if has_image(pinned):
         return
     log(f"buildah: pulling {pinned}")
-    _stream(
-        [require(), "pull", "--quiet", *_tls(ref), pinned],
-        f"pulling {pinned}",
-        log,
-        deadline_s=NETWORK_DEADLINE_S,
-    )
+    with _tmpdir() as tmp:
+        _stream(
+            [require(), "pull", "--quiet", *_tls(ref), pinned],
+            f"pulling {pinned}",
+            log,
+            tmp,
+            deadline_s=NETWORK_DEADLINE_S,
+        )
 
 
 def bud(
@@ -168,9 +171,15 @@ def bud(
     if no_cache:
         argv.append("--no-cache")
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
-        iid = Path(tmp) / "iid"
+        iid = Path(tmp) / IID_FILE
         argv += ["--iidfile", str(iid), *(["-t", tag] if tag else []), str(context)]
-        _stream(argv, "buildah build", log)
+        try:
+            _stream(argv, "buildah build", log, Path(tmp), gentle=True)
+        except BaseException:
+            # Stopped (or failed) after buildah wrote the image: it is no one's.
+            if iid.is_file():
+                remove_images([tag or iid.read_text().strip().removeprefix("sha256:")])
+            raise
         return iid.read_text().strip().removeprefix("sha256:")
 
 
@@ -195,6 +204,7 @@ def push(
             [*argv, image, destination],
             f"pushing to {destination}",
             log,
+            Path(tmp),
             deadline_s=NETWORK_DEADLINE_S,
         )
         return digestfile.read_text().strip()
@@ -213,11 +223,12 @@ def archive_stream(
     first (a cut-off archive). buildah is stopped when the block is left early (the load
     failed, Ctrl-C) and after ``deadline_s`` in all, so a stalled push ends the read."""
     cli = require()
-    with tempfile.TemporaryFile() as errors:
+    with tempfile.TemporaryFile() as errors, _tmpdir() as tmp:
         read_end, write_end = os.pipe()
         try:
             proc = subprocess.Popen(
                 [cli, "push", "--quiet", image, f"docker-archive:/dev/fd/{write_end}:{name}"],
+                env=_env(tmp),
                 pass_fds=(write_end,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -278,6 +289,8 @@ def archive_stream(
 
 
 CACHE_REPO = "reprobuild-cache/"
+IID_FILE = "iid"
+IMAGE_PREFIX = "image:"  # Storage.owned_containers: an image, not a container
 
 
 def cache_name(project: str, variant: str) -> str:
@@ -340,25 +353,26 @@ class Prober:
         timeout: float = 600.0,
     ) -> RunResult:
         cli = require()
-        container = _capture([cli, "from", "--pull=never", "--quiet", image], "buildah from")
-        container = container.strip()
-        try:
-            argv = [cli, "run", "--network", "none"]
-            for name, value in (environment or {}).items():
-                argv += ["--env", f"{name}={value}"]
-            argv += [container, "--", *(entrypoint or []), *command]
+        # Named after this run, so that the next run removes it if this one is killed.
+        container = leftovers.container_name(uuid.uuid4().hex[:16])
+        with _tmpdir() as tmp:
             try:
-                proc = subprocess.run(argv, capture_output=True, check=False, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise EngineError(f"the probe ran over {timeout:.0f} s in buildah") from None
-            except OSError as exc:
-                raise EngineError(f"buildah run failed: {exc}") from None
-            return RunResult(proc.returncode, proc.stdout, proc.stderr)
-        finally:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run(
-                    [cli, "rm", container], capture_output=True, check=False, timeout=120
+                made = _gentle(
+                    [cli, "from", "--pull=never", "--quiet", "--name", container, image],
+                    "buildah from",
+                    tmp,
+                    timeout=600,
                 )
+                if made.returncode != 0:
+                    raise EngineError(f"buildah from failed: {_last(made.stderr)}")
+                argv = [cli, "run", "--network", "none"]
+                for name, value in (environment or {}).items():
+                    argv += ["--env", f"{name}={value}"]
+                argv += [container, "--", *(entrypoint or []), *command]
+                proc = _gentle(argv, "buildah run", tmp, timeout=timeout, ran="the probe")
+                return RunResult(proc.returncode, proc.stdout, proc.stderr)
+            finally:
+                remove_container(container)
 
     def inspect(self, image: str) -> dict[str, Any]:
         """The image's config as the engine's inspect names it: ``{"Config": {"Env": [...],
@@ -368,16 +382,42 @@ class Prober:
 
 
 class Storage:
-    """buildah's image storage as a :class:`leftovers.OwnedEngine`, so that the next run
-    reaps the stamp images (``reprobuild-scratch/...``, named after their owner) of a run
-    that was killed before its clean-up. buildah has no labelled containers to go by: a
-    working container that a SIGKILL leaves is not reaped (``buildah rm --all``)."""
+    """buildah's storage as a :class:`leftovers.OwnedEngine`, so that the next run reaps what
+    a run killed before its clean-up left there: the stamp images (``reprobuild-scratch/...``,
+    named after their owner), the probe's working containers (``reprobuild-<owner>-...``),
+    and the image a build finished after its run was gone (buildah is stopped with SIGINT,
+    which it heeds only during a RUN step, so it may finish the build instead; the image ID
+    is in the dead run's ``iid`` file; ``buildah rmi`` removes its record, and layers that
+    other images are built on stay). buildah's build containers are not left behind: it is
+    stopped only where it removes them itself (procstream.run_streamed ``gentle``), unless it
+    ignores SIGINT for longer than the stop wait (60 s) and is killed."""
 
     def owned_containers(self) -> list[tuple[str, str]]:
-        return []
+        cli = binary()
+        if cli is None:
+            return []
+        try:
+            out = _capture([cli, "containers", "--format", "{{.ContainerName}}"], "buildah")
+        except EngineError:
+            return []
+        owned = []
+        for name in out.split():
+            token = leftovers.container_owner(name)
+            if token is not None:
+                owned.append((name, token))
+        for folder, token in leftovers.dead_temp_dirs("iid"):
+            with contextlib.suppress(OSError):
+                image = (folder / IID_FILE).read_text().strip().removeprefix("sha256:")
+                if image and image_id(image) is not None:
+                    owned.append((IMAGE_PREFIX + image, token))
+        return owned
 
     def remove_container(self, container_id: str) -> bool:
-        return False
+        if container_id.startswith(IMAGE_PREFIX):
+            image = container_id.removeprefix(IMAGE_PREFIX)
+            remove_images([image])
+            return image_id(image) is None
+        return remove_container(container_id)
 
     def tags_under(self, prefix: str) -> list[str]:
         cli = binary()
@@ -394,6 +434,48 @@ class Storage:
         remove_images([ref])
 
 
+def remove_container(name: str) -> bool:
+    """``buildah rm NAME``; whether it is gone. Never fails: clean-up."""
+    cli = binary()
+    if cli is None:
+        return False
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run([cli, "rm", name], capture_output=True, check=False, timeout=120)
+        return done.returncode == 0
+    return False
+
+
+@contextlib.contextmanager
+def _tmpdir() -> Iterator[Path]:
+    """A temp dir named after this run for buildah's own temp files (its TMPDIR): buildah
+    killed half-way leaves a ``buildahNNN`` dir there, which goes with ours, or with the next
+    run's reaping when this one was killed too."""
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("buildah")) as tmp:
+        yield Path(tmp)
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(tmp)}
+
+
+def _last(stderr: bytes) -> str:
+    text = stderr.decode(errors="replace").strip()
+    return text.splitlines()[-1][-300:] if text else "no message"
+
+
+def _gentle(
+    argv: list[str], what: str, tmp: Path, *, timeout: float, ran: str | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a short buildah command (``from``, ``run``) captured and gently stopped
+    (procstream.run_captured); ``ran`` names it in the timeout message."""
+    try:
+        return run_captured(argv, timeout=timeout, env=_env(tmp))
+    except subprocess.TimeoutExpired:
+        raise EngineError(f"{ran or what} ran over {timeout:.0f} s in buildah") from None
+    except OSError as exc:
+        raise EngineError(f"{what} failed: {exc}") from None
+
+
 def _capture(argv: list[str], what: str, timeout: float = 60) -> str:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
@@ -404,7 +486,18 @@ def _capture(argv: list[str], what: str, timeout: float = 60) -> str:
     return proc.stdout
 
 
-def _stream(argv: list[str], what: str, log: Log, deadline_s: float | None = None) -> None:
-    """Run buildah (procstream.run_streamed): interrupted, buildah gets SIGTERM and is waited
-    for, so it removes its own working containers before this returns."""
-    run_streamed(argv, what, log, deadline_s=deadline_s, stop_wait_s=60.0)
+def _stream(
+    argv: list[str],
+    what: str,
+    log: Log,
+    tmp: Path,
+    *,
+    deadline_s: float | None = None,
+    gentle: bool = False,
+) -> None:
+    """Run buildah (procstream.run_streamed) with its temp files in ``tmp``. Interrupted, it
+    is stopped and waited for: ``gentle`` (a build) with SIGINT, which it heeds where it can
+    remove its working containers itself; a pull or a push, which have none, with SIGTERM."""
+    run_streamed(
+        argv, what, log, env=_env(tmp), deadline_s=deadline_s, stop_wait_s=60.0, gentle=gentle
+    )

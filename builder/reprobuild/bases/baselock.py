@@ -24,7 +24,7 @@ from reprobuild._util.boundedread import read_small_file
 from reprobuild._util.fsutil import write_atomic
 from reprobuild.bases.catalog import BaseEntry, Catalog, is_catalog_name
 from reprobuild.bases.refs import ImageRef, parse_pinned
-from reprobuild.errors import CatalogError, ImageRefError, shorten
+from reprobuild.errors import CatalogError, ImageRefError, WriteError, shorten
 from reprobuild.project.config import ProjectConfig
 
 LOCK_NAME = "reprobuild.bases.lock"
@@ -123,39 +123,67 @@ def load_base_lock(root: Path) -> BaseLock:
     except FileNotFoundError:
         return BaseLock()
     data = jsonload.loads(raw, str(path), error=_LockJSONError, max_bytes=BASE_LOCK_MAX_BYTES)
-    return parse_base_lock(data, path)
+    return parse_base_lock(data, path, raw.decode("utf-8", "replace"))
 
 
-def parse_base_lock(data: Any, path: Path) -> BaseLock:
-    def bad(problem: str) -> CatalogError:
-        return CatalogError(f"{path}: {problem}", hint="restore it from version control")
+def _line_of(text: str, after: str | None, key: str) -> int | None:
+    """The 1-based line where JSON key ``key`` first appears (after key ``after``, when
+    given): the JSON reader keeps no positions, and the lock is one key per line."""
+    start = 0
+    if after is not None:
+        found = text.find(json.dumps(after) + ":")
+        if found < 0:
+            return None
+        start = found
+    at = text.find(json.dumps(key) + ":", start)
+    return None if at < 0 else text.count("\n", 0, at) + 1
 
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        raise bad(f"schema_version must be {SCHEMA_VERSION}")
+
+def parse_base_lock(data: Any, path: Path, text: str = "") -> BaseLock:
+    def bad(problem: str, key: str = "", within: str | None = None) -> CatalogError:
+        line = _line_of(text, within, key) if key else None
+        where = f"{path}:{line}" if line else f"{path}"
+        return CatalogError(f"{where}: {problem}", hint="restore it from version control")
+
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or version != SCHEMA_VERSION:
+        raise bad(
+            f"schema_version must be {SCHEMA_VERSION}, got {shorten(version, 40)}", "schema_version"
+        )
     raw_bases = data.get("bases")
     if not isinstance(raw_bases, dict):
-        raise bad("'bases' must be a mapping of catalog name to pinned base")
+        raise bad("'bases' must be a mapping of catalog name to pinned base", "bases")
     bases: dict[str, LockedBase] = {}
     for name, raw in raw_bases.items():
         if not isinstance(name, str) or not is_catalog_name(name) or not isinstance(raw, dict):
-            raise bad(f"base {shorten(name, 60)} must be a catalog name mapped to an object")
+            raise bad(
+                f"base {shorten(name, 60)} must be a catalog name mapped to an object", str(name)
+            )
         try:
             ref = parse_pinned(str(raw.get("ref")), what=f"locked base {shorten(name, 60)}")
         except ImageRefError as exc:
-            raise bad(exc.message) from None
+            raise bad(exc.message, "ref", name) from None
         entrypoint = raw.get("entrypoint")
         if entrypoint is not None and (
             not isinstance(entrypoint, list) or not all(isinstance(e, str) for e in entrypoint)
         ):
-            raise bad(f"base {shorten(name, 60)} entrypoint must be null or a list of strings")
+            raise bad(
+                f"base {shorten(name, 60)} entrypoint must be null or a list of strings",
+                "entrypoint",
+                name,
+            )
         versions = raw.get("versions", {})
         if not isinstance(versions, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in versions.items()
         ):
-            raise bad(f"base {shorten(name, 60)} versions must map names to version strings")
+            raise bad(
+                f"base {shorten(name, 60)} versions must map names to version strings",
+                "versions",
+                name,
+            )
         platform = raw.get("platform")
         if not isinstance(platform, str) or not platform:
-            raise bad(f"base {shorten(name, 60)} lacks its platform")
+            raise bad(f"base {shorten(name, 60)} lacks its platform", name)
         bases[name] = LockedBase(
             name=name,
             ref=ref,
@@ -267,5 +295,13 @@ def update(root: Path, names: list[str], catalog: Catalog) -> list[tuple[str, st
             fresh = replace(fresh, locked_by=old.locked_by)
         lock = lock.with_base(fresh)
         changes.append((name, old.ref.digest if old else None, str(entry.ref.digest)))
-    write_base_lock(root, lock)
+    try:
+        write_base_lock(root, lock)
+    except OSError as exc:  # a read-only project: nothing was changed
+        raise WriteError(
+            "the re-pinned bases to",
+            lock_path(root),
+            exc.strerror or str(exc),
+            hint="make the project writable to re-pin its bases",
+        ) from None
     return changes

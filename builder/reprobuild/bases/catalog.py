@@ -22,9 +22,9 @@ import yaml
 
 from reprobuild._util.boundedread import read_small_file
 from reprobuild._util.fsutil import write_atomic
-from reprobuild._util.yamlload import load_yaml
+from reprobuild._util.yamlload import Marks, load_yaml, load_yaml_marked, undecodable_at
 from reprobuild.bases.refs import ImageRef, parse_pinned
-from reprobuild.errors import CatalogError, ImageRefError
+from reprobuild.errors import CatalogError, ImageRefError, UnknownBaseError
 
 SCHEMA_VERSION = 2
 # The shipped catalog is a few KiB; a catalog file past this is not one.
@@ -97,7 +97,7 @@ class Catalog:
             return self.entries[name]
         except KeyError:
             known = ", ".join(sorted(self.entries)) or "(none)"
-            raise CatalogError(
+            raise UnknownBaseError(
                 f"no base named {name!r} in the catalog; known: {known}",
                 hint="or give a full NAME@sha256:<64 hex> reference",
             ) from None
@@ -111,7 +111,7 @@ def _data_text(name: str) -> str:
     packaged = resources.files("reprobuild").joinpath(f"data/{name}")
     if packaged.is_file():
         return packaged.read_text("utf-8")
-    return (Path(__file__).resolve().parents[2] / "images" / name).read_text("utf-8")
+    return (Path(__file__).resolve().parents[3] / "images" / name).read_text("utf-8")
 
 
 def default_catalog_text() -> str:
@@ -141,15 +141,14 @@ def load_catalog(path: Path | None = None) -> Catalog:
     except FileNotFoundError:
         raise CatalogError(f"{where}: not found") from None
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise CatalogError(f"{where}:{line}: is not UTF-8") from None
-    data = load_yaml(
+        raise CatalogError(f"{where}:{undecodable_at(raw, exc)}: is not UTF-8") from None
+    data, marks = load_yaml_marked(
         text,
-        lambda line, problem: CatalogError(
-            f"{where}:{line}: {problem}" if line else f"{where}: {problem}"
+        lambda at, problem: CatalogError(
+            f"{where}:{at}: {problem}" if at else f"{where}: {problem}"
         ),
     )
-    return parse_catalog(data, where)
+    return parse_catalog(data, where, marks)
 
 
 def _path_of(error: jsonschema.ValidationError) -> str:
@@ -172,18 +171,24 @@ def _message(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def parse_catalog(data: Any, where: str) -> Catalog:
+def parse_catalog(data: Any, where: str, marks: Marks | None = None) -> Catalog:
+    """Validate a loaded catalog; ``marks`` (from the loader) put each message at its line."""
+
+    def at(*keys: Any) -> str:
+        line = marks.line(*keys) if marks is not None else None
+        return f"{where}:{line}" if line else where
+
     version = data.get("schema_version") if isinstance(data, dict) else None
     if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise CatalogError(
-            f"{where}: schema_version must be {SCHEMA_VERSION}, got {version!r}",
+            f"{at('schema_version')}: schema_version must be {SCHEMA_VERSION}, got {version!r}",
             hint="this reprobuild reads catalog schema 2 (images/catalog.schema.json)",
         )
     validator = jsonschema.Draft202012Validator(schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is not None:
         raise CatalogError(
-            f"{where}: {_path_of(error)}: {_message(error)}",
+            f"{at(*error.absolute_path)}: {_path_of(error)}: {_message(error)}",
             hint="the catalog's format is images/catalog.schema.json",
         )
     entries: dict[str, BaseEntry] = {}
@@ -191,11 +196,12 @@ def parse_catalog(data: Any, where: str) -> Catalog:
         try:
             ref = parse_pinned(str(raw["ref"]), what=f"catalog base {name!r}")
         except ImageRefError as exc:
-            raise CatalogError(f"{where}: {exc}") from exc
+            raise CatalogError(f"{at('bases', name, 'ref')}: {exc}") from exc
         if ref.tag is None:
             raise CatalogError(
-                f"{where}: catalog base {name!r} ref {raw['ref']!r} has no tag; write "
-                "NAME:TAG@sha256:<digest> (the tag is what `resolve --refresh` re-resolves)"
+                f"{at('bases', name, 'ref')}: catalog base {name!r} ref {raw['ref']!r} has "
+                "no tag; write NAME:TAG@sha256:<digest> (the tag is what `resolve --refresh` "
+                "re-resolves)"
             )
         entrypoint = raw.get("entrypoint")
         entries[name] = BaseEntry(
@@ -226,7 +232,7 @@ def write_catalog(path: Path, catalog: Catalog) -> None:
     """Validate the new text by loading it back, then replace ``path`` atomically."""
     text = dump_catalog(catalog)
     parse_catalog(load_yaml(text, lambda _line, problem: CatalogError(problem)), str(path))
-    write_atomic(path, text)
+    write_atomic(path, text, what="the catalog")
 
 
 def is_catalog_name(value: str) -> bool:

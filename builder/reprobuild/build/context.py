@@ -115,7 +115,10 @@ def write_context(
         out.parent.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.new.", dir=out.parent))
     except OSError as exc:
-        raise OutputError(f"cannot write to {_shown(out.parent)}: {exc.strerror}") from None
+        raise OutputError(
+            f"cannot write the build context {_shown(out)}: cannot create a directory in "
+            f"{_shown(out.parent)}: {exc.strerror}"
+        ) from None
     try:
         write_tree({**files, MARKER: FileEntry(_MARKER_TEXT)}, staged, epoch=epoch)
         os.chmod(staged, 0o755)

@@ -238,7 +238,7 @@ def build_image(
             push=push,
         )
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
-        leftovers.reap(engine, log, mine=True)
+        leftovers.reap(engine, log, mine=True, also=[buildah.Storage()])
         raise
 
 
@@ -279,9 +279,9 @@ def _build_image(
             "(buildah is not installed or not usable here)",
             hint=buildah.INSTALL_HINT.replace(", or use --builder classic", ""),
         )
-    leftovers.reap(engine, note)
-    if builder == "buildah":
-        leftovers.reap(buildah.Storage(), note)
+    # One note for all of it: the engine's leftovers and buildah's (reaped first: a dead
+    # run's temp dir may name an image it left in buildah's storage).
+    leftovers.reap(engine, note, also=[buildah.Storage()] if builder == "buildah" else [])
     engine.ensure_base(spec.base, log)
     spec = replace(
         spec,

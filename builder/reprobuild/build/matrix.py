@@ -38,7 +38,7 @@ def check_base(config: ProjectConfig, variant: Variant, catalog: Catalog) -> Non
     except ReprobuildError as exc:
         message = exc.message if len(exc.message) <= 240 else exc.message[:237] + "..."
         raise ConfigError(
-            config.config_path,
+            config.where_base(variant),
             f"matrix variant {variant.name}: {message}",
             hint=exc.hint or "use a catalog name or NAME@sha256:<64 hex>",
         ) from None

@@ -16,7 +16,7 @@ from reprobuild.bases.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.bases.refs import parse_pinned
 from reprobuild.build.render import FileEntry, Kind, RenderSpec
 from reprobuild.build.runtimefiles import runtime_package
-from reprobuild.errors import ConfigError, ReprobuildError
+from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
 from reprobuild.locks.lockfile import load_lock
 from reprobuild.project.config import ProjectConfig, load_config, select_variant
 
@@ -57,6 +57,13 @@ def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = 
         config, gpu = select_variant(config, variant_name, gpu=gpu)
     lock = load_lock(lock_path_for(config, gpu=gpu))
     return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256)
+
+
+def _base_where(config: ProjectConfig, kind: str, variant_name: str | None) -> str:
+    """reprobuild.yaml:LINE of the base a build uses (the variant's, or base.cpu/base.gpu)."""
+    if variant_name:
+        return config.where_base(config.variant(variant_name))
+    return config.where("base", kind)
 
 
 @dataclass(frozen=True)
@@ -100,12 +107,22 @@ def plan_build(
     if base:
         base_ref = parse_pinned(base, what="--base")
     elif is_catalog_name(base_value):  # the project's lock of that name
-        locked, is_new, note = pin(config.root, base_value, catalog)
+        try:
+            locked, is_new, note = pin(config.root, base_value, catalog)
+        except UnknownBaseError as exc:  # named at the line that sets it
+            raise UnknownBaseError(
+                f"{_base_where(config, variant, variant_name)}: {exc.message}", hint=exc.hint
+            ) from None
         new_base = locked if is_new else None
         notes = (note,) if note else ()
         base_ref, known_entrypoint = locked.ref, locked.entrypoint
     else:
-        base_ref = parse_pinned(base_value, what=f"base.{variant}")
+        try:
+            base_ref = parse_pinned(base_value, what=f"base.{variant}")
+        except ImageRefError as exc:  # named at the line that sets it
+            raise ImageRefError(
+                f"{_base_where(config, variant, variant_name)}: {exc.message}", hint=exc.hint
+            ) from None
     if ca_cert is not None and not online:
         raise ReprobuildError(
             "--ca-cert is only used with --online (hermetic builds need no network)"

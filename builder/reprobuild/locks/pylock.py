@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from reprobuild.errors import LockfileError
+from reprobuild.errors import LockfileError, shorten
 from reprobuild.locks.records import (
     ALLOWED_HASHES,
     NAME_RE,
@@ -95,6 +95,14 @@ def _check_version(doc: dict[str, Any], lines: _Lines, path: Path) -> None:
         raise LockfileError(
             path, None, "has no 'lock-version': a PEP 751 lock needs lock-version = \"1.0\""
         )
+    if not isinstance(version, str):
+        raise LockfileError(
+            path,
+            lines.find("lock-version"),
+            f'lock-version must be a string, "1.0" in quotes; got {_toml_type(version)}, '
+            f"{shorten(version, 40)}",
+            hint='quote it: lock-version = "1.0" (PEP 751)',
+        )
     if version != "1.0":
         raise LockfileError(
             path,
@@ -102,6 +110,12 @@ def _check_version(doc: dict[str, Any], lines: _Lines, path: Path) -> None:
             f'lock-version {quoted(str(version))} is not supported: only "1.0" (PEP 751)',
             hint="regenerate it with a tool that writes PEP 751 lock-version 1.0",
         )
+
+
+def _toml_type(value: object) -> str:
+    """``value``'s TOML type with its article: 'a float', 'an integer', ..."""
+    names = {bool: "a boolean", int: "an integer", float: "a float", list: "an array"}
+    return names.get(type(value), "a table" if isinstance(value, dict) else "a date or time")
 
 
 def _packages(doc: dict[str, Any], lines: _Lines, path: Path) -> list[dict[str, Any]]:

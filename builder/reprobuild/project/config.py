@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, cast
 
 from reprobuild._util.boundedread import read_small_file
-from reprobuild._util.yamlload import load_yaml
+from reprobuild._util.yamlload import Marks, load_yaml_marked, undecodable_at
 from reprobuild.errors import ConfigError, ReprobuildError, shorten
 
 # The runtime owns the determinism modes and the seed range (it enforces them in every run);
@@ -101,6 +101,8 @@ class ProjectConfig:
     matrix: tuple[Variant, ...] = ()
     # The largest world size (nodes x processes per node) a multi-node job may be rendered with.
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE
+    # Where each value was written (FILE:LINE for a message about it); None: not from a file.
+    at: At | None = field(default=None, compare=False, repr=False)
 
     @property
     def config_path(self) -> Path:
@@ -118,6 +120,22 @@ class ProjectConfig:
         if self.gpu_lock is not None and self.base_gpu:
             implicit.append(Variant("gpu", True, self.gpu_lock, self.base_gpu, DEFAULT_RUNNER_GPU))
         return tuple(implicit)
+
+    def where(self, *keys: Any) -> str:
+        """``reprobuild.yaml:LINE`` of the value at ``keys`` (e.g. ``"base", "cpu"``)."""
+        return self.at(*keys) if self.at is not None else str(self.config_path)
+
+    def where_base(self, variant: Variant) -> str:
+        """Where the base of ``variant`` is written: its own `base:` in the matrix, else the
+        base.cpu / base.gpu it inherits."""
+        if self.at is not None:
+            index = next((i for i, v in enumerate(self.matrix) if v is variant), None)
+            if index is None:
+                index = next((i for i, v in enumerate(self.matrix) if v.name == variant.name), None)
+            if index is not None and ("matrix", index, "base") in self.at.marks.values:
+                return self.at("matrix", index, "base")
+            return self.at("base", variant.kind)
+        return str(self.config_path)
 
     def variant(self, name: str) -> Variant:
         """The variant called ``name``; ConfigError listing the known ones otherwise."""
@@ -171,30 +189,67 @@ def load_config(directory: Path) -> ProjectConfig:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}", "is not UTF-8") from None
-    data = load_yaml(
-        text, lambda line, problem: ConfigError(f"{path}:{line}" if line else path, problem)
+        raise ConfigError(f"{path}:{undecodable_at(raw, exc)}", "is not UTF-8") from None
+    data, marks = load_yaml_marked(
+        text, lambda where, problem: ConfigError(f"{path}:{where}" if where else path, problem)
     )
+    at = At(path, marks)
     if not isinstance(data, dict):
-        raise ConfigError(path, "must be a mapping of keys (name, lock, base, ...)")
-    return _validate(root, path, data)
+        raise ConfigError(
+            at(), f"must be a mapping of keys (name, lock, base, ...), got {type_name(data)}"
+        )
+    return _validate(root, at, data)
 
 
-def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
+class At:
+    """Names where a value of reprobuild.yaml is, ``FILE:LINE``, from the parser's marks
+    (:class:`~reprobuild._util.yamlload.Marks`); a value the file leaves out is named at the
+    line of what encloses it."""
+
+    def __init__(self, path: Path, marks: Marks) -> None:
+        self.path = path
+        self.marks = marks
+
+    def __call__(self, *keys: Any) -> str:
+        line = self.marks.line(*keys)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+    def key(self, *keys: Any) -> str:
+        """Where the key of the entry at ``keys`` is (an unknown key is named there)."""
+        line = self.marks.key_line(*keys)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+
+def type_name(value: object) -> str:
+    """The YAML type of a value, with its article, for 'must be X, got Y' messages."""
+    if value is None:
+        return "nothing"
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _validate(root: Path, at: At, data: dict[Any, Any]) -> ProjectConfig:
     unknown = [k for k in data if k not in KEYS]
     if unknown:
         raise ConfigError(
-            path, f"unknown key {shorten(unknown[0])}; allowed keys: {', '.join(KEYS)}"
+            at.key(unknown[0]),
+            f"unknown key {shorten(unknown[0])}; allowed keys: {', '.join(KEYS)}",
         )
-    name = _name(path, data.get("name"))
-    lock = _lock_path(root, path, "lock", data.get("lock"), required=True)
+    name = _name(at, data.get("name"))
+    lock = _lock_path(root, at, ("lock",), "lock", data.get("lock"), required=True)
     assert lock is not None
-    gpu_lock = _lock_path(root, path, "gpu_lock", data.get("gpu_lock"), required=False)
-    base = _base(path, data.get("base"))
+    gpu_lock = _lock_path(root, at, ("gpu_lock",), "gpu_lock", data.get("gpu_lock"), required=False)
+    base = _base(at, data.get("base"))
     matrix = _matrix(
         root,
-        path,
+        at,
         data.get("matrix"),
         defaults={False: (lock, base.get("cpu")), True: (gpu_lock, base.get("gpu"))},
     )
@@ -205,81 +260,113 @@ def _validate(root: Path, path: Path, data: dict[Any, Any]) -> ProjectConfig:
         gpu_lock=gpu_lock,
         base_cpu=base.get("cpu"),
         base_gpu=base.get("gpu"),
-        seed=_seed(path, data.get("seed", 0)),
-        determinism=_mode(path, data.get("determinism", "strict")),
-        cpu=_cpu(path, data.get("cpu", "native")),
-        include=_includes(root, path, data.get("include", [])),
-        command=_command(path, data.get("command")),
-        apt=_apt(path, data.get("apt", [])),
+        seed=_seed(at, data.get("seed", 0)),
+        determinism=_mode(at, data.get("determinism", "strict")),
+        cpu=_cpu(at, data.get("cpu", "native")),
+        include=_includes(root, at, data.get("include", [])),
+        command=_command(at, data.get("command")),
+        apt=_apt(at, data.get("apt", [])),
         matrix=matrix,
-        max_world_size=_max_world_size(path, data.get("max_world_size", DEFAULT_MAX_WORLD_SIZE)),
+        max_world_size=_max_world_size(at, data.get("max_world_size", DEFAULT_MAX_WORLD_SIZE)),
+        at=at,
     )
 
 
-def _max_world_size(path: Path, value: object) -> int:
+def _max_world_size(at: At, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= WORLD_SIZE_CAP:
         raise ConfigError(
-            path, f"max_world_size {shorten(value)} must be an integer from 1 to {WORLD_SIZE_CAP}"
+            at("max_world_size"),
+            f"max_world_size {shorten(value)} must be an integer from 1 to {WORLD_SIZE_CAP}"
+            + _given(value, int),
         )
     return value
 
 
-def _name(path: Path, name: object) -> str:
+def _given(value: object, expected: type) -> str:
+    """', got a string' when ``value`` is not of the ``expected`` type (bool is no int)."""
+    if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return ""
+    return f", got {type_name(value)}"
+
+
+def _name(at: At, name: object) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or len(name) > 128:
         raise ConfigError(
-            path,
+            at("name"),
             f"name {shorten(name)} is not a valid image name: lowercase letters, digits, "
-            "and . _ - / between them",
+            "and . _ - / between them" + _given(name, str),
         )
     return name
 
 
-def _base(path: Path, base: object) -> dict[str, str]:
+def _base(at: At, base: object) -> dict[str, str]:
     if not isinstance(base, dict) or not base:
         raise ConfigError(
-            path, "base must be a mapping with 'cpu' and/or 'gpu' set to a pinned image"
+            at("base"),
+            "base must be a mapping with 'cpu' and/or 'gpu' set to a pinned image"
+            + (", got an empty mapping" if isinstance(base, dict) else _given(base, dict)),
         )
-    bad = [str(k) for k in base if k not in BASE_KEYS]
+    bad = [k for k in base if k not in BASE_KEYS]
     if bad:
         raise ConfigError(
-            path, f"unknown key base.{shorten(bad[0])[1:-1]}; allowed: base.cpu, base.gpu"
+            at.key("base", bad[0]),
+            f"unknown key base.{shorten(str(bad[0]))[1:-1]}; allowed: base.cpu, base.gpu",
         )
     for key in BASE_KEYS:
         value = base.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ConfigError(path, f"base.{key} must be a catalog name or NAME@sha256:<64 hex>")
+            raise ConfigError(
+                at("base", key),
+                f"base.{key} must be a catalog name or NAME@sha256:<64 hex>" + _given(value, str),
+            )
         if value is not None and len(value) > BASE_MAX:
             raise ConfigError(
-                path, f"base.{key} {shorten(value)} is longer than {BASE_MAX} characters"
+                at("base", key),
+                f"base.{key} {shorten(value)} is longer than {BASE_MAX} characters",
             )
     return base
 
 
-def _seed(path: Path, seed: object) -> int:
+def _seed(at: At, seed: object) -> int:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
-        raise ConfigError(path, f"seed {shorten(seed)} must be an integer from 0 to {SEED_MAX}")
+        raise ConfigError(
+            at("seed"),
+            f"seed {shorten(seed)} must be an integer from 0 to {SEED_MAX}" + _given(seed, int),
+        )
     return seed
 
 
-def _mode(path: Path, mode: object) -> Mode:
+def _mode(at: At, mode: object) -> Mode:
     if isinstance(mode, str) and mode in MODES:
         return cast(Mode, mode)
-    raise ConfigError(path, f"determinism {shorten(mode)} must be one of: {', '.join(MODES)}")
+    raise ConfigError(
+        at("determinism"),
+        f"determinism {shorten(mode)} must be one of: {', '.join(MODES)}" + _given(mode, str),
+    )
 
 
-def _cpu(path: Path, cpu: object) -> str:
+def _cpu(at: At, cpu: object) -> str:
     if isinstance(cpu, str) and cpu in CPU_MODES:
         return cpu
-    raise ConfigError(path, f"cpu {shorten(cpu)} must be one of: {', '.join(CPU_MODES)}")
+    raise ConfigError(
+        at("cpu"), f"cpu {shorten(cpu)} must be one of: {', '.join(CPU_MODES)}" + _given(cpu, str)
+    )
 
 
-def _apt(path: Path, apt: object) -> tuple[str, ...]:
-    if not isinstance(apt, list) or not all(isinstance(a, str) for a in apt):
-        raise ConfigError(path, "apt must be a list of 'package=version' strings")
-    for item in apt:
+def _apt(at: At, apt: object) -> tuple[str, ...]:
+    if not isinstance(apt, list):
+        raise ConfigError(
+            at("apt"), "apt must be a list of 'package=version' strings" + _given(apt, list)
+        )
+    for index, item in enumerate(apt):
+        if not isinstance(item, str):
+            raise ConfigError(
+                at("apt", index),
+                f"apt entry {shorten(item)} must be a 'package=version' string" + _given(item, str),
+            )
         if not _APT_RE.fullmatch(item):
             raise ConfigError(
-                path,
+                at("apt", index),
                 f"apt entry {shorten(item)} must be 'package=version' (pinned; no spaces or shell)",
             )
     return tuple(apt)
@@ -287,7 +374,7 @@ def _apt(path: Path, apt: object) -> tuple[str, ...]:
 
 def _matrix(
     root: Path,
-    path: Path,
+    at: At,
     value: object,
     *,
     defaults: dict[bool, tuple[Path | None, str | None]],
@@ -297,152 +384,205 @@ def _matrix(
         return ()
     if not isinstance(value, list) or not value:
         raise ConfigError(
-            path, "matrix must be a non-empty list of variants, each a mapping with a name"
+            at("matrix"),
+            "matrix must be a non-empty list of variants, each a mapping with a name"
+            + (", got an empty list" if isinstance(value, list) else _given(value, list)),
         )
     variants: list[Variant] = []
     for index, item in enumerate(value):
-        variant = _variant(root, path, index, item, defaults)
+        variant = _variant(root, at, index, item, defaults)
         if any(v.name == variant.name for v in variants):
-            raise ConfigError(path, f"matrix variant {shorten(variant.name)} is listed twice")
+            raise ConfigError(
+                at("matrix", index, "name"),
+                f"matrix variant {shorten(variant.name)} is listed twice",
+            )
         variants.append(variant)
     return tuple(variants)
 
 
 def _variant(
     root: Path,
-    path: Path,
+    at: At,
     index: int,
     item: object,
     defaults: dict[bool, tuple[Path | None, str | None]],
 ) -> Variant:
     where = f"matrix[{index}]"
     if not isinstance(item, dict):
-        raise ConfigError(path, f"{where} must be a mapping with a name (got {shorten(item)})")
+        raise ConfigError(
+            at("matrix", index),
+            f"{where} must be a mapping with a name (got {type_name(item)}, {shorten(item)})",
+        )
     name = item.get("name")
     if not isinstance(name, str) or not _VARIANT_RE.fullmatch(name) or len(name) > VARIANT_NAME_MAX:
         raise ConfigError(
-            path,
+            at("matrix", index, "name"),
             f"{where}: name {shorten(name)} is not a valid variant name: lowercase letters and "
             f"digits, then also . _ - (at most {VARIANT_NAME_MAX} characters; it becomes part "
-            "of a tag)",
+            "of a tag)" + _given(name, str),
         )
     where = f"matrix variant {name!r}"
-    unknown = [str(k) for k in item if k not in VARIANT_KEYS]
+    unknown = [k for k in item if k not in VARIANT_KEYS]
     if unknown:
         raise ConfigError(
-            path,
-            f"{where}: unknown key {shorten(unknown[0])}; allowed keys: {', '.join(VARIANT_KEYS)}",
+            at.key("matrix", index, unknown[0]),
+            f"{where}: unknown key {shorten(str(unknown[0]))}; allowed keys: "
+            f"{', '.join(VARIANT_KEYS)}",
         )
     gpu = item.get("gpu", False)
     if not isinstance(gpu, bool):
-        raise ConfigError(path, f"{where}: gpu {shorten(gpu)} must be true or false")
+        raise ConfigError(
+            at("matrix", index, "gpu"),
+            f"{where}: gpu {shorten(gpu)} must be true or false, got {type_name(gpu)}",
+        )
     default_lock, default_base = defaults[gpu]
     kind = "gpu" if gpu else "cpu"
-    lock = _lock_path(root, path, f"{where}: lock", item.get("lock"), required=False)
+    lock = _lock_path(
+        root, at, ("matrix", index, "lock"), f"{where}: lock", item.get("lock"), required=False
+    )
     if lock is None:
         lock = default_lock
     if lock is None:
         raise ConfigError(
-            path, f"{where}: no lock: give the variant a lock, or set the top-level gpu_lock"
+            at("matrix", index),
+            f"{where}: no lock: give the variant a lock, or set the top-level gpu_lock",
         )
     base = item.get("base", default_base)
     if base is None:
-        raise ConfigError(path, f"{where}: no base: give the variant a base, or set base.{kind}")
+        raise ConfigError(
+            at("matrix", index), f"{where}: no base: give the variant a base, or set base.{kind}"
+        )
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(
-            path, f"{where}: base {shorten(base)} must be a catalog name or NAME@sha256:<64 hex>"
+            at("matrix", index, "base"),
+            f"{where}: base {shorten(base)} must be a catalog name or NAME@sha256:<64 hex>"
+            + _given(base, str),
         )
     if len(base) > BASE_MAX:
         raise ConfigError(
-            path, f"{where}: base {shorten(base)} is longer than {BASE_MAX} characters"
+            at("matrix", index, "base"),
+            f"{where}: base {shorten(base)} is longer than {BASE_MAX} characters",
         )
-    runner = _runner(path, where, item.get("runner"), gpu)
+    runner = _runner(at, ("matrix", index, "runner"), where, item.get("runner"), gpu)
     return Variant(name=name, gpu=gpu, lock=lock, base=base, runner=runner)
 
 
-def _runner(path: Path, where: str, value: object, gpu: bool) -> tuple[str, ...]:
+def _runner(at: At, keys: tuple[Any, ...], where: str, value: object, gpu: bool) -> tuple[str, ...]:
     if value is None:
         return DEFAULT_RUNNER_GPU if gpu else DEFAULT_RUNNER_CPU
     labels = [value] if isinstance(value, str) else value
-    if not isinstance(labels, list) or not labels or not all(isinstance(v, str) for v in labels):
+    if not isinstance(labels, list) or not labels:
         raise ConfigError(
-            path, f"{where}: runner must be a runner label or a non-empty list of labels"
+            at(*keys),
+            f"{where}: runner must be a runner label or a non-empty list of labels"
+            + (", got an empty list" if isinstance(labels, list) else _given(labels, list)),
         )
-    for label in labels:
+    for number, label in enumerate(labels):
+        spot = at(*keys) if isinstance(value, str) else at(*keys, number)
+        if not isinstance(label, str):
+            raise ConfigError(
+                spot,
+                f"{where}: runner label {shorten(label)} must be a string" + _given(label, str),
+            )
         if not _RUNNER_RE.fullmatch(label):
             raise ConfigError(
-                path,
+                spot,
                 f"{where}: runner label {shorten(label)} must be letters, digits and . _ - "
                 "(e.g. ubuntu-24.04, or [self-hosted, linux, x64, gpu])",
             )
     if len(set(labels)) != len(labels):
-        raise ConfigError(path, f"{where}: runner lists a label twice: {shorten(labels)}")
+        raise ConfigError(at(*keys), f"{where}: runner lists a label twice: {shorten(labels)}")
     return tuple(labels)
 
 
-def _inside(root: Path, path: Path, key: str, value: str) -> Path:
+def _inside(root: Path, spot: str, key: str, value: str) -> Path:
     rel = PurePosixPath(value)
     if rel.is_absolute() or ".." in rel.parts or not _SAFE_PATH_RE.fullmatch(value):
         raise ConfigError(
-            path,
+            spot,
             f"{key} {shorten(value)} must be a relative path inside the project "
             "(letters, digits, . _ - / only; no '..')",
         )
     target = (root / rel).resolve()
     if not target.is_relative_to(root):
-        raise ConfigError(path, f"{key} {shorten(value)} leaves the project directory")
+        raise ConfigError(spot, f"{key} {shorten(value)} leaves the project directory")
     return target
 
 
-def _lock_path(root: Path, path: Path, key: str, value: object, *, required: bool) -> Path | None:
+def _lock_path(
+    root: Path, at: At, keys: tuple[Any, ...], key: str, value: object, *, required: bool
+) -> Path | None:
+    spot = at(*keys)
     if value is None:
         if required:
-            raise ConfigError(path, f"{key} is required: the path of the hashed lockfile")
+            raise ConfigError(spot, f"{key} is required: the path of the hashed lockfile")
         return None
     if not isinstance(value, str) or not value:
-        raise ConfigError(path, f"{key} must be a path to a lockfile, got {shorten(value)}")
-    target = _inside(root, path, key, value)
+        raise ConfigError(
+            spot,
+            f"{key} must be a path to a lockfile, got "
+            + (type_name(value) if value else "an empty string"),
+        )
+    target = _inside(root, spot, key, value)
     if not target.exists():
-        raise ConfigError(path, f"{key} {shorten(value)} does not exist")
+        raise ConfigError(spot, f"{key} {shorten(value)} does not exist")
     if not target.is_file():
-        raise ConfigError(path, f"{key} {shorten(value)} is not a regular file")
+        raise ConfigError(spot, f"{key} {shorten(value)} is not a regular file")
     return target
 
 
-def _includes(root: Path, path: Path, value: object) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(path, "include must be a list of relative paths")
+def _includes(root: Path, at: At, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(
+            at("include"), "include must be a list of relative paths" + _given(value, list)
+        )
     out: list[str] = []
-    for item in value:
-        target = _inside(root, path, "include", item)
+    for index, item in enumerate(value):
+        spot = at("include", index)
+        if not isinstance(item, str):
+            raise ConfigError(
+                spot, f"include entry {shorten(item)} must be a relative path" + _given(item, str)
+            )
+        target = _inside(root, spot, "include", item)
         if not target.exists():
-            raise ConfigError(path, f"include {shorten(item)} does not exist")
+            raise ConfigError(spot, f"include {shorten(item)} does not exist")
         if target == root:
-            raise ConfigError(path, "include '.' would copy the whole project; list files or dirs")
+            raise ConfigError(spot, "include '.' would copy the whole project; list files or dirs")
         norm = str(PurePosixPath(item))
         if norm in out:
-            raise ConfigError(path, f"include {shorten(item)} is listed twice")
+            raise ConfigError(spot, f"include {shorten(item)} is listed twice")
         out.append(norm)
     return tuple(out)
 
 
-def _command(path: Path, value: object) -> tuple[str, ...]:
+def _command(at: At, value: object) -> tuple[str, ...]:
     if value is None:
         return ()
+    spots: list[str]
     if isinstance(value, str):
         try:
             words = shlex.split(value)
         except ValueError as exc:
             raise ConfigError(
-                path, f"command {shorten(value)} cannot be split into words: {exc}"
+                at("command"), f"command {shorten(value)} cannot be split into words: {exc}"
             ) from None
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        spots = [at("command")] * len(words)
+    elif isinstance(value, list):
+        for index, word in enumerate(value):
+            if not isinstance(word, str):
+                raise ConfigError(
+                    at("command", index),
+                    f"command word {shorten(word)} must be a string" + _given(word, str),
+                )
         words = list(value)
+        spots = [at("command", index) for index in range(len(words))]
     else:
-        raise ConfigError(path, "command must be a string or a list of strings")
+        raise ConfigError(
+            at("command"), "command must be a string or a list of strings" + _given(value, list)
+        )
     if not words:
-        raise ConfigError(path, "command is empty")
-    for word in words:
+        raise ConfigError(at("command"), "command is empty")
+    for word, spot in zip(words, spots, strict=True):
         if any(ord(c) < 32 or ord(c) == 127 for c in word):
-            raise ConfigError(path, f"command word {shorten(word)} contains a control character")
+            raise ConfigError(spot, f"command word {shorten(word)} contains a control character")
     return tuple(words)
