@@ -318,8 +318,8 @@ PROGRAM = textwrap.dedent(
         try:
             with open(f"/proc/{grandchild}/stat") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            state = "gone"
+        except (FileNotFoundError, ProcessLookupError):  # reaped before open, or between
+            state = "gone"                                # open and read (ESRCH)
             break
         time.sleep(0.05)
     print("grandchild", state, flush=True)
