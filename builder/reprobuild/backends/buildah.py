@@ -366,7 +366,9 @@ class Prober:
         timeout: float = 600.0,
     ) -> RunResult:
         cli = require()
-        container = _capture([cli, "from", "--pull=never", "--quiet", image], "buildah from")
+        container = _capture(
+            [cli, "from", "--pull=never", "--quiet", *ulimits(), image], "buildah from"
+        )
         container = container.strip()
         try:
             argv = [cli, "run", "--network", "none"]
