@@ -35,6 +35,7 @@ from helpers import (
     tar_context,
 )
 from reprobuild._util import leftovers
+from reprobuild.backends.engine import Engine
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -334,9 +335,12 @@ def test_push_with_auto_and_no_buildah_says_how_to_install_it(
         env={"PATH": str(empty)},
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
+    # what the engine offers: classic on Debian 12, buildx on Debian 13 (/usr/bin/docker is
+    # probed by its path, and Debian 13's has the buildx plugin)
+    offered = Engine().resolve_builder("auto")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == [
-        "error: --push needs the buildah builder, and --builder auto picked classic (buildah "
+        f"error: --push needs the buildah builder, and --builder auto picked {offered} (buildah "
         "is not installed or not usable here)"
     ], proc.stderr
     assert "hint: install it (Debian/Ubuntu: `apt-get install buildah`" in proc.stderr

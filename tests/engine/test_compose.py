@@ -1,8 +1,9 @@
-"""``reprobuild compose`` against a real image and docker-compose 1.29: the tiny project is
-built, its compose file written by the command, and the CPU `train` service and the two
-`verify` runs go for real; each writes its run record into the host run directory, through the
-`prepare` service that makes those directories writable for uid 10001. Then the image is
-pushed to the loopback registry and the file pins it by repository digest instead of ID."""
+"""``reprobuild compose`` against a real image and docker-compose (1.29 on Debian 12, Compose
+v2 on Debian 13): the tiny project is built, its compose file written by the command, and the
+CPU `train` service and the two `verify` runs go for real; each writes its run record into the
+host run directory, through the `prepare` service that makes those directories writable for uid
+10001. Then the image is pushed to the loopback registry and the file pins it by repository
+digest instead of ID."""
 
 from __future__ import annotations
 

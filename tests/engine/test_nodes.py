@@ -1,6 +1,7 @@
 """Issue 13's proof on real containers: a 2-node x 2-process DDP job (torch, gloo, CPU) written
 by `reprobuild compose --nodes 2 --nproc-per-node 2`, each node a container on the job's own
-Docker network, run by docker-compose 1.29 with torchrun's c10d rendezvous on node 0.
+Docker network, run by docker-compose (1.29, or v2 on Debian 13) with torchrun's c10d
+rendezvous on node 0.
 
 - two runs of the job: the same final loss and weights, bit for bit;
 - the control, REPRO_DETERMINISM=off: two runs differ;

@@ -19,6 +19,9 @@ class FakeEngine:
         self.offers = offers
         self.asked: list[str] = []
 
+    def buildkit_reproducible(self) -> tuple[bool, str]:
+        return False, "Engine 20.10.24 vendors a BuildKit older than 0.13"
+
     def resolve_builder(self, builder: str) -> str:
         self.asked.append(builder)
         return self.offers if builder == "auto" else builder
@@ -34,7 +37,11 @@ def test_auto_picks_buildah_where_it_works(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(buildah, "usable", lambda: True)
     assert _choose("auto") == (
         "buildah",
-        ["builder: buildah (auto: reproducible, the same inputs give the same image ID)"],
+        [
+            "builder: buildah (auto: reproducible, the same inputs give the same image ID)",
+            "builder: not the engine's BuildKit, though faster: Engine 20.10.24 vendors a "
+            "BuildKit older than 0.13",
+        ],
     )
 
 

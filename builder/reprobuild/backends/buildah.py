@@ -15,6 +15,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -168,6 +169,7 @@ def bud(
         "--network",
         "private" if network else "none",
     ]
+    argv += ulimits()
     if no_cache:
         argv.append("--no-cache")
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
@@ -181,6 +183,30 @@ def bud(
                 remove_images([tag or iid.read_text().strip().removeprefix("sha256:")])
             raise
         return iid.read_text().strip().removeprefix("sha256:")
+
+
+# The most buildah asks for on its own (define.RLimitDefaultValue in 1.39), and the process
+# limit buildah 1.28 sets for itself at start (so a RUN step cannot be given more there).
+NOFILE_MAX = 1 << 20
+NPROC_MAX = 32768
+
+
+def ulimits() -> list[str]:
+    """``--ulimit`` arguments that keep the RUN steps' open-file and process limits within this
+    process's hard limits. Without them buildah 1.39 (Debian 13) asks the runtime for 1048576
+    of each, above a lower hard limit, which needs CAP_SYS_RESOURCE: where that is missing
+    the first RUN fails with "error setting rlimit type 7: operation not permitted". A limit
+    belongs to the build's processes, not to the image: no config, history or layer records
+    it, so the image ID is the one built without these arguments."""
+    args: list[str] = []
+    for name, kind, cap in (
+        ("nofile", resource.RLIMIT_NOFILE, NOFILE_MAX),
+        ("nproc", resource.RLIMIT_NPROC, NPROC_MAX),
+    ):
+        hard = resource.getrlimit(kind)[1]
+        value = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
+        args += ["--ulimit", f"{name}={value}:{value}"]
+    return args
 
 
 def push(
@@ -358,7 +384,16 @@ class Prober:
         with _tmpdir() as tmp:
             try:
                 made = _gentle(
-                    [cli, "from", "--pull=never", "--quiet", "--name", container, image],
+                    [
+                        cli,
+                        "from",
+                        "--pull=never",
+                        "--quiet",
+                        *ulimits(),
+                        "--name",
+                        container,
+                        image,
+                    ],
                     "buildah from",
                     tmp,
                     timeout=600,

@@ -2,8 +2,10 @@
 
 Builds go through one of three builders, chosen by ``--builder`` (default ``auto``):
 - ``buildx``: ``docker buildx build --load`` (BuildKit; needs the buildx plugin);
-- ``buildkit``: ``DOCKER_BUILDKIT=1 docker build`` with a client that still speaks BuildKit
-  without buildx (Docker CLI < 23, e.g. Debian's 20.10 client);
+- ``buildkit``: the engine's built-in BuildKit: ``DOCKER_BUILDKIT=1 docker build`` with a
+  client that still speaks BuildKit without buildx (Docker CLI < 23, e.g. Debian 12's 20.10
+  client), else ``docker buildx build --builder default`` (the engine's own BuildKit through
+  buildx's docker driver: Debian 13 has a 26.1 client and buildx 0.13, and no older client);
 - ``classic``: the engine's classic builder through the Docker SDK (works on every engine).
 ``auto`` (build.choose_builder) picks buildah where it works, else buildx when present, else
 classic.
@@ -538,6 +540,44 @@ class Engine:
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot read the engine's version: {_short(exc)}") from None
 
+    def buildkit_reproducible(self) -> tuple[bool, str]:
+        """Whether this engine's BuildKit could give the same image ID for the same inputs,
+        and why (not). It needs BuildKit 0.13's ``rewrite-timestamp`` exporter option (file
+        times in the new layers clamped to SOURCE_DATE_EPOCH): Engine 26 vendors it, but the
+        engine's own (moby) exporter ignores it unless images live in the containerd image
+        store. Measured on Engine 26.1.5 with buildx 0.13.1: with the default graph-driver
+        store two ``--no-cache`` builds gave two image IDs (RUN layers kept the build's
+        clock); with the containerd store, one. reprobuild does not build that way yet, so
+        the manifest of a BuildKit build says ``reproducible: false`` everywhere."""
+        version = self.server_version()
+        try:
+            major = int(version.split(".")[0])
+        except ValueError:
+            major = 0
+        if major < 26:
+            return False, (
+                f"Engine {version} vendors a BuildKit older than 0.13, which cannot clamp "
+                "file times to SOURCE_DATE_EPOCH"
+            )
+        try:
+            info = self.client.info()
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot read the engine's info: {_short(exc)}") from None
+        status = {str(k): str(v) for k, v in (info.get("DriverStatus") or [])}
+        if status.get("driver-type") != "io.containerd.snapshotter.v1":
+            return False, (
+                f"Engine {version} keeps images in the {info.get('Driver', '?')} graph driver "
+                "store, whose exporter ignores rewrite-timestamp"
+            )
+        cli = _buildx_client()
+        found = _buildx_version(cli) if cli else None
+        if found is None or found < (0, 13):
+            return False, f"Engine {version}'s containerd store needs buildx 0.13 or later"
+        return True, (
+            f"Engine {version} with the containerd image store and buildx "
+            f"{'.'.join(map(str, found))} can clamp file times (rewrite-timestamp)"
+        )
+
     def resolve_builder(self, builder: Builder) -> Builder:
         if builder == "buildah":
             raise EngineError(
@@ -550,10 +590,11 @@ class Engine:
                 "builder 'buildx' asked for, but `docker buildx` is not installed",
                 hint="install the buildx plugin or use --builder classic",
             )
-        if builder == "buildkit" and not legacy_buildkit_client():
+        if builder == "buildkit" and not legacy_buildkit_client() and not _buildx_client():
             raise EngineError(
-                "builder 'buildkit' needs a Docker CLI older than 23 (no buildx); none found",
-                hint="use --builder buildx (with the plugin) or --builder classic",
+                "builder 'buildkit' needs a Docker CLI older than 23 or the buildx plugin; "
+                "neither found",
+                hint="install the buildx plugin (Debian 13: docker-buildx), or --builder classic",
             )
         return builder
 
@@ -621,15 +662,16 @@ class Engine:
         self, context: Path, tag: str, builder: Builder, log: Log, no_cache: bool, network: bool
     ) -> str:
         env = dict(os.environ)
-        if builder == "buildx":
+        legacy = legacy_buildkit_client() if builder == "buildkit" else None
+        if legacy is not None:
+            argv = [legacy, "build"]
+            env["DOCKER_BUILDKIT"] = "1"
+        else:
             cli = _buildx_client()
             assert cli is not None
             argv = [cli, "buildx", "build", "--load", "--provenance=false"]
-        else:
-            cli = legacy_buildkit_client()
-            assert cli is not None
-            argv = [cli, "build"]
-            env["DOCKER_BUILDKIT"] = "1"
+            if builder == "buildkit":  # the engine's own BuildKit, whatever builder is selected
+                argv[3:3] = ["--builder", "default"]
         env["BUILDKIT_PROGRESS"] = "plain"
         with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
             iidfile = Path(tmp) / "iid"
@@ -666,6 +708,20 @@ def _buildx_client() -> str | None:
         if probe.returncode == 0:
             return cli
     return None
+
+
+def _buildx_version(cli: str) -> tuple[int, int] | None:
+    """buildx's (major, minor), from ``docker buildx version`` (``github.com/docker/buildx
+    0.13.1+ds1 ...`` on Debian 13, ``... v0.13.1 ...`` upstream)."""
+    probe = subprocess.run([cli, "buildx", "version"], capture_output=True, text=True, check=False)
+    words = probe.stdout.split()
+    if probe.returncode != 0 or len(words) < 2:
+        return None
+    parts = words[1].lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
 
 
 def _rootfs_layers(attrs: dict[str, Any]) -> list[str]:

@@ -21,6 +21,14 @@ def write_tree(files: dict[str, FileEntry], root: Path, *, epoch: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(entry.data)
         os.chmod(path, entry.mode)
+    clamp_times(root, epoch)
+
+
+def clamp_times(root: Path, epoch: int) -> None:
+    """Set the mtime of everything under ``root`` (and of ``root``) to ``epoch``. Also for
+    what is added to a context after :func:`write_tree` (the wheels): buildah 1.39 records a
+    digest of each RUN bind mount's source, mtimes included, in the image's history, so a
+    wheel downloaded on another day gave another image ID there."""
     for dirpath, _dirs, names in os.walk(root, topdown=False):
         for name in names:
             os.utime(Path(dirpath) / name, (epoch, epoch), follow_symlinks=False)

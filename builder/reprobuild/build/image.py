@@ -20,7 +20,7 @@ from reprobuild.backends.engine import Engine, RunResult
 from reprobuild.bases import gpustack as stacklib
 from reprobuild.bases.refs import ImageRef, parse_ref
 from reprobuild.build import plan, sbom
-from reprobuild.build.context import write_tree
+from reprobuild.build.context import clamp_times, write_tree
 from reprobuild.build.manifest import Distribution, Manifest
 from reprobuild.build.render import (
     ENTRYPOINT,
@@ -85,14 +85,20 @@ def build_info(engine: Engine, tool: Builder, spec: RenderSpec) -> dict[str, Any
 
 def choose_builder(engine: Engine, builder: Builder, note: Log) -> Builder:
     """The builder to use, checked once, before the base is pulled. ``auto``: buildah where
-    it is installed and works (the builder whose output is a function of the inputs), else
-    what the engine offers (buildx, else classic); the choice is said in one line of the
+    it is installed and works (the builder whose output is a function of the inputs; a second
+    line says why the engine's faster BuildKit is not, :meth:`Engine.buildkit_reproducible`),
+    else what the engine offers (buildx, else classic); the choice is said in one line of the
     build log (and recorded in the manifest's ``build``). An engine builder asked for by name
     must be there (:meth:`Engine.resolve_builder`)."""
     if builder == "buildah":
         return builder
     if builder == "auto" and buildah.usable():
         note("builder: buildah (auto: reproducible, the same inputs give the same image ID)")
+        # BuildKit is the faster builder (README, Figures); say why it is not the one picked.
+        possible, why = engine.buildkit_reproducible()
+        if possible:
+            why += ", but reprobuild does not build that way yet"
+        note(f"builder: not the engine's BuildKit, though faster: {why}")
         return "buildah"
     chosen = engine.resolve_builder(builder)
     if builder == "auto":
@@ -298,6 +304,7 @@ def _build_image(
         write_tree(files, ctx, epoch=spec.epoch)
         if not online:
             fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log)
+            clamp_times(ctx, spec.epoch)
         # Hermetic builds get no network unless apt packages must be fetched.
         network = online or bool(spec.apt)
         if builder == "buildah":

@@ -493,6 +493,28 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
+# Plain scalars that YAML 1.2 (Go's yaml.v3, which Compose v2 reads with) takes for a number,
+# a bool or null, where PyYAML (YAML 1.1) writes them unquoted as strings: `1e3`, `0o17`,
+# `.5e1`. Compose v2 then gave the container FLOAT=1000 for a FLOAT=1e3 in the file. yaml.v3
+# also drops `_` before reading a number, so `1_0e3` is one too.
+_YAML12_NOT_STRING = re.compile(
+    r"""[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?
+    |[-+]?0(?:[oO][0-7]+|[xX][0-9a-fA-F]+|[bB][01]+)
+    |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)
+    |~|null|Null|NULL|true|True|TRUE|false|False|FALSE""",
+    re.VERBOSE,
+)
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if _YAML12_NOT_STRING.fullmatch(data.replace("_", "")):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+    return dumper.represent_str(data)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
 def render(doc: ComposeFile) -> str:
     header = "".join(f"# {line}".rstrip() + "\n" for line in doc.header)
     body = yaml.dump(

@@ -1,0 +1,49 @@
+"""buildah's RUN steps get open-file and process limits within this process's hard limits:
+buildah 1.39 otherwise asks for 1048576 of each, which needs CAP_SYS_RESOURCE (Debian 13's
+first RUN failed with "error setting rlimit type 7"). The build itself runs in
+tests/engine/test_buildah.py; here, the arguments against real limits set in a child."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+
+from reprobuild.backends import buildah
+
+
+def parse(args: list[str]) -> dict[str, tuple[int, int]]:
+    assert args[::2] == ["--ulimit"] * (len(args) // 2)
+    found = {}
+    for spec in args[1::2]:
+        name, _, value = spec.partition("=")
+        soft, _, hard = value.partition(":")
+        found[name] = (int(soft), int(hard))
+    return found
+
+
+def test_within_this_process_hard_limits() -> None:
+    found = parse(buildah.ulimits())
+    assert set(found) == {"nofile", "nproc"}
+    for name, kind in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
+        soft, hard = found[name]
+        assert soft == hard > 0
+        limit = resource.getrlimit(kind)[1]
+        assert limit == resource.RLIM_INFINITY or hard <= limit, (name, hard, limit)
+    assert found["nofile"][1] <= buildah.NOFILE_MAX
+    assert found["nproc"][1] <= buildah.NPROC_MAX
+
+
+def test_follows_a_lowered_hard_limit() -> None:
+    code = (
+        "import json, resource\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))\n"
+        "resource.setrlimit(resource.RLIMIT_NPROC, (200, 200))\n"
+        "from reprobuild.backends import buildah\n"
+        "print(json.dumps(buildah.ulimits()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert parse(json.loads(out.stdout)) == {"nofile": (300, 300), "nproc": (200, 200)}
