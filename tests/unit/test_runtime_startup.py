@@ -179,6 +179,7 @@ def test_startup_imports_nothing_heavy(venv_python: Path, tmp_path: Path) -> Non
         "__future__",
         "reprobuild_entrypoint",
         "reprobuild_entrypoint._startup",
+        "reprobuild_entrypoint.contract",  # constants only
         "reprobuild_entrypoint.cpus",
         "reprobuild_entrypoint.envplan",
         "reprobuild_entrypoint.importhook",
