@@ -57,7 +57,7 @@ class Case:
 CASES: dict[str, Case] = {
     "no-config": Case(remove("reprobuild.yaml"), "reprobuild.yaml: not found"),
     "yaml-syntax": Case(
-        write("reprobuild.yaml", "name: [unclosed\n"), "reprobuild.yaml:2: invalid YAML"
+        write("reprobuild.yaml", "name: [unclosed\n"), "reprobuild.yaml:2:1: invalid YAML"
     ),
     "unknown-key-typo": Case(
         yaml_replace("seed: 7", "seeds: 7"), "unknown key 'seeds'; allowed keys: name, lock"
