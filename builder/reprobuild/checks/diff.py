@@ -19,7 +19,8 @@ Groups and keys (a manifest has ``stack`` and ``run``; a run record has all four
   other stack variables a run saw;
   ``torch.cuda``, ``torch.cudnn``, ``torch.nccl``, ``tensorflow.cuda``, ``tensorflow.cudnn``
   (what a framework the run imported was built with). Any other top-level manifest key is
-  compared too, as a dotted path.
+  compared too, as a dotted path, but ``sbom_sha256``: the SBOM follows from the packages and
+  the base compared already.
 - ``packages``: the distributions, by normalized name: added, removed, changed. A manifest lists
   every installed one; a run record only the frameworks its program imported, so where a run
   record is involved only the names both sides list are compared (``scope: common``).
@@ -102,9 +103,13 @@ _MANIFEST_HANDLED = frozenset(
         "python_version",
         "machine",
         "distributions",
+        # The SBOM's sha256 follows from what is compared already (the packages, the base's
+        # digest, the stack): listing it would repeat every such difference once more.
+        "sbom_sha256",
     }
 )
-"""Manifest keys read by name; every other top-level key is compared generically."""
+"""Manifest keys read by name (or left out); every other top-level key is compared
+generically."""
 _MANIFEST_STACK_SECTIONS = ("stack", "gpu")
 """Optional manifest mappings whose keys (cuda, cudnn, nccl, driver_min, ...) are stack keys."""
 _STACK_ENV_KEYS = {"CUDA_VERSION": "cuda", "CUDNN_VERSION": "cudnn", "NCCL_VERSION": "nccl"}
