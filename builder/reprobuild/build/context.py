@@ -25,10 +25,11 @@ def write_tree(files: dict[str, FileEntry], root: Path, *, epoch: int) -> None:
 
 
 def clamp_times(root: Path, epoch: int) -> None:
-    """Set the mtime of everything under ``root`` (and of ``root``) to ``epoch``. Also for
-    what is added to a context after :func:`write_tree` (the wheels): buildah 1.39 records a
-    digest of each RUN bind mount's source, mtimes included, in the image's history, so a
-    wheel downloaded on another day gave another image ID there."""
+    """Set the mtime of everything under ``root`` (and of ``root``) to ``epoch``. Not for the
+    wheels added after :func:`write_tree`: they are hard links into the wheel cache, whose
+    integrity check reads size and mtime, so changing theirs changed the cache (buildah 1.39
+    records a digest of each RUN bind mount's source, mtimes included: there a wheel
+    downloaded on another day still gives another image ID; issue 29)."""
     for dirpath, _dirs, names in os.walk(root, topdown=False):
         for name in names:
             os.utime(Path(dirpath) / name, (epoch, epoch), follow_symlinks=False)
