@@ -11,12 +11,10 @@ and ``pylock.toml`` readers do. Every refusal is one :class:`~reprobuild.errors.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -194,20 +192,6 @@ class LockLines:
         if len(self.headers) == count and 0 <= position < count:
             return self.headers[position]
         return 0
-
-
-def load_toml(text: str, path: Path, hint: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
-        where = re.search(r"\(at line (\d+)", message)
-        line = int(where.group(1)) if where else None
-        raise LockfileError(
-            path, line, f"is not valid TOML: {quoted(message, 120)[1:-1]}", hint=hint
-        ) from exc
-    except RecursionError:
-        raise LockfileError(path, None, "is not valid TOML: nested too deeply") from None
 
 
 def check_name(name: object, path: Path, line: int | None) -> str:

@@ -9,7 +9,6 @@ of packages and wheels parses in linear time.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -27,6 +26,7 @@ from reprobuild.locks.records import (
     check_hash,
     hash_problem,
     index_url_problem,
+    load_toml,
     normal_marker,
     physical_lines,
     quoted,
@@ -73,20 +73,6 @@ class _Where:
         if not self.line:
             return None
         return self.lines.find(needle, self.line, self.end) or self.header
-
-
-def _load_toml(text: str, path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
-        where = re.search(r"\(at line (\d+)", message)
-        line = int(where.group(1)) if where else None
-        raise LockfileError(
-            path, line, f"is not valid TOML: {quoted(message, 120)[1:-1]}", hint=_EXPORT_HINT
-        ) from exc
-    except RecursionError:
-        raise LockfileError(path, None, "is not valid TOML: nested too deeply") from None
 
 
 def _check_version(doc: dict[str, Any], lines: _Lines, path: Path) -> None:
@@ -144,7 +130,7 @@ def _where(lines: _Lines, position: int, count: int, package: dict[str, Any]) ->
 def parse_pylock(text: str, path: Path) -> tuple[tuple[Requirement, ...], IndexOptions]:
     """Parse PEP 751 ``pylock.toml`` text (wheels only); return requirements and options."""
     path = Path(path)
-    doc = _load_toml(text, path)
+    doc = load_toml(text, path, _EXPORT_HINT)
     lines = _Lines(text)
     _check_version(doc, lines, path)
     packages = _packages(doc, lines, path)

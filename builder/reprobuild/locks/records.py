@@ -9,10 +9,11 @@ names) are shared by the format readers (:mod:`reprobuild.locks.requirements`,
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from packaging.markers import InvalidMarker, Marker
@@ -341,3 +342,18 @@ def wheel_file_version(filename: str, name: str, what: str, number: int, path: P
             f"{quoted(what)}: wheel {quoted(filename)} is for {wheel_name!r}, not {name!r}",
         )
     return filename.split("-")[1]
+
+
+def load_toml(text: str, path: Path, hint: str) -> dict[str, Any]:
+    """Parse a TOML lock; a syntax error is one LockfileError at its line."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
+        where = re.search(r"\(at line (\d+)", message)
+        line = int(where.group(1)) if where else None
+        raise LockfileError(
+            path, line, f"is not valid TOML: {quoted(message, 120)[1:-1]}", hint=hint
+        ) from exc
+    except RecursionError:
+        raise LockfileError(path, None, "is not valid TOML: nested too deeply") from None

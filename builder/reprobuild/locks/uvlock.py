@@ -29,11 +29,10 @@ from reprobuild.locks.native import (
     check_python,
     check_version,
     finish,
-    load_toml,
     source_refusal,
     wheel_hashes,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, load_toml, quoted
 
 __all__ = ["parse_uvlock"]
 
