@@ -263,7 +263,8 @@ def test_a_code_only_change_loads_only_the_new_layers(
     assert "new layer(s)" not in build(first)
     lock = docker_client.images.get(first).labels["io.reprobuild.lock.sha256"]
     assert lock != image.labels["io.reprobuild.lock.sha256"]
-    assert len(docker_client.images.list(filters={"label": f"io.reprobuild.lock.sha256={lock}"})) == 1
+    held = docker_client.images.list(filters={"label": f"io.reprobuild.lock.sha256={lock}"})
+    assert len(held) == 1
     assert b"again" in docker_client.containers.run(first, remove=True)
 
 

@@ -258,16 +258,7 @@ def test_signal_in_every_phase_of_a_buildah_build_leaves_nothing(  # type: ignor
 @pytest.mark.parametrize(
     ("offset_ms", "signum"),
     [
-        pytest.param(
-            0,
-            signal.SIGTERM,
-            # A known bug, not a test artefact: the CLI's SIGTERM handler raises wherever the
-            # interpreter is, and a raise inside a finalizer is printed as "Exception ignored"
-            # and lost, so the build runs on (seen in about 1 of 3 runs; stop note, issue 30).
-            marks=pytest.mark.xfail(
-                reason="SIGTERM raised inside a finalizer is lost (issue 30)", strict=False
-            ),
-        ),
+        (0, signal.SIGTERM),
         (50, signal.SIGINT),
         (300, signal.SIGTERM),
     ],

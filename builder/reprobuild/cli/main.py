@@ -8,9 +8,13 @@ Exit codes: 0 success, 1 a reprobuild error (printed as one ``error:`` line), 2 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
+import threading
+import weakref
 from collections.abc import Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from reprobuild import __version__
@@ -94,19 +98,65 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-def _on_signal(signum: int, _frame: object) -> None:
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if _in_finalizer(frame):  # a raise there would be dropped ("Exception ignored")
+        _raise_later(signum)
+        return
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut the clean-up
         signal.signal(sig, signal.SIG_IGN)
     raise Stopped(signum)
 
 
+def _in_finalizer(frame: FrameType | None) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in ("__del__", "_on_unraisable") or code.co_filename == weakref.__file__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _trip_when_safe(signum: int, main: int) -> None:
+    import time
+
+    for _ in range(4000):  # at most about 2 s: a finalizer that long is the program's own loop
+        time.sleep(0.0005)
+        if not _in_finalizer(sys._current_frames().get(main)):
+            break
+    signal.pthread_kill(main, signum)  # a real signal: it also ends a wait the main thread is in
+
+
+def _raise_later(signum: int) -> None:
+    main = threading.main_thread().ident
+    with contextlib.suppress(RuntimeError):  # the interpreter is shutting down: nothing runs on
+        threading.Thread(target=_trip_when_safe, args=(signum, main), daemon=True).start()
+
+
+def _on_unraisable(hook: Any, unraisable: Any) -> None:
+    """Python drops an exception raised in a finalizer (a ``__del__``, a weakref callback) with
+    "Exception ignored", and the build would run on. The handler does not raise in the ones it
+    can see; for the others, this hook raises the signal again once the finalizer is left."""
+    exc = unraisable.exc_value
+    if isinstance(exc, Stopped):
+        with contextlib.suppress(ValueError):  # not the main thread: the handler stays as it is
+            signal.signal(exc.signum, _on_signal)  # _on_signal set SIG_IGN: answer once more
+        _raise_later(exc.signum)
+    elif isinstance(exc, KeyboardInterrupt):
+        _raise_later(signal.SIGINT)
+    else:
+        hook(unraisable)
+
+
 def _install_signal_handlers() -> None:
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
+    import functools
+
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(sig) == signal.SIG_DFL:
                 signal.signal(sig, _on_signal)
-        except ValueError:  # not the main thread (main() called from a test's thread)
-            return
+    except ValueError:  # not the main thread (main() called from a test's thread)
+        return
+    sys.unraisablehook = functools.partial(_on_unraisable, sys.unraisablehook)
 
 
 def _check_empty(args: argparse.Namespace) -> None:

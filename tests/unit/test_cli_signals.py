@@ -1,0 +1,89 @@
+"""The CLI's SIGTERM/SIGHUP handler raises where the program is, like Ctrl-C. Where that is a
+finalizer (a ``__del__``, a weakref callback) Python drops the exception ("Exception ignored")
+and the program ran on: a build stopped that way went on to the end (issue 30, the buildah pull
+phase). These programs spend half their time in a finalizer, so a signal lands in one about
+every other time; each must stop, at once, with the signal's exception."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+_PROGRAM = """\
+import sys, time, weakref
+import importlib
+cli = importlib.import_module("reprobuild.cli.main")  # the module (the package exports main())
+cli._install_signal_handlers()
+
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+class Dropped:
+    def __del__(self):
+        spin(0.002)
+
+class Plain:
+    pass
+
+def once(kind):
+    if kind == "del":
+        Dropped()
+    else:
+        obj = Plain()
+        ref = weakref.ref(obj, lambda _ref: spin(0.002))
+        del obj
+        del ref
+
+print("ready", flush=True)
+try:
+    while True:
+        once(sys.argv[1])
+        spin(0.002)
+except KeyboardInterrupt as exc:
+    print("stopped by", getattr(exc, "signum", "SIGINT"), flush=True)
+    sys.exit(3)
+"""
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("kind", ["del", "weakref"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: signal.Signals(s).name
+)
+def test_a_signal_landing_in_a_finalizer_still_stops_the_program(
+    kind: str, signum: int, tmp_path: os.PathLike[str]
+) -> None:
+    script = os.path.join(tmp_path, "loop.py")
+    with open(script, "w") as f:
+        f.write(textwrap.dedent(_PROGRAM))
+    for attempt in range(10):
+        proc = subprocess.Popen(
+            [sys.executable, script, kind],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_default_signals,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.05 + attempt * 0.013)
+        proc.send_signal(signum)
+        try:
+            out, errors = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, errors = proc.communicate()
+            pytest.fail(f"attempt {attempt}: the signal was lost and the program ran on: {errors}")
+        expected = "SIGINT" if signum == signal.SIGINT else str(int(signum))
+        assert (proc.returncode, out) == (3, f"stopped by {expected}\n"), errors
+        assert "Exception ignored" not in errors
