@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Any
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -25,6 +26,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from reprobuild._util.boundedread import read_small_file
 from reprobuild.errors import LockfileError
 from reprobuild.locks.records import (
     NAME_RE,
@@ -32,6 +34,7 @@ from reprobuild.locks.records import (
     check_hash,
     hash_problem,
     index_url_problem,
+    load_toml,
     physical_lines,
     quoted,
     sorted_requirements,
@@ -60,6 +63,17 @@ class Selection:
     glibc: tuple[int, int] = (2, 36)
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    # Also the groups the lock's tool installs by default (uv's default-groups, Poetry's
+    # non-optional groups, PDM's dev groups); each reader resolves them with ``with_groups``.
+    default_groups: bool = False
+
+    def with_groups(self, defaults: Iterable[str]) -> Selection:
+        """This selection with ``defaults`` (the tool's default groups) added to the groups
+        when ``default_groups`` asks for them, and nothing left to resolve."""
+        groups = list(self.groups)
+        if self.default_groups:
+            groups += [g for g in defaults if g not in groups]
+        return replace(self, groups=tuple(groups), default_groups=False)
 
     @property
     def full_version(self) -> str:
@@ -171,6 +185,23 @@ def _platform_tags(python: str, machine: str, glibc: tuple[int, int]) -> frozens
 @lru_cache(maxsize=16)
 def _tag_strings(python: str, machine: str, glibc: tuple[int, int]) -> frozenset[str]:
     return frozenset(str(tag) for tag in _platform_tags(python, machine, glibc))
+
+
+def pyproject_beside(path: Path, hint: str) -> dict[str, Any] | None:
+    """The ``pyproject.toml`` beside the lock at ``path``, parsed; ``None`` when there is none."""
+    beside = path.parent / "pyproject.toml"
+
+    def fail(problem: str) -> LockfileError:
+        return LockfileError(beside, None, problem)
+
+    try:
+        data = read_small_file(beside, 4 << 20, fail)
+    except FileNotFoundError:
+        return None
+    try:
+        return load_toml(data.decode("utf-8-sig"), beside, hint)
+    except UnicodeDecodeError:
+        raise LockfileError(beside, None, "is not UTF-8 text") from None
 
 
 class LockLines:
