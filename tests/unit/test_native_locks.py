@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -20,9 +21,11 @@ import pytest
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
-from reprobuild.errors import LockfileError
+from reprobuild.build.plan import plan_build
+from reprobuild.errors import LockfileError, ReprobuildError
 from reprobuild.locks.lockfile import Selection, format_of, load_lock, parse_lock_bytes
 from reprobuild.locks.poetrylock import content_hashes, poetry_allows
+from reprobuild.locks.records import LockChoice
 
 NATIVE = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "native"
 
@@ -81,6 +84,24 @@ def test_uv_lock_matches_uv_export(
         assert req.marker is None and req.hashes and req.line > 0
         assert all(h.startswith("sha256:") for h in req.hashes)
     assert lock.options.index_url == "file:///opt/pypi/simple"
+
+
+def test_uv_lock_default_groups_match_uv_exports_default() -> None:
+    """select.default_groups: what `uv export` takes unasked (the dev group, as uv sync)."""
+    project = NATIVE / "uv-extras"
+    lock = load_lock(project / "uv.lock", Selection(default_groups=True))
+    ours = {r.name: r.version for r in lock.requirements}
+    assert ours == _uv_export(project)
+    assert "filelock" in ours and ours != _uv_export(project, "--no-dev")
+
+
+def test_uv_default_groups_follow_tool_uv_default_groups(tmp_path: Path) -> None:
+    for name in ("uv.lock", "pyproject.toml"):
+        shutil.copy(NATIVE / "uv-extras" / name, tmp_path / name)
+    with (tmp_path / "pyproject.toml").open("a") as fh:
+        fh.write("\n[tool.uv]\ndefault-groups = []\n")
+    lock = load_lock(tmp_path / "uv.lock", Selection(default_groups=True))
+    assert "filelock" not in {r.name for r in lock.requirements}
 
 
 def test_uv_lock_renders_hash_checked_requirements() -> None:
@@ -454,6 +475,11 @@ def _exported(path: Path) -> dict[str, str]:
         ("poetry-2.1", "poetry.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
         ("pipenv", "Pipfile.lock", Selection(), "export-main.txt"),
         ("pipenv", "Pipfile.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+        # select.default_groups: Poetry's non-optional groups (dev here); pipenv's default
+        # section alone, as `pipenv sync` installs it.
+        ("poetry-1.1", "poetry.lock", Selection(default_groups=True), "export-group-dev.txt"),
+        ("poetry-2.1", "poetry.lock", Selection(default_groups=True), "export-group-dev.txt"),
+        ("pipenv", "Pipfile.lock", Selection(default_groups=True), "export-main.txt"),
     ],
 )
 def test_tool_written_lock_matches_the_tools_export(
@@ -520,3 +546,73 @@ def test_pruning_foreign_wheels_keeps_lines_and_toml(lock: str) -> None:
     assert pruned.count("\n") == text.count("\n")
     if not lock.endswith("Pipfile.lock"):
         tomllib.loads(pruned)
+
+
+def test_pdm_default_groups_are_the_dev_groups_of_pyproject(tmp_path: Path) -> None:
+    """select.default_groups: `pdm install` takes default and the dev groups, never an
+    optional-dependencies group (symbolic) unasked."""
+    dev_package = f"""
+[[package]]
+name = "filelock"
+version = "3.20.0"
+groups = ["dev"]
+files = [
+    {{file = "filelock-3.20.0-py3-none-any.whl", hash = "sha256:{_h("f")}"}},
+]
+"""
+    (tmp_path / "pdm.lock").write_text(_PDM + dev_package)
+    with pytest.raises(LockfileError, match=r"pdm\.lock: select\.default_groups needs the "):
+        load_lock(tmp_path / "pdm.lock", Selection(default_groups=True))
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "demo"\nversion = "1"\n'
+        '[project.optional-dependencies]\nsymbolic = ["sympy"]\n'
+        '[tool.pdm.dev-dependencies]\ndev = ["filelock"]\n'
+    )
+    plain = load_lock(tmp_path / "pdm.lock")
+    assert [r.name for r in plain.requirements] == ["numpy"]
+    lock = load_lock(tmp_path / "pdm.lock", Selection(default_groups=True))
+    assert [r.name for r in lock.requirements] == ["filelock", "numpy"]
+
+
+# --- select: in reprobuild.yaml, as render and image read it ---------------------------------
+
+
+def _selected_project(tmp_path: Path, select: str, lock: str = "uv.lock") -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(NATIVE / "uv-extras", project)
+    rendered = load_lock(project / "uv.lock").render(index_options=True)
+    (project / "requirements.lock").write_text(rendered)
+    (project / "reprobuild.yaml").write_text(
+        f"name: demo\nlock: {lock}\nbase:\n  cpu: python-3.11-slim-bookworm\n{select}"
+    )
+    return project
+
+
+def test_select_in_reprobuild_yaml_reaches_the_plan(tmp_path: Path) -> None:
+    project = _selected_project(tmp_path, "select:\n  extras: [symbolic]\n  default_groups: true\n")
+    lock = plan_build(project).spec.lock
+    assert {"sympy", "filelock"} <= {r.name for r in lock.requirements}
+    assert lock.choice == LockChoice(extras=("symbolic",), default_groups=True)
+    assert lock.format_name == "uv.lock"
+
+
+@pytest.mark.parametrize(
+    ("select", "lock", "expected"),
+    [
+        ("select:\n  groups: [dev]\n", "requirements.lock",
+         r"reprobuild\.yaml:6: select chooses extras or groups, but requirements\.lock is not "
+         r"a native lock"),
+        ('select:\n  python: "3.12"\n', "uv.lock",
+         r"reprobuild\.yaml:6: select\.python 3\.12 is not the base's CPython 3\.11"),
+        ("select:\n  extras: [gpu]\n", "uv.lock",
+         r"uv\.lock:\d+: extra 'gpu' is not one of the project's extras \(symbolic, windows\)"),
+    ],
+)  # fmt: skip
+def test_select_refusals_name_the_line(
+    tmp_path: Path, select: str, lock: str, expected: str
+) -> None:
+    project = _selected_project(tmp_path, select, lock)
+    with pytest.raises(ReprobuildError) as info:
+        plan_build(project)
+    assert "\n" not in info.value.message
+    assert re.search(expected, info.value.message), info.value.message
