@@ -9,6 +9,7 @@ Every bad input gives one ``file:line: problem`` line and, through the CLI, exit
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -22,6 +23,7 @@ from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
 from reprobuild.build.plan import plan_build
+from reprobuild.build.render import render_context, render_dockerfile
 from reprobuild.errors import LockfileError, ReprobuildError
 from reprobuild.locks.lockfile import Selection, format_of, load_lock, parse_lock_bytes
 from reprobuild.locks.poetrylock import content_hashes, poetry_allows
@@ -616,3 +618,19 @@ def test_select_refusals_name_the_line(
         plan_build(project)
     assert "\n" not in info.value.message
     assert re.search(expected, info.value.message), info.value.message
+
+
+def test_the_install_step_changes_with_the_selection(tmp_path: Path) -> None:
+    """buildah's layer cache does not look into the mounted requirements: a native lock's
+    install step carries their sha256, so another selection of the same lock is another step
+    (the same uv.lock with an extra reused the layer without it)."""
+    plain = _selected_project(tmp_path / "a", "")
+    extra = _selected_project(tmp_path / "b", "select:\n  extras: [symbolic]\n")
+    steps = []
+    for project in (plain, extra):
+        spec = dataclasses.replace(plan_build(project).spec, mount_install=True)
+        mounted = render_context(spec)["requirements.lock"].data
+        step = next(ln for ln in render_dockerfile(spec).splitlines() if "LOCK_SHA256=" in ln)
+        assert f"REPROBUILD_REQUIREMENTS_SHA256={hashlib.sha256(mounted).hexdigest()} " in step
+        steps.append(step)
+    assert steps[0] != steps[1]
