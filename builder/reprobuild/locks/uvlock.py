@@ -277,6 +277,14 @@ class _Walk:
         return candidates[0]
 
 
+def _basename(location: str) -> str:
+    """The file name a wheel's URL or path ends in (percent-escapes decoded)."""
+    if "?" in location or "#" in location:
+        location = urlsplit(location).path
+    name = location.rsplit("/", 1)[-1]
+    return unquote(name) if "%" in name else name
+
+
 def _where(package: _Package) -> str:
     return str(next(iter(package.source.values())))
 
@@ -314,7 +322,7 @@ def _hashes_and_index(
             raise LockfileError(path, line, f"package {package.name}: a wheel has no 'url'")
         filename = wheel.get("filename")
         if not isinstance(filename, str):
-            filename = unquote(urlsplit(location).path.rsplit("/", 1)[-1])
+            filename = _basename(location)
         files.append((filename, wheel.get("hash")))
 
     def locate(needle: str) -> int | None:
