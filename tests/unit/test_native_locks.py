@@ -482,6 +482,10 @@ def _exported(path: Path) -> dict[str, str]:
         ("poetry-1.1", "poetry.lock", Selection(default_groups=True), "export-group-dev.txt"),
         ("poetry-2.1", "poetry.lock", Selection(default_groups=True), "export-group-dev.txt"),
         ("pipenv", "Pipfile.lock", Selection(default_groups=True), "export-main.txt"),
+        # written by PDM 2.26.1 (tests/data/lockfiles/native/README.md)
+        ("pdm", "pdm.lock", Selection(), "export-main.txt"),
+        ("pdm", "pdm.lock", Selection(extras=("symbolic",)), "export-extra-symbolic.txt"),
+        ("pdm", "pdm.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
     ],
 )
 def test_tool_written_lock_matches_the_tools_export(
@@ -489,7 +493,9 @@ def test_tool_written_lock_matches_the_tools_export(
 ) -> None:
     lock = load_lock(NATIVE / folder / lock_name, selection)
     assert {r.name: r.version for r in lock.requirements} == _exported(NATIVE / folder / export)
-    assert lock.options.index_url == "http://127.0.0.1:8765/simple"
+    # pdm.lock names no index (it is in pyproject.toml's [[tool.pdm.source]]): none is kept
+    index = None if lock.format == "pdm" else "http://127.0.0.1:8765/simple"
+    assert lock.options.index_url == index
     assert all(r.hashes and r.marker is None for r in lock.requirements)
 
 
@@ -550,30 +556,15 @@ def test_pruning_foreign_wheels_keeps_lines_and_toml(lock: str) -> None:
         tomllib.loads(pruned)
 
 
-def test_pdm_default_groups_are_the_dev_groups_of_pyproject(tmp_path: Path) -> None:
-    """select.default_groups: `pdm install` takes default and the dev groups, never an
-    optional-dependencies group (symbolic) unasked."""
-    dev_package = f"""
-[[package]]
-name = "filelock"
-version = "3.20.0"
-groups = ["dev"]
-files = [
-    {{file = "filelock-3.20.0-py3-none-any.whl", hash = "sha256:{_h("f")}"}},
-]
-"""
-    (tmp_path / "pdm.lock").write_text(_PDM + dev_package)
-    with pytest.raises(LockfileError, match=r"pdm\.lock: select\.default_groups needs the "):
-        load_lock(tmp_path / "pdm.lock", Selection(default_groups=True))
-    (tmp_path / "pyproject.toml").write_text(
-        '[project]\nname = "demo"\nversion = "1"\n'
-        '[project.optional-dependencies]\nsymbolic = ["sympy"]\n'
-        '[tool.pdm.dev-dependencies]\ndev = ["filelock"]\n'
+def test_pdm_default_groups_are_every_locked_group() -> None:
+    """select.default_groups for a pdm.lock: what `pdm sync` installs unasked, every group the
+    lock holds (its optional-dependencies groups too; tests/data/.../pdm/sync-dry-run.txt)."""
+    lock = load_lock(NATIVE / "pdm" / "pdm.lock", Selection(default_groups=True))
+    assert {r.name: r.version for r in lock.requirements} == _exported(
+        NATIVE / "pdm" / "export-default-groups.txt"
     )
-    plain = load_lock(tmp_path / "pdm.lock")
-    assert [r.name for r in plain.requirements] == ["numpy"]
-    lock = load_lock(tmp_path / "pdm.lock", Selection(default_groups=True))
-    assert [r.name for r in lock.requirements] == ["filelock", "numpy"]
+    synced = (NATIVE / "pdm" / "sync-dry-run.txt").read_text()
+    assert {r.name for r in lock.requirements} == set(re.findall(r"- (\S+) ", synced))
 
 
 # --- select: in reprobuild.yaml, as render and image read it ---------------------------------

@@ -64,7 +64,8 @@ class Selection:
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     # Also the groups the lock's tool installs by default (uv's default-groups, Poetry's
-    # non-optional groups, PDM's dev groups); each reader resolves them with ``with_groups``.
+    # non-optional groups, every group of a pdm.lock); each reader resolves them with
+    # ``with_groups``.
     default_groups: bool = False
 
     def with_groups(self, defaults: Iterable[str]) -> Selection:

@@ -24,7 +24,6 @@ from reprobuild.locks.native import (
     check_python,
     check_version,
     finish,
-    pyproject_beside,
     source_refusal,
     wheel_hashes,
 )
@@ -74,10 +73,10 @@ def parse_pdmlock(
             hint="relock with `pdm lock --strategy inherit_metadata` (PDM 2.11+ default)",
         )
     _check_pythons(metadata, selection, path, lines)
-    if selection.default_groups:
-        selection = selection.with_groups(_dev_groups(path))
-    wanted = ["default", *selection.groups, *selection.extras]
     locked_groups = metadata.get("groups") or ["default"]
+    if selection.default_groups:  # `pdm sync` installs every group the lock holds
+        selection = selection.with_groups(str(g) for g in locked_groups if g != "default")
+    wanted = ["default", *selection.groups, *selection.extras]
     for group in wanted:
         if group not in locked_groups:
             raise LockfileError(
@@ -176,19 +175,3 @@ def _package(
     hashes = wheel_hashes(pairs, name, version, selection, path, locate, _HINT)
     return name, version, hashes
 
-
-def _dev_groups(path: Path) -> list[str]:
-    """The groups ``pdm install`` installs unasked besides ``default``: the dev groups of the
-    pyproject.toml beside the lock (``[tool.pdm.dev-dependencies]``, ``[dependency-groups]``)."""
-    pyproject = pyproject_beside(path, _HINT)
-    if pyproject is None:
-        raise LockfileError(
-            path,
-            None,
-            "select.default_groups needs the pyproject.toml beside pdm.lock (it names the dev "
-            "groups), and there is none",
-            hint="keep pdm.lock next to its pyproject.toml, or name the groups in select.groups",
-        )
-    dev = pyproject.get("tool", {}).get("pdm", {}).get("dev-dependencies") or {}
-    pep735 = pyproject.get("dependency-groups") or {}
-    return [str(g) for g in [*dev, *(g for g in pep735 if g not in dev)]]
