@@ -174,4 +174,3 @@ def _package(
 
     hashes = wheel_hashes(pairs, name, version, selection, path, locate, _HINT)
     return name, version, hashes
-
