@@ -22,6 +22,7 @@ import pytest
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
+from reprobuild.bases.catalog import load_catalog
 from reprobuild.build.plan import plan_build
 from reprobuild.build.render import render_context, render_dockerfile
 from reprobuild.errors import LockfileError, ReprobuildError
@@ -625,3 +626,21 @@ def test_the_install_step_changes_with_the_selection(tmp_path: Path) -> None:
         assert f"REPROBUILD_REQUIREMENTS_SHA256={hashlib.sha256(mounted).hexdigest()} " in step
         steps.append(step)
     assert steps[0] != steps[1]
+
+
+def test_the_catalog_bases_python_holds_when_given_by_digest(tmp_path: Path) -> None:
+    """rebuild gives the base as the image recorded it, NAME@sha256: when that is the
+    project's own catalog base, its CPython is still the one the lock is read for."""
+    project = _selected_project(tmp_path, 'select:\n  python: "3.12"\n')
+    ref = load_catalog().get("python-3.11-slim-bookworm").ref.by_digest()
+    with pytest.raises(ReprobuildError, match=r"select\.python 3\.12 is not the base's CPython"):
+        plan_build(project, base=ref)
+    # another image: select.python decides, and this lock has no 3.12 wheel of markupsafe
+    other = "127.0.0.1:5000/x/y@sha256:" + "ab" * 32
+    with pytest.raises(LockfileError) as info:
+        plan_build(project, base=other)
+    assert re.fullmatch(
+        r".*/uv\.lock:\d+: package markupsafe 3\.0\.3 has no wheel for CPython 3\.12 on linux "
+        r"x86_64 \(no files at all locked\): .*",
+        info.value.message,
+    ), info.value.message

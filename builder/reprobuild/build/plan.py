@@ -80,6 +80,20 @@ def catalog_python(config: ProjectConfig, base: str | None, catalog: Catalog | N
     return locked.versions.get("python")
 
 
+def catalog_python_by_digest(
+    config: ProjectConfig, base: str | None, digest: str | None, catalog: Catalog
+) -> str | None:
+    """The CPython of the project's catalog base ``base`` when ``digest`` is the one the
+    project locked for it (a --base naming that very image); None otherwise."""
+    if not base or not digest or not is_catalog_name(base):
+        return None
+    try:
+        locked, _new, _note = pin(config.root, base, catalog)
+    except ReprobuildError:
+        return None
+    return locked.versions.get("python") if locked.ref.digest == digest else None
+
+
 def default_tag(name: str, variant: str, lock_sha256: str) -> str:
     """The tag ``reprobuild image`` gives when no ``--tag`` is given:
     ``NAME:<variant>-<first 12 hex of the lock's sha256>``, the variant being cpu|gpu, or
@@ -151,6 +165,9 @@ def plan_build(
     notes: tuple[str, ...] = ()
     if base:
         base_ref = parse_pinned(base, what="--base")
+        # the project's own catalog base given by digest (rebuild does so): its Python is known
+        own_base = config.base_gpu if gpu else config.base_cpu
+        base_python = catalog_python_by_digest(config, own_base, base_ref.digest, catalog)
     elif is_catalog_name(base_value):  # the project's lock of that name
         try:
             locked, is_new, note = pin(config.root, base_value, catalog)
