@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from reprobuild.errors import ConfigError
-from reprobuild.project.config import KEYS, SEED_MAX, ProjectConfig, load_config
+from reprobuild.project.config import KEYS, SEED_MAX, LockSelection, ProjectConfig, load_config
 
 MINIMAL = "name: demo\nlock: requirements.lock\nbase:\n  cpu: python-3.11-slim-bookworm\n"
 PINNED = "registry.example.com:5000/team/base:1@sha256:" + "ab" * 32
@@ -523,3 +524,39 @@ def test_first_bad_value_wins_in_key_order(tmp_path: Path) -> None:
     err = refused(tmp_path, name="Bad", seed=-1)
     assert "name 'Bad'" in err.message
     assert "seed" not in err.message
+
+
+# ------------------------------------------------------------------------------ select
+
+
+def test_select_defaults_and_values(tmp_path: Path) -> None:
+    assert config_with(tmp_path).select == LockSelection()
+    (tmp_path / "b").mkdir()
+    chosen = config_with(
+        tmp_path / "b",
+        select={"python": "3.12", "extras": ["cpu"], "groups": ["train"], "default_groups": True},
+    ).select
+    assert chosen == LockSelection("3.12", ("cpu",), ("train",), True)
+    assert chosen.chooses and not LockSelection(python="3.12").chooses
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (["cpu"], r":6: select must be a mapping \(python, extras, groups, default_groups\), "
+         r"got a list$"),
+        ({"extra": ["cpu"]}, r":6: unknown key select\.extra; allowed: select\.python, "),
+        ({"python": 3.12}, r":6: select\.python 3\.12 must be a CPython version like "
+         r"\"3\.11\" \(quoted\), got a number$"),
+        ({"python": "3"}, r"select\.python '3' must be a CPython version"),
+        ({"extras": "cpu"}, r":6: select\.extras must be a list of names, got a string$"),
+        ({"groups": ["$(id)"]}, r":7: select\.groups entry '\$\(id\)' must be a name: "),
+        ({"groups": ["a", "a"]}, r"select\.groups lists a name twice$"),
+        ({"default_groups": "yes"}, r":6: select\.default_groups 'yes' must be true or false, "
+         r"got a string$"),
+    ],
+)  # fmt: skip
+def test_select_refusals_are_one_line(tmp_path: Path, value: object, expected: str) -> None:
+    error = refused(tmp_path, select=value)
+    assert "\n" not in error.message
+    assert re.search(expected, error.message), error.message

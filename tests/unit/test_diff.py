@@ -204,6 +204,21 @@ def test_lock_hash(run: Run, write: Callable[[str, Any], str]) -> None:
     assert out.splitlines()[-1] == "1 difference"
 
 
+def test_a_changed_lock_selection(run: Run, write: Callable[[str, Any], str]) -> None:
+    """Two images from the same uv.lock with different extras: diff names the selection."""
+    cpu = {"extras": ["cpu"], "groups": [], "default_groups": False}
+    cuda = {"extras": ["cu126"], "groups": ["train"], "default_groups": True}
+    a = write("a.json", manifest(lock_format="uv.lock", lock_selection=cpu))
+    same = write("same.json", manifest(lock_format="uv.lock", lock_selection=cpu))
+    b = write("b.json", manifest(lock_format="uv.lock", lock_selection=cuda))
+    assert run(a, same)[0] == 0
+    code, out, _ = run(a, b)
+    assert code == 1
+    assert items(out) == [
+        "lock.format  uv.lock (extras cpu) -> uv.lock (extras cu126; groups train; default groups)"
+    ]
+
+
 def test_several_changes_are_aligned_under_their_groups(
     run: Run, write: Callable[[str, Any], str]
 ) -> None:

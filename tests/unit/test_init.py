@@ -12,9 +12,10 @@ import pytest
 
 from helpers import run_cli
 from reprobuild.build.initservices import init_services
+from reprobuild.build.plan import read_lock
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import load_lock
-from reprobuild.project.config import load_config
+from reprobuild.project.config import LockSelection, load_config
 from reprobuild.project.init import InitError, InitOptions, init_project
 
 NATIVE = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "native"
@@ -65,12 +66,15 @@ def test_init_uses_a_uv_lock_in_place(tmp_path: Path) -> None:
     }
 
 
-def test_init_with_an_extra_writes_the_selected_pins(tmp_path: Path) -> None:
+def test_init_with_an_extra_writes_the_selection(tmp_path: Path) -> None:
     project = _uv_project(tmp_path)
     result = init_project(project, InitOptions(extras=("symbolic",)), init_services())
-    assert project / "requirements.lock" in result.written
+    assert result.written == [project / "reprobuild.yaml"]  # the lock is used in place
     assert any("extras symbolic" in n for n in result.notes)
-    lock = load_lock(load_config(project).lock)
+    config = load_config(project)
+    assert config.lock == project / "uv.lock"
+    assert config.select == LockSelection(python="3.11", extras=("symbolic",))
+    lock = read_lock(config, config.lock, None)
     assert {r.name for r in lock.requirements} == {
         "jinja2",
         "markupsafe",
@@ -220,10 +224,7 @@ def test_cli_init_then_render(tmp_path: Path) -> None:
     project = _uv_project(tmp_path)
     proc = run_cli("init", str(project), "--extra", "symbolic")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [
-        f"wrote {project / 'requirements.lock'}",
-        f"wrote {project / 'reprobuild.yaml'}",
-    ]
+    assert proc.stdout.splitlines() == [f"wrote {project / 'reprobuild.yaml'}"]
     assert "note: uv.lock read for CPython 3.11, extras symbolic" in proc.stderr
     again = run_cli("init", str(project))
     assert again.returncode == 1

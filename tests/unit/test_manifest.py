@@ -29,6 +29,8 @@ def manifest(**over: Any) -> Manifest:
         machine="x86_64",
         distributions=(Distribution("idna", "3.10"), Distribution("six", "1.17.0")),
         sbom_sha256="ef" * 32,
+        lock_format="uv.lock",
+        lock_selection={"extras": ["cpu"], "groups": [], "default_groups": True},
     )
     values.update(over)
     return Manifest(**values)
@@ -162,7 +164,20 @@ def test_missing_schema_version_refused() -> None:
 
 @pytest.mark.parametrize(
     "field",
-    [f for f in FIELDS if f not in ("schema_version", "stack", "gpu", "build", "sbom_sha256")],
+    [
+        f
+        for f in FIELDS
+        if f
+        not in (
+            "schema_version",
+            "stack",
+            "gpu",
+            "build",
+            "sbom_sha256",
+            "lock_format",
+            "lock_selection",
+        )
+    ],
 )
 def test_missing_field_named(field: str) -> None:
     data = manifest().to_dict()
@@ -181,6 +196,42 @@ def test_a_manifest_from_before_the_sbom_keeps_its_bytes() -> None:
     assert old.sbom_sha256 is None
     assert old.to_json() == raw
     assert Manifest.from_json(manifest().to_json()).sbom_sha256 == "ef" * 32
+
+
+def test_a_manifest_from_before_the_lock_format_keeps_its_bytes() -> None:
+    """Images built before manifests named the lock's format and selection: read back, the
+    same bytes, and no format to show."""
+    data = manifest().to_dict()
+    del data["lock_format"], data["lock_selection"]
+    raw = (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
+    old = Manifest.from_json(raw)
+    assert old.lock_format is None and old.lock_selection is None
+    assert old.lock_description is None
+    assert old.to_json() == raw
+
+
+def test_the_lock_is_described_by_format_and_selection() -> None:
+    assert manifest().lock_description == "uv.lock (extras cpu; default groups)"
+    plain = manifest(lock_format="requirements", lock_selection=None)
+    assert plain.lock_description == "requirements"
+    main = manifest(lock_selection={"extras": [], "groups": [], "default_groups": False})
+    assert main.lock_description == "uv.lock (main only)"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("lock_format", 7),
+        ("lock_selection", ["cpu"]),
+        ("lock_selection", {"extras": "cpu", "groups": [], "default_groups": False}),
+        ("lock_selection", {"extras": [], "groups": []}),
+    ],
+)
+def test_a_bad_lock_format_or_selection_is_refused(key: str, value: object) -> None:
+    data = manifest().to_dict()
+    data[key] = value
+    with pytest.raises(ReprobuildError, match=f"manifest field '{key}' is not"):
+        Manifest.from_dict(data)
 
 
 @pytest.mark.parametrize("value", ["", "EF" * 32, "ef" * 31, 7, ["ef" * 32]])

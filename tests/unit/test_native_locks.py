@@ -9,8 +9,10 @@ Every bad input gives one ``file:line: problem`` line and, through the CLI, exit
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -20,9 +22,13 @@ import pytest
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
-from reprobuild.errors import LockfileError
+from reprobuild.bases.catalog import load_catalog
+from reprobuild.build.plan import plan_build
+from reprobuild.build.render import render_context, render_dockerfile
+from reprobuild.errors import LockfileError, ReprobuildError
 from reprobuild.locks.lockfile import Selection, format_of, load_lock, parse_lock_bytes
 from reprobuild.locks.poetrylock import content_hashes, poetry_allows
+from reprobuild.locks.records import LockChoice
 
 NATIVE = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "native"
 
@@ -81,6 +87,24 @@ def test_uv_lock_matches_uv_export(
         assert req.marker is None and req.hashes and req.line > 0
         assert all(h.startswith("sha256:") for h in req.hashes)
     assert lock.options.index_url == "file:///opt/pypi/simple"
+
+
+def test_uv_lock_default_groups_match_uv_exports_default() -> None:
+    """select.default_groups: what `uv export` takes unasked (the dev group, as uv sync)."""
+    project = NATIVE / "uv-extras"
+    lock = load_lock(project / "uv.lock", Selection(default_groups=True))
+    ours = {r.name: r.version for r in lock.requirements}
+    assert ours == _uv_export(project)
+    assert "filelock" in ours and ours != _uv_export(project, "--no-dev")
+
+
+def test_uv_default_groups_follow_tool_uv_default_groups(tmp_path: Path) -> None:
+    for name in ("uv.lock", "pyproject.toml"):
+        shutil.copy(NATIVE / "uv-extras" / name, tmp_path / name)
+    with (tmp_path / "pyproject.toml").open("a") as fh:
+        fh.write("\n[tool.uv]\ndefault-groups = []\n")
+    lock = load_lock(tmp_path / "uv.lock", Selection(default_groups=True))
+    assert "filelock" not in {r.name for r in lock.requirements}
 
 
 def test_uv_lock_renders_hash_checked_requirements() -> None:
@@ -454,6 +478,15 @@ def _exported(path: Path) -> dict[str, str]:
         ("poetry-2.1", "poetry.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
         ("pipenv", "Pipfile.lock", Selection(), "export-main.txt"),
         ("pipenv", "Pipfile.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+        # select.default_groups: Poetry's non-optional groups (dev here); pipenv's default
+        # section alone, as `pipenv sync` installs it.
+        ("poetry-1.1", "poetry.lock", Selection(default_groups=True), "export-group-dev.txt"),
+        ("poetry-2.1", "poetry.lock", Selection(default_groups=True), "export-group-dev.txt"),
+        ("pipenv", "Pipfile.lock", Selection(default_groups=True), "export-main.txt"),
+        # written by PDM 2.26.1 (tests/data/lockfiles/native/README.md)
+        ("pdm", "pdm.lock", Selection(), "export-main.txt"),
+        ("pdm", "pdm.lock", Selection(extras=("symbolic",)), "export-extra-symbolic.txt"),
+        ("pdm", "pdm.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
     ],
 )
 def test_tool_written_lock_matches_the_tools_export(
@@ -461,7 +494,9 @@ def test_tool_written_lock_matches_the_tools_export(
 ) -> None:
     lock = load_lock(NATIVE / folder / lock_name, selection)
     assert {r.name: r.version for r in lock.requirements} == _exported(NATIVE / folder / export)
-    assert lock.options.index_url == "http://127.0.0.1:8765/simple"
+    # pdm.lock names no index (it is in pyproject.toml's [[tool.pdm.source]]): none is kept
+    index = None if lock.format == "pdm" else "http://127.0.0.1:8765/simple"
+    assert lock.options.index_url == index
     assert all(r.hashes and r.marker is None for r in lock.requirements)
 
 
@@ -520,3 +555,92 @@ def test_pruning_foreign_wheels_keeps_lines_and_toml(lock: str) -> None:
     assert pruned.count("\n") == text.count("\n")
     if not lock.endswith("Pipfile.lock"):
         tomllib.loads(pruned)
+
+
+def test_pdm_default_groups_are_every_locked_group() -> None:
+    """select.default_groups for a pdm.lock: what `pdm sync` installs unasked, every group the
+    lock holds (its optional-dependencies groups too; tests/data/.../pdm/sync-dry-run.txt)."""
+    lock = load_lock(NATIVE / "pdm" / "pdm.lock", Selection(default_groups=True))
+    assert {r.name: r.version for r in lock.requirements} == _exported(
+        NATIVE / "pdm" / "export-default-groups.txt"
+    )
+    synced = (NATIVE / "pdm" / "sync-dry-run.txt").read_text()
+    assert {r.name for r in lock.requirements} == set(re.findall(r"- (\S+) ", synced))
+
+
+# --- select: in reprobuild.yaml, as render and image read it ---------------------------------
+
+
+def _selected_project(tmp_path: Path, select: str, lock: str = "uv.lock") -> Path:
+    project = tmp_path / "p"
+    shutil.copytree(NATIVE / "uv-extras", project)
+    rendered = load_lock(project / "uv.lock").render(index_options=True)
+    (project / "requirements.lock").write_text(rendered)
+    (project / "reprobuild.yaml").write_text(
+        f"name: demo\nlock: {lock}\nbase:\n  cpu: python-3.11-slim-bookworm\n{select}"
+    )
+    return project
+
+
+def test_select_in_reprobuild_yaml_reaches_the_plan(tmp_path: Path) -> None:
+    project = _selected_project(tmp_path, "select:\n  extras: [symbolic]\n  default_groups: true\n")
+    lock = plan_build(project).spec.lock
+    assert {"sympy", "filelock"} <= {r.name for r in lock.requirements}
+    assert lock.choice == LockChoice(extras=("symbolic",), default_groups=True)
+    assert lock.format_name == "uv.lock"
+
+
+@pytest.mark.parametrize(
+    ("select", "lock", "expected"),
+    [
+        ("select:\n  groups: [dev]\n", "requirements.lock",
+         r"reprobuild\.yaml:6: select chooses extras or groups, but requirements\.lock is not "
+         r"a native lock"),
+        ('select:\n  python: "3.12"\n', "uv.lock",
+         r"reprobuild\.yaml:6: select\.python 3\.12 is not the base's CPython 3\.11"),
+        ("select:\n  extras: [gpu]\n", "uv.lock",
+         r"uv\.lock:\d+: extra 'gpu' is not one of the project's extras \(symbolic, windows\)"),
+    ],
+)  # fmt: skip
+def test_select_refusals_name_the_line(
+    tmp_path: Path, select: str, lock: str, expected: str
+) -> None:
+    project = _selected_project(tmp_path, select, lock)
+    with pytest.raises(ReprobuildError) as info:
+        plan_build(project)
+    assert "\n" not in info.value.message
+    assert re.search(expected, info.value.message), info.value.message
+
+
+def test_the_install_step_changes_with_the_selection(tmp_path: Path) -> None:
+    """buildah's layer cache does not look into the mounted requirements: a native lock's
+    install step carries their sha256, so another selection of the same lock is another step
+    (the same uv.lock with an extra reused the layer without it)."""
+    plain = _selected_project(tmp_path / "a", "")
+    extra = _selected_project(tmp_path / "b", "select:\n  extras: [symbolic]\n")
+    steps = []
+    for project in (plain, extra):
+        spec = dataclasses.replace(plan_build(project).spec, mount_install=True)
+        mounted = render_context(spec)["requirements.lock"].data
+        step = next(ln for ln in render_dockerfile(spec).splitlines() if "LOCK_SHA256=" in ln)
+        assert f"REPROBUILD_REQUIREMENTS_SHA256={hashlib.sha256(mounted).hexdigest()} " in step
+        steps.append(step)
+    assert steps[0] != steps[1]
+
+
+def test_the_catalog_bases_python_holds_when_given_by_digest(tmp_path: Path) -> None:
+    """rebuild gives the base as the image recorded it, NAME@sha256: when that is the
+    project's own catalog base, its CPython is still the one the lock is read for."""
+    project = _selected_project(tmp_path, 'select:\n  python: "3.12"\n')
+    ref = load_catalog().get("python-3.11-slim-bookworm").ref.by_digest()
+    with pytest.raises(ReprobuildError, match=r"select\.python 3\.12 is not the base's CPython"):
+        plan_build(project, base=ref)
+    # another image: select.python decides, and this lock has no 3.12 wheel of markupsafe
+    other = "127.0.0.1:5000/x/y@sha256:" + "ab" * 32
+    with pytest.raises(LockfileError) as info:
+        plan_build(project, base=other)
+    assert re.fullmatch(
+        r".*/uv\.lock:\d+: package markupsafe 3\.0\.3 has no wheel for CPython 3\.12 on linux "
+        r"x86_64 \(no files at all locked\): .*",
+        info.value.message,
+    ), info.value.message

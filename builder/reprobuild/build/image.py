@@ -490,6 +490,8 @@ def _manifest(
         base_digest=spec.base.digest or "",
         lock_file=spec.lock.path.name,
         lock_sha256=spec.lock.sha256,
+        lock_format=spec.lock.format_name,
+        lock_selection=spec.lock.choice.to_dict() if spec.lock.choice else None,
         seed=spec.seed,
         determinism=spec.determinism,
         created=epoch_iso(spec.epoch),

@@ -14,11 +14,22 @@ from typing import Any
 
 from reprobuild._util import jsonload
 from reprobuild.errors import ReprobuildError
+from reprobuild.locks.records import LockChoice
 from reprobuild_entrypoint.contract import LABEL_PREFIX
 
 SCHEMA_VERSION = 1
 # Fields a manifest may lack (images built before they existed); distributions is read apart.
-_OPTIONAL = ("distributions", "stack", "gpu", "build", "sbom_sha256")
+_OPTIONAL = (
+    "distributions",
+    "stack",
+    "gpu",
+    "build",
+    "sbom_sha256",
+    "lock_format",
+    "lock_selection",
+)
+# Left out of the JSON when None: a manifest from before they existed keeps its bytes.
+_OMIT_NONE = ("sbom_sha256", "lock_format", "lock_selection")
 # The label carrying the manifest file's sha256 (the file's path in the image is the runtime's
 # reprobuild_entrypoint.MANIFEST_PATH: it reads the file in every run).
 MANIFEST_LABEL = f"{LABEL_PREFIX}manifest.sha256"
@@ -61,13 +72,36 @@ class Manifest:
     # The sha256 of the image's SBOM (reprobuild.build.sbom.SBOM_PATH); None in an image built
     # before images had one, and then left out of the JSON, so such a manifest keeps its bytes.
     sbom_sha256: str | None = None
+    # The lock's format as its tool names the file (uv.lock, poetry.lock, Pipfile.lock,
+    # pdm.lock, pylock.toml, or requirements for a hashed requirements file); None in an image
+    # built before manifests named it.
+    lock_format: str | None = None
+    # A native lock's selection: {"extras": [...], "groups": [...], "default_groups": false};
+    # None for the requirements and pylock formats (and in older images).
+    lock_selection: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def lock_description(self) -> str | None:
+        """``uv.lock (extras cpu; groups dev)``; None when the image does not record it."""
+        if self.lock_format is None:
+            return None
+        chosen = self.lock_selection
+        if chosen is None:
+            return self.lock_format
+        choice = LockChoice(
+            tuple(str(e) for e in chosen["extras"]),
+            tuple(str(g) for g in chosen["groups"]),
+            bool(chosen["default_groups"]),
+        )
+        return f"{self.lock_format} ({choice.describe()})"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["distributions"] = [asdict(d) for d in self.distributions]
-        if self.sbom_sha256 is None:
-            del data["sbom_sha256"]
+        for key in _OMIT_NONE:
+            if data[key] is None:
+                del data[key]
         return data
 
     def to_json(self) -> bytes:
@@ -103,6 +137,18 @@ class Manifest:
         sbom = fields.get("sbom_sha256")
         if sbom is not None and not (isinstance(sbom, str) and re.fullmatch("[0-9a-f]{64}", sbom)):
             raise ReprobuildError("manifest field 'sbom_sha256' is not a sha256 hex digest")
+        if not isinstance(fields.get("lock_format", ""), (str, type(None))):
+            raise ReprobuildError("manifest field 'lock_format' is not a string")
+        choice = fields.get("lock_selection")
+        if choice is not None and not (
+            isinstance(choice, dict)
+            and all(isinstance(choice.get(k), list) for k in ("extras", "groups"))
+            and isinstance(choice.get("default_groups"), bool)
+        ):
+            raise ReprobuildError(
+                "manifest field 'lock_selection' is not {extras: [...], groups: [...], "
+                "default_groups: true|false}"
+            )
         return cls(**fields, distributions=dists)
 
     @classmethod

@@ -14,9 +14,8 @@ from typing import Any, Literal
 from reprobuild.bases.baselock import pin
 from reprobuild.bases.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.bases.refs import parse_pinned
-from reprobuild.build.plan import default_tag
+from reprobuild.build.plan import catalog_python, default_tag, read_lock
 from reprobuild.errors import ConfigError, ReprobuildError, UsageError
-from reprobuild.locks.lockfile import load_lock
 from reprobuild.project.config import ProjectConfig, Variant
 from reprobuild_entrypoint.contract import SEED_VAR, TRIAL_VAR
 from reprobuild_entrypoint.settings import SEED_MAX
@@ -49,8 +48,9 @@ def entry(
 ) -> dict[str, Any]:
     """One matrix entry. Reads (and so validates) the variant's lock for its hash, and checks
     its base as ``image`` would."""
-    check_base(config, variant, catalog or load_catalog())
-    lock = load_lock(variant.lock)
+    catalog = catalog or load_catalog()
+    check_base(config, variant, catalog)
+    lock = read_lock(config, variant.lock, catalog_python(config, variant.base, catalog))
     return {
         "variant": variant.name,
         "gpu": variant.gpu,

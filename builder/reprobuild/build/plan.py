@@ -17,7 +17,7 @@ from reprobuild.bases.refs import parse_pinned
 from reprobuild.build.render import FileEntry, Kind, RenderSpec
 from reprobuild.build.runtimefiles import runtime_package
 from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
-from reprobuild.locks.lockfile import load_lock
+from reprobuild.locks.lockfile import NATIVE_NAMES, Lock, Selection, format_of, load_lock
 from reprobuild.project.config import ProjectConfig, load_config, select_variant
 
 _SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".reprobuild"}
@@ -35,6 +35,63 @@ def lock_path_for(config: ProjectConfig, *, gpu: bool) -> Path:
             config.config_path, "--gpu needs a gpu_lock: the hashed lock for the GPU image"
         )
     return lock_path
+
+
+def lock_selection(config: ProjectConfig, lock_path: Path, base_python: str | None) -> Selection:
+    """What a native lock is read for: `select:`'s extras and groups, and the image's CPython
+    (select.python, else the catalog base's, else 3.11). Refuses `select:` choices a lock of
+    another format cannot honour, and a select.python the catalog base does not carry."""
+    chosen = config.select
+    base_xy = ".".join(base_python.split(".")[:2]) if base_python else None
+    if chosen.python and base_xy and chosen.python != base_xy:
+        raise ConfigError(
+            config.where("select", "python"),
+            f"select.python {chosen.python} is not the base's CPython {base_xy}",
+            hint=f"set select.python to {base_xy}, or choose a base with CPython {chosen.python}",
+        )
+    if chosen.chooses and format_of(lock_path) not in NATIVE_NAMES.values():
+        raise ConfigError(
+            config.where("select"),
+            f"select chooses extras or groups, but {lock_path.name} is not a native lock "
+            f"({', '.join(NATIVE_NAMES)}): its pins are already chosen",
+            hint="drop select's extras/groups/default_groups, or name the native lock in `lock`",
+        )
+    return Selection(
+        python=chosen.python or base_xy or Selection.python,
+        extras=chosen.extras,
+        groups=chosen.groups,
+        default_groups=chosen.default_groups,
+    )
+
+
+def read_lock(config: ProjectConfig, lock_path: Path, base_python: str | None) -> Lock:
+    """The project's lock read for its selection (:func:`lock_selection`)."""
+    return load_lock(lock_path, lock_selection(config, lock_path, base_python))
+
+
+def catalog_python(config: ProjectConfig, base: str | None, catalog: Catalog | None) -> str | None:
+    """The CPython a catalog base carries (as the project locked it); None when unknown."""
+    if not base or not is_catalog_name(base):
+        return None
+    try:
+        locked, _new, _note = pin(config.root, base, catalog or load_catalog())
+    except ReprobuildError:
+        return None
+    return locked.versions.get("python")
+
+
+def catalog_python_by_digest(
+    config: ProjectConfig, base: str | None, digest: str | None, catalog: Catalog
+) -> str | None:
+    """The CPython of the project's catalog base ``base`` when ``digest`` is the one the
+    project locked for it (a --base naming that very image); None otherwise."""
+    if not base or not digest or not is_catalog_name(base):
+        return None
+    try:
+        locked, _new, _note = pin(config.root, base, catalog)
+    except ReprobuildError:
+        return None
+    return locked.versions.get("python") if locked.ref.digest == digest else None
 
 
 def default_tag(name: str, variant: str, lock_sha256: str) -> str:
@@ -55,7 +112,8 @@ def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = 
     engine): what ``reprobuild image DIR [--gpu | --variant NAME]`` tags its build with."""
     if variant_name is not None:
         config, gpu = select_variant(config, variant_name, gpu=gpu)
-    lock = load_lock(lock_path_for(config, gpu=gpu))
+    base = config.base_gpu if gpu else config.base_cpu
+    lock = read_lock(config, lock_path_for(config, gpu=gpu), catalog_python(config, base, None))
     return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256)
 
 
@@ -102,10 +160,14 @@ def plan_build(
         raise ConfigError(config.config_path, f"base.{variant} is not set and no --base was given")
     catalog = catalog or load_catalog()
     known_entrypoint: tuple[str, ...] | None = None
+    base_python: str | None = None
     new_base: LockedBase | None = None
     notes: tuple[str, ...] = ()
     if base:
         base_ref = parse_pinned(base, what="--base")
+        # the project's own catalog base given by digest (rebuild does so): its Python is known
+        own_base = config.base_gpu if gpu else config.base_cpu
+        base_python = catalog_python_by_digest(config, own_base, base_ref.digest, catalog)
     elif is_catalog_name(base_value):  # the project's lock of that name
         try:
             locked, is_new, note = pin(config.root, base_value, catalog)
@@ -116,6 +178,7 @@ def plan_build(
         new_base = locked if is_new else None
         notes = (note,) if note else ()
         base_ref, known_entrypoint = locked.ref, locked.entrypoint
+        base_python = locked.versions.get("python")
     else:
         try:
             base_ref = parse_pinned(base_value, what=f"base.{variant}")
@@ -128,7 +191,7 @@ def plan_build(
             "--ca-cert is only used with --online (hermetic builds need no network)"
         )
     ca_bytes = _read_ca(ca_cert) if ca_cert is not None else None
-    lock = load_lock(lock_path)
+    lock = read_lock(config, lock_path, base_python)
     spec = RenderSpec(
         name=config.name,
         variant=variant,

@@ -6,6 +6,7 @@ files under tests/golden/ hold this module to.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import re
@@ -129,6 +130,16 @@ def determinism_env(spec: RenderSpec) -> dict[str, str]:
     return env
 
 
+def _requirements_sha256(spec: RenderSpec) -> str | None:
+    """The sha256 of the requirements a native lock renders to (its pins follow from the lock,
+    its selection and the Python: buildah's cache must see all three); None for the other
+    formats, whose pins follow from the lock's bytes alone."""
+    if spec.lock.choice is None:
+        return None
+    text = spec.lock.render(index_options=spec.online).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
 def render_dockerfile(spec: RenderSpec) -> str:
     if not spec.base.digest:
         raise ReprobuildError(f"base {spec.base} is not pinned by digest")
@@ -137,6 +148,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         builder_version=spec.builder_version,
         lock_name=spec.lock.path.name,
         lock_sha256=spec.lock.sha256,
+        requirements_sha256=_requirements_sha256(spec),
         base_pinned=spec.base.by_digest(),
         epoch=spec.epoch,
         created=epoch_iso(spec.epoch),

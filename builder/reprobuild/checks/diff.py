@@ -106,6 +106,8 @@ _MANIFEST_HANDLED = frozenset(
         # The SBOM's sha256 follows from what is compared already (the packages, the base's
         # digest, the stack): listing it would repeat every such difference once more.
         "sbom_sha256",
+        "lock_format",
+        "lock_selection",
     }
 )
 """Manifest keys read by name (or left out); every other top-level key is compared
@@ -528,6 +530,8 @@ def from_manifest(data: Mapping[str, Any], *, source: str, sha256: str, what: st
         ("stack", "machine"): manifest.machine,
         ("stack", "variant"): manifest.variant,
     }
+    if manifest.lock_description is not None:  # format and extras/groups, in newer images
+        values[("stack", "lock.format")] = manifest.lock_description
     for section in _MANIFEST_STACK_SECTIONS:  # the GPU stack: cuda, cudnn, nccl, driver_min...
         if isinstance(data.get(section), dict):
             for key, value in _flatten(data[section], ""):

@@ -200,6 +200,14 @@ def rebuild(
                 f"image records {shorten(manifest.lock_file)} with sha256 {recorded_sha}",
                 hint="restore the lock the image was built from",
             )
+        chosen = spec.lock.choice.to_dict() if spec.lock.choice else None
+        if manifest.lock_selection is not None and chosen != manifest.lock_selection:
+            raise RebuildInputError(
+                f"reprobuild.yaml's select reads {spec.lock.path.name} for "
+                f"{spec.lock.choice.describe() if spec.lock.choice else 'no selection'}, the "
+                f"image records {manifest.lock_description}",
+                hint="restore the select: the image was built with",
+            )
         try:
             engine.ensure_base(parse_ref(manifest.base_ref), log)
         except EngineError as exc:

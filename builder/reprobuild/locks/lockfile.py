@@ -37,6 +37,7 @@ from reprobuild.locks.records import (
     REGENERATE_HINT,
     IndexOptions,
     Lock,
+    LockChoice,
     LockFormat,
     Requirement,
     decode_lock,
@@ -119,6 +120,10 @@ def parse_lock_bytes(
         fmt = format_of(path)
     text = decode_lock(data, path)
     notes: tuple[str, ...] = ()
+    choice: LockChoice | None = None
+    if fmt in NATIVE_NAMES.values():
+        chosen = selection or Selection()
+        choice = LockChoice(chosen.extras, chosen.groups, chosen.default_groups)
     if fmt == "pylock":
         requirements, options = parse_pylock(text, path)
     elif fmt == "uv":
@@ -138,4 +143,5 @@ def parse_lock_bytes(
         requirements=requirements,
         options=options,
         notes=notes,
+        choice=choice,
     )

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import Any
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import (
-    canonicalize_name,
-    parse_wheel_filename,
-)
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from reprobuild._util.boundedread import read_small_file
 from reprobuild.errors import LockfileError
 from reprobuild.locks.records import (
     NAME_RE,
@@ -32,6 +31,7 @@ from reprobuild.locks.records import (
     check_hash,
     hash_problem,
     index_url_problem,
+    load_toml,
     physical_lines,
     quoted,
     sorted_requirements,
@@ -44,7 +44,10 @@ _WHEEL_LINE_RE = re.compile(
     r'^[ \t]*\{[ \t]*(url|path|file)[ \t]*=[ \t]*"([^"\n]+\.whl)"[^{}\n]*\},?[ \t]*$',
     re.MULTILINE,
 )
-_SDIST_LINE_RE = re.compile(r"^sdist = \{[^{}\n]*\}[ \t]*$", re.MULTILINE)
+# The same, as uv writes them: each begins with a newline and literal text, which lets the
+# regex engine jump from one candidate to the next (a '^' pattern is tried at every position).
+_UV_WHEEL_LINE_RE = re.compile(r'\n    \{ url = "([^"\n]+\.whl)"[^{}\n]*\},?[ \t]*(?=\n)')
+_SDIST_LINE_RE = re.compile(r"\nsdist = \{[^{}\n]*\}[ \t]*(?=\n)")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,18 @@ class Selection:
     glibc: tuple[int, int] = (2, 36)
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    # Also the groups the lock's tool installs by default (uv's default-groups, Poetry's
+    # non-optional groups, every group of a pdm.lock); each reader resolves them with
+    # ``with_groups``.
+    default_groups: bool = False
+
+    def with_groups(self, defaults: Iterable[str]) -> Selection:
+        """This selection with ``defaults`` (the tool's default groups) added to the groups
+        when ``default_groups`` asks for them, and nothing left to resolve."""
+        groups = list(self.groups)
+        if self.default_groups:
+            groups += [g for g in defaults if g not in groups]
+        return replace(self, groups=tuple(groups), default_groups=False)
 
     @property
     def full_version(self) -> str:
@@ -100,13 +115,15 @@ class Selection:
         dotted) are read; :func:`wheel_hashes` checks the full name of each wheel kept."""
         if not filename.endswith(".whl"):
             return False
-        parts = filename[:-4].split("-")
-        if len(parts) < 5:
+        # name-version[-build]-python-abi-platform: the tags are the last three fields, and
+        # at least two come before them (one rsplit: this runs for every wheel of a lock).
+        parts = filename[:-4].rsplit("-", 3)
+        if len(parts) < 4 or "-" not in parts[0]:
             return False
-        key = "-".join(parts[-3:])
+        key = filename[len(parts[0]) + 1 : -4]
         fits = self._fits.get(key)
         if fits is None:
-            pythons, abis, platforms = (p.split(".") for p in parts[-3:])
+            pythons, abis, platforms = (p.split(".") for p in parts[1:])
             wanted = self._tag_strings
             fits = any(
                 f"{py}-{abi}-{plat}" in wanted
@@ -128,7 +145,19 @@ class Selection:
 
         Native locks list every platform's wheels; TOML-parsing them all is most of the
         reading time, and a wheel that does not fit is never looked at afterwards."""
-        text = _SDIST_LINE_RE.sub("", text)
+        text = _SDIST_LINE_RE.sub("\n", text)
+        wheels = text.count('.whl"')
+        handled = 0
+
+        def uv_line(match: re.Match[str]) -> str:
+            nonlocal handled
+            handled += 1
+            fits = self.wheel_fits(match.group(1).rsplit("/", 1)[-1])
+            return match.group(0) if fits else "\n"
+
+        text = _UV_WHEEL_LINE_RE.sub(uv_line, text)
+        if handled == wheels:
+            return text  # every wheel was one of uv's lines: no second pass
         return _WHEEL_LINE_RE.sub(
             lambda m: m.group(0) if self.wheel_fits(m.group(2).rsplit("/", 1)[-1]) else "",
             text,
@@ -136,21 +165,38 @@ class Selection:
 
     def marker_holds(self, text: str | None, extras: Iterable[str] = ()) -> bool:
         """Evaluate a marker for this platform; ``extras`` are the values ``extra`` may take
-        (the marker holds when it holds for any of them, or for none when there are none)."""
+        (the marker holds when it holds for any of them, or for none when there are none).
+        A lock repeats a few markers many times: each is parsed and evaluated once."""
         if text is None or not text.strip():
             return True
-        marker = Marker(text)
-        values = list(extras) or [""]
-        for value in values:
-            try:
-                if marker.evaluate(self.environment(value)):
-                    return True
-            except (UndefinedComparison, UndefinedEnvironmentName):
-                continue
-        return False
+        values = tuple(extras) or ("",)
+        key = (text, values)
+        held = self._held.get(key)
+        if held is None:
+            held = False
+            marker = _marker(text)
+            for value in values:
+                try:
+                    if marker.evaluate(self.environment(value)):
+                        held = True
+                        break
+                except (UndefinedComparison, UndefinedEnvironmentName):
+                    continue
+            self._held[key] = held
+        return held
+
+    @cached_property
+    def _held(self) -> dict[tuple[str, tuple[str, ...]], bool]:
+        return {}
 
     def python_allowed(self, spec: str) -> bool:
         return Version(self.full_version) in SpecifierSet(spec)
+
+
+@lru_cache(maxsize=4096)
+def _marker(text: str) -> Marker:
+    """``Marker(text)``, parsed once per text (markers repeat across a lock's packages)."""
+    return Marker(text)
 
 
 @lru_cache(maxsize=16)
@@ -173,13 +219,32 @@ def _tag_strings(python: str, machine: str, glibc: tuple[int, int]) -> frozenset
     return frozenset(str(tag) for tag in _platform_tags(python, machine, glibc))
 
 
+def pyproject_beside(path: Path, hint: str) -> dict[str, Any] | None:
+    """The ``pyproject.toml`` beside the lock at ``path``, parsed; ``None`` when there is none."""
+    beside = path.parent / "pyproject.toml"
+
+    def fail(problem: str) -> LockfileError:
+        return LockfileError(beside, None, problem)
+
+    try:
+        data = read_small_file(beside, 4 << 20, fail)
+    except FileNotFoundError:
+        return None
+    try:
+        return load_toml(data.decode("utf-8-sig"), beside, hint)
+    except UnicodeDecodeError:
+        raise LockfileError(beside, None, "is not UTF-8 text") from None
+
+
 class LockLines:
     """A file's physical lines, and the lines of its array-of-tables headers in order."""
 
     def __init__(self, text: str, header: str = "package") -> None:
         self.lines = physical_lines(text)
         pattern = re.compile(r"\s*\[\[\s*" + re.escape(header) + r"\s*\]\]\s*(#.*)?$")
-        self.headers = [n for n, line in enumerate(self.lines, start=1) if pattern.match(line)]
+        self.headers = [
+            n for n, line in enumerate(self.lines, start=1) if "[[" in line and pattern.match(line)
+        ]
 
     def find(self, needle: str, start: int = 1) -> int | None:
         for number in range(max(start, 1), len(self.lines) + 1):
@@ -228,7 +293,7 @@ def check_marker(text: object, label: str, path: Path, line: int | None) -> str 
     if not isinstance(text, str):
         raise LockfileError(path, line, f"{label}: a marker must be a string")
     try:
-        Marker(text)
+        _marker(text)
     except InvalidMarker as exc:
         first = str(exc).splitlines()[0] if str(exc) else "invalid marker"
         raise LockfileError(
@@ -243,10 +308,15 @@ def check_marker(text: object, label: str, path: Path, line: int | None) -> str 
 def check_index(url: object, label: str, path: Path, line: int | None) -> str:
     if not isinstance(url, str):
         raise LockfileError(path, line, f"{label}: an index must be a URL string")
-    problem = index_url_problem(url, what=f"{label}: index")
-    if problem is not None:
-        raise LockfileError(path, line, problem)
+    if not _index_ok(url):  # every package of a lock names one of a few indexes
+        problem = index_url_problem(url, what=f"{label}: index")
+        raise LockfileError(path, line, problem or f"{label}: index {quoted(url)} is refused")
     return url.rstrip("/") if url.endswith("//") else url
+
+
+@lru_cache(maxsize=256)
+def _index_ok(url: str) -> bool:
+    return index_url_problem(url, what="index") is None
 
 
 def check_python(
@@ -271,6 +341,24 @@ def check_python(
         )
 
 
+_WHEEL_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?")
+
+
+def _wheel_name_version(filename: str) -> tuple[str, Version | None]:
+    """The name and version a wheel's file name gives (the version None when it is not
+    one). Its tags were matched by :meth:`Selection.wheel_fits` already: parsing them again
+    into tag sets (``parse_wheel_filename``) was a third of reading a uv.lock."""
+    parts = filename[:-4].split("-")
+    if len(parts) not in (5, 6) or not _WHEEL_NAME_RE.fullmatch(parts[0]):
+        return "", None
+    if len(parts) == 6 and not parts[2][:1].isdigit():  # a build tag starts with a digit
+        return "", None
+    try:
+        return canonicalize_name(parts[0]), Version(parts[1])
+    except InvalidVersion:
+        return canonicalize_name(parts[0]), None
+
+
 def wheel_hashes(
     files: Iterable[tuple[str, object]],
     name: str,
@@ -286,6 +374,7 @@ def wheel_hashes(
     version, and a package left with no wheel for the platform."""
     label = f"package {name} {version}"
     line = locate(name)
+    wanted = Version(version)
     seen = False
     out: list[str] = []
     for filename, digest in files:
@@ -293,8 +382,8 @@ def wheel_hashes(
         if not selection.wheel_fits(filename):
             continue
         line = locate(filename)
-        wheel_name, wheel_version, _b, _t = parse_wheel_filename(filename)
-        if wheel_name != name or wheel_version != Version(version):
+        wheel_name, wheel_version = _wheel_name_version(filename)
+        if wheel_name != name or wheel_version != wanted:
             raise LockfileError(
                 path, line, f"{label}: wheel {quoted(filename)} is not a wheel of {name} {version}"
             )

@@ -73,8 +73,10 @@ def parse_pdmlock(
             hint="relock with `pdm lock --strategy inherit_metadata` (PDM 2.11+ default)",
         )
     _check_pythons(metadata, selection, path, lines)
-    wanted = ["default", *selection.groups, *selection.extras]
     locked_groups = metadata.get("groups") or ["default"]
+    if selection.default_groups:  # `pdm sync` installs every group the lock holds
+        selection = selection.with_groups(str(g) for g in locked_groups if g != "default")
+    wanted = ["default", *selection.groups, *selection.extras]
     for group in wanted:
         if group not in locked_groups:
             raise LockfileError(

@@ -26,7 +26,6 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from reprobuild._util.boundedread import read_small_file
 from reprobuild.errors import LockfileError
 from reprobuild.locks.native import (
     SOURCE_HINT,
@@ -37,6 +36,7 @@ from reprobuild.locks.native import (
     check_name,
     check_version,
     finish,
+    pyproject_beside,
     source_refusal,
     wheel_hashes,
 )
@@ -179,25 +179,16 @@ def parse_poetrylock(
 
 
 def _pyproject(path: Path) -> dict[str, Any]:
-    beside = path.parent / "pyproject.toml"
-
-    def fail(problem: str) -> LockfileError:
-        return LockfileError(beside, None, problem)
-
-    try:
-        data = read_small_file(beside, 4 << 20, fail)
-    except FileNotFoundError:
+    pyproject = pyproject_beside(path, _HINT)
+    if pyproject is None:
         raise LockfileError(
             path,
             None,
             "has no pyproject.toml beside it: a poetry.lock is read with its project's "
             "pyproject.toml (its dependencies and content-hash)",
             hint="keep poetry.lock next to the pyproject.toml it was locked from",
-        ) from None
-    try:
-        return load_toml(data.decode("utf-8-sig"), beside, _HINT)
-    except UnicodeDecodeError:
-        raise LockfileError(beside, None, "is not UTF-8 text") from None
+        )
+    return pyproject
 
 
 def _check_python(spec: object, selection: Selection, path: Path, lines: LockLines) -> None:
@@ -261,8 +252,24 @@ def _pep508(text: str) -> _Dep:
     return (req.name, constraint, marker, None, False, tuple(sorted(req.extras)))
 
 
+def default_groups(pyproject: dict[str, Any]) -> list[str]:
+    """The groups ``poetry install`` installs unasked: every group not marked optional (the
+    1.x ``dev-dependencies`` as ``dev``), and the PEP 735 ``[dependency-groups]``."""
+    poetry = pyproject.get("tool", {}).get("poetry", {})
+    out = [
+        str(name)
+        for name, table in (poetry.get("group") or {}).items()
+        if not (isinstance(table, dict) and table.get("optional") is True)
+    ]
+    if poetry.get("dev-dependencies") is not None and "dev" not in out:
+        out.append("dev")
+    out += [str(g) for g in pyproject.get("dependency-groups") or {} if g not in out]
+    return out
+
+
 def _roots(pyproject: dict[str, Any], selection: Selection, path: Path) -> list[_Dep]:
     poetry = pyproject.get("tool", {}).get("poetry", {})
+    selection = selection.with_groups(default_groups(pyproject))
     project = pyproject.get("project", {})
     deps = _deps_of(poetry.get("dependencies"))
     try:

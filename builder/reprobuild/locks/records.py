@@ -28,6 +28,43 @@ from reprobuild.bases.refs import is_loopback
 from reprobuild.errors import LockfileError
 
 LockFormat = Literal["requirements", "pylock", "uv", "poetry", "pipfile", "pdm"]
+# How the manifest and `inspect` name each format: the file name its tool writes.
+FORMAT_NAMES: dict[str, str] = {
+    "requirements": "requirements",
+    "pylock": "pylock.toml",
+    "uv": "uv.lock",
+    "poetry": "poetry.lock",
+    "pipfile": "Pipfile.lock",
+    "pdm": "pdm.lock",
+}
+
+
+@dataclass(frozen=True)
+class LockChoice:
+    """What a native lock was read for besides the platform: the extras and groups asked for,
+    and whether the tool's default groups came too (the manifest's ``lock_selection``)."""
+
+    extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    default_groups: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "extras": list(self.extras),
+            "groups": list(self.groups),
+            "default_groups": self.default_groups,
+        }
+
+    def describe(self) -> str:
+        """``extras cpu; groups train, dev; default groups`` (``main only`` for none)."""
+        parts = []
+        if self.extras:
+            parts.append("extras " + ", ".join(self.extras))
+        if self.groups:
+            parts.append("groups " + ", ".join(self.groups))
+        if self.default_groups:
+            parts.append("default groups")
+        return "; ".join(parts) or "main only"
 
 
 # Accepted hash algorithms (pip's own list, minus the weak ones) and their hex lengths.
@@ -131,6 +168,12 @@ class Lock:
     # What a native lock's reader left out and why (e.g. the project itself, copied by
     # `include`); empty for the requirements and pylock formats.
     notes: tuple[str, ...] = ()
+    # A native lock's extras and groups as asked; None for the requirements and pylock formats.
+    choice: LockChoice | None = None
+
+    @property
+    def format_name(self) -> str:
+        return FORMAT_NAMES[self.format]
 
     def render(self, *, index_options: bool) -> str:
         """Canonical requirements text for pip's hash-checking mode.

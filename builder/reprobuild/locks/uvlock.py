@@ -29,6 +29,7 @@ from reprobuild.locks.native import (
     check_python,
     check_version,
     finish,
+    pyproject_beside,
     source_refusal,
     wheel_hashes,
 )
@@ -95,6 +96,8 @@ def parse_uvlock(
             f"{path.name}: the project {root.name} itself is not installed from the lock: its "
             "source is copied into the image with `include`"
         )
+    if root is not None and selection.default_groups:
+        selection = selection.with_groups(_default_groups(root, path))
     walk = _Walk(selection, by_name, path, root)
     walk.run()
     requirements: dict[str, tuple[str, tuple[str, ...], int]] = {}
@@ -126,6 +129,19 @@ def _package(
         version = "0"  # a virtual project carries no version
     version = check_version(version, f"package {name}", path, line)
     return _Package(name, version, source, entry, line or 0)
+
+
+def _default_groups(root: _Package, path: Path) -> list[str]:
+    """The groups ``uv sync`` installs unasked: ``[tool.uv] default-groups`` of the
+    pyproject.toml beside the lock (a list, or ``"all"``), else ``dev`` when the project has it."""
+    locked = [str(g) for g in root.entry.get("dev-dependencies") or {}]
+    pyproject = pyproject_beside(path, _HINT) or {}
+    chosen = pyproject.get("tool", {}).get("uv", {}).get("default-groups")
+    if chosen == "all":
+        return locked
+    if isinstance(chosen, list):
+        return [str(g) for g in chosen]
+    return ["dev"] if "dev" in locked else []
 
 
 def _root(packages: list[_Package], path: Path) -> _Package | None:
@@ -261,6 +277,14 @@ class _Walk:
         return candidates[0]
 
 
+def _basename(location: str) -> str:
+    """The file name a wheel's URL or path ends in (percent-escapes decoded)."""
+    if "?" in location or "#" in location:
+        location = urlsplit(location).path
+    name = location.rsplit("/", 1)[-1]
+    return unquote(name) if "%" in name else name
+
+
 def _where(package: _Package) -> str:
     return str(next(iter(package.source.values())))
 
@@ -298,7 +322,7 @@ def _hashes_and_index(
             raise LockfileError(path, line, f"package {package.name}: a wheel has no 'url'")
         filename = wheel.get("filename")
         if not isinstance(filename, str):
-            filename = unquote(urlsplit(location).path.rsplit("/", 1)[-1])
+            filename = _basename(location)
         files.append((filename, wheel.get("hash")))
 
     def locate(needle: str) -> int | None:

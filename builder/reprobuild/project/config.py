@@ -35,8 +35,10 @@ KEYS = (
     "apt",
     "matrix",
     "max_world_size",
+    "select",
 )
 BASE_KEYS = ("cpu", "gpu")
+SELECT_KEYS = ("python", "extras", "groups", "default_groups")
 VARIANT_KEYS = ("name", "gpu", "lock", "base", "runner")
 # Where a variant's CI job runs when its `runner` is not given: GitHub-hosted Ubuntu for CPU,
 # a self-hosted runner carrying a `gpu` label for GPU (`runs-on` needs every label to match).
@@ -56,6 +58,9 @@ _NAME_RE = re.compile(
 )
 # Debian package and version (policy 5.6.1 / 5.6.12): the value goes into an apt-get line.
 _APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+=(?:[0-9]+:)?[A-Za-z0-9.+~-]+(?:-[A-Za-z0-9.+~]+)?$")
+# An extra or dependency group name (PEP 685 / PEP 735 names, as written).
+SELECT_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9])?")
+_SELECT_PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")
 # Paths and command words reach COPY/CMD lines: printable, no control characters.
 _SAFE_PATH_RE = re.compile(r"^[A-Za-z0-9._+@%=,-][A-Za-z0-9._+@%=, /-]*$")
 # A variant name becomes part of an image tag (NAME:<variant>-<12 hex>) and a CI job name.
@@ -80,6 +85,23 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class LockSelection:
+    """`select:`, what to take from a native lock (uv.lock, poetry.lock, pdm.lock,
+    Pipfile.lock): the image's CPython (None: the catalog base's, else 3.11), the extras and
+    dependency groups, and whether the tool's own default groups come too."""
+
+    python: str | None = None
+    extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    default_groups: bool = False
+
+    @property
+    def chooses(self) -> bool:
+        """True when it asks for more than a lock's main dependencies."""
+        return bool(self.extras or self.groups or self.default_groups)
+
+
+@dataclass(frozen=True)
 class ProjectConfig:
     """What a user wrote in reprobuild.yaml, validated. Paths are absolute."""
 
@@ -101,6 +123,8 @@ class ProjectConfig:
     matrix: tuple[Variant, ...] = ()
     # The largest world size (nodes x processes per node) a multi-node job may be rendered with.
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE
+    # `select:`: the Python, extras and groups a native lock is read for.
+    select: LockSelection = field(default_factory=LockSelection)
     # Where each value was written (FILE:LINE for a message about it); None: not from a file.
     at: At | None = field(default=None, compare=False, repr=False)
 
@@ -268,8 +292,59 @@ def _validate(root: Path, at: At, data: dict[Any, Any]) -> ProjectConfig:
         apt=_apt(at, data.get("apt", [])),
         matrix=matrix,
         max_world_size=_max_world_size(at, data.get("max_world_size", DEFAULT_MAX_WORLD_SIZE)),
+        select=_select(at, data.get("select", {})),
         at=at,
     )
+
+
+def _select(at: At, value: object) -> LockSelection:
+    if not isinstance(value, dict):
+        raise ConfigError(
+            at("select"),
+            "select must be a mapping (python, extras, groups, default_groups)"
+            + _given(value, dict),
+        )
+    bad = [k for k in value if k not in SELECT_KEYS]
+    if bad:
+        raise ConfigError(
+            at.key("select", bad[0]),
+            f"unknown key select.{shorten(str(bad[0]))[1:-1]}; allowed: "
+            + ", ".join(f"select.{k}" for k in SELECT_KEYS),
+        )
+    python = value.get("python")
+    if python is not None and (
+        not isinstance(python, str) or not _SELECT_PYTHON_RE.fullmatch(python)
+    ):
+        raise ConfigError(
+            at("select", "python"),
+            f'select.python {shorten(python)} must be a CPython version like "3.11" (quoted)'
+            + _given(python, str),
+        )
+    names: dict[str, tuple[str, ...]] = {}
+    for key in ("extras", "groups"):
+        items = value.get(key, [])
+        if not isinstance(items, list):
+            raise ConfigError(
+                at("select", key), f"select.{key} must be a list of names" + _given(items, list)
+            )
+        for index, item in enumerate(items):
+            if not isinstance(item, str) or not SELECT_NAME_RE.fullmatch(item):
+                raise ConfigError(
+                    at("select", key, index),
+                    f"select.{key} entry {shorten(item)} must be a name: letters, digits and "
+                    "'.', '_', '-' inside" + _given(item, str),
+                )
+        if len(set(items)) != len(items):
+            raise ConfigError(at("select", key), f"select.{key} lists a name twice")
+        names[key] = tuple(items)
+    default_groups = value.get("default_groups", False)
+    if not isinstance(default_groups, bool):
+        raise ConfigError(
+            at("select", "default_groups"),
+            f"select.default_groups {shorten(default_groups)} must be true or false"
+            + _given(default_groups, bool),
+        )
+    return LockSelection(python, names["extras"], names["groups"], default_groups)
 
 
 def _max_world_size(at: At, value: object) -> int:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reprobuild.errors import ReprobuildError
+from reprobuild.project.config import CONFIG_NAME, SELECT_NAME_RE
 
-CONFIG_NAME = "reprobuild.yaml"
 RESOLVED_NAME = "requirements.lock"
 # The native and hashed locks used in place, in the order they are looked for.
 LOCK_NAMES = ("uv.lock", "poetry.lock", "pdm.lock", "Pipfile.lock", "pylock.toml")
@@ -155,22 +155,22 @@ def init_project(
         probe.unlink(missing_ok=True)
     else:
         assert lock_name is not None
-        python, rendered, names, indexes, notes = _pick_python(
+        python, _rendered, names, indexes, notes = _pick_python(
             root / lock_name, python_candidates, options, services
         )
-        selection_used = bool(options.extras or options.groups) or python != PYTHONS[0]
-        if lock_name in NATIVE_NAMES and selection_used:
-            # reprobuild.yaml reads a native lock for CPython 3.11, main dependencies only;
-            # any other choice is written down as the hashed requirements it selects.
-            _refuse_existing(root / RESOLVED_NAME)
-            text = rendered
+        if lock_name not in NATIVE_NAMES and (options.extras or options.groups):
+            raise InitError(
+                f"{root / lock_name}: --extra and --group choose from a native lock "
+                f"({', '.join(NATIVE_NAMES)}); {lock_name} has its pins chosen already",
+                hint="drop --extra/--group, or relock with the extras and groups you want",
+            )
+        if lock_name in NATIVE_NAMES and (options.extras or options.groups or python != PYTHONS[0]):
             result.notes.append(
                 f"{lock_name} read for CPython {python}"
                 + (f", extras {', '.join(options.extras)}" if options.extras else "")
                 + (f", groups {', '.join(options.groups)}" if options.groups else "")
-                + f": written as {RESOLVED_NAME}; run init again after relocking"
+                + ": the choice is in reprobuild.yaml's select"
             )
-            lock_name = RESOLVED_NAME
     result.notes.extend(notes)
     gpu = options.gpu or _needs_gpu(names, indexes)
     base = options.base or services.base_for(python, gpu)
@@ -200,7 +200,6 @@ def init_project(
 
 
 _PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")
-_OPTION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _BASE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 
 
@@ -210,7 +209,7 @@ def _check_options(options: InitOptions) -> None:
         raise InitError(f"--python {options.python!r} is not a Python version like 3.11")
     for flag, values in (("--extra", options.extras), ("--group", options.groups)):
         for value in values:
-            if not _OPTION_RE.fullmatch(value):
+            if not SELECT_NAME_RE.fullmatch(value):
                 raise InitError(f"{flag} {value!r} is not a name (letters, digits, '.', '_', '-')")
     if options.base is not None and not _BASE_RE.fullmatch(options.base):
         raise InitError(
@@ -424,6 +423,14 @@ def _config_text(
     else:
         lines[-1] = "include: []"
     lines.append(f"command: [{quoted_command}]")
+    if lock in NATIVE_NAMES:
+        lines += [
+            f"select:                          # what {lock} installs on this base",
+            f'  python: "{python}"',
+            f"  extras: [{', '.join(options.extras)}]",
+            f"  groups: [{', '.join(options.groups)}]",
+            "  default_groups: false          # true: also the groups the tool installs unasked",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"name         {m.name} ({m.variant})")
     print(f"base         {m.base_ref}")
     print(f"lock         {m.lock_file} sha256:{m.lock_sha256}")
+    if m.lock_description:
+        print(f"lock format  {m.lock_description}")
     print(f"python       {m.python_version} ({m.machine})")
     print(f"seed / mode  {m.seed} / {m.determinism}")
     print(f"built by     reprobuild {m.builder_version}, created {m.created}")
