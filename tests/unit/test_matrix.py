@@ -301,3 +301,26 @@ def test_bad_trial_options_are_one_line(
     code, out, err = cli(capsys, "matrix", str(proj), *argv)
     assert code == 2 and out == ""
     assert err.startswith(f"error: {expected}"), err
+
+
+def test_default_tag_tells_two_selections_of_one_lock_apart() -> None:
+    """One uv.lock read for other extras or groups installs other packages: the default tag
+    must not be the same, or the second build would take the first one's tag. Main only keeps
+    the plain ``NAME:VARIANT-<lock sha>`` tag."""
+    from reprobuild.locks.lockfile import LockChoice
+
+    sha = "ab" * 32
+    plain = default_tag("team/demo", "cpu", sha)
+    assert plain == "team/demo:cpu-" + sha[:12]
+    assert default_tag("team/demo", "cpu", sha, LockChoice()) == plain
+    tags = {
+        default_tag("team/demo", "cpu", sha, choice)
+        for choice in (
+            LockChoice(extras=("cuda",)),
+            LockChoice(extras=("cpu",)),
+            LockChoice(groups=("dev",)),
+            LockChoice(default_groups=True),
+        )
+    }
+    assert len(tags) == 4
+    assert all(t.startswith(plain + "-") and len(t) == len(plain) + 9 for t in tags)

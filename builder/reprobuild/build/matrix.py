@@ -57,7 +57,7 @@ def entry(
         "runs-on": list(variant.runner),
         "lock": variant.lock.relative_to(config.root).as_posix(),
         "base": variant.base,
-        "tag": default_tag(config.name, variant.name, lock.sha256),
+        "tag": default_tag(config.name, variant.name, lock.sha256, lock.choice),
     }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import stat
 import subprocess
@@ -17,7 +19,14 @@ from reprobuild.bases.refs import parse_pinned
 from reprobuild.build.render import FileEntry, Kind, RenderSpec
 from reprobuild.build.runtimefiles import runtime_package
 from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
-from reprobuild.locks.lockfile import NATIVE_NAMES, Lock, Selection, format_of, load_lock
+from reprobuild.locks.lockfile import (
+    NATIVE_NAMES,
+    Lock,
+    LockChoice,
+    Selection,
+    format_of,
+    load_lock,
+)
 from reprobuild.project.config import ProjectConfig, load_config, select_variant
 
 _SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".reprobuild"}
@@ -94,17 +103,22 @@ def catalog_python_by_digest(
     return locked.versions.get("python") if locked.ref.digest == digest else None
 
 
-def default_tag(name: str, variant: str, lock_sha256: str) -> str:
+def default_tag(name: str, variant: str, lock_sha256: str, choice: LockChoice | None = None) -> str:
     """The tag ``reprobuild image`` gives when no ``--tag`` is given:
     ``NAME:<variant>-<first 12 hex of the lock's sha256>``, the variant being cpu|gpu, or
     the matrix variant's name with ``--variant``. Distinct per variant even when two
-    variants share a lock."""
-    return f"{name}:{variant}-{lock_sha256[:12]}"
+    variants share a lock, and per selection (``select:`` extras or groups) when one lock
+    is read for several: ``-<first 8 hex of the selection's sha256>`` follows."""
+    tag = f"{name}:{variant}-{lock_sha256[:12]}"
+    if choice is not None and choice != LockChoice():
+        canonical = json.dumps(choice.to_dict(), sort_keys=True, separators=(",", ":"))
+        tag += "-" + hashlib.sha256(canonical.encode()).hexdigest()[:8]
+    return tag
 
 
 def spec_tag(spec: RenderSpec, variant_name: str | None = None) -> str:
     """The default tag of the image a spec builds (what ``reprobuild image`` tags it with)."""
-    return default_tag(spec.name, variant_name or spec.variant, spec.lock.sha256)
+    return default_tag(spec.name, variant_name or spec.variant, spec.lock.sha256, spec.lock.choice)
 
 
 def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = None) -> str:
@@ -114,7 +128,7 @@ def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = 
         config, gpu = select_variant(config, variant_name, gpu=gpu)
     base = config.base_gpu if gpu else config.base_cpu
     lock = read_lock(config, lock_path_for(config, gpu=gpu), catalog_python(config, base, None))
-    return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256)
+    return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256, lock.choice)
 
 
 def _base_where(config: ProjectConfig, kind: str, variant_name: str | None) -> str:

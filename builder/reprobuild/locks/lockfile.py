@@ -48,6 +48,7 @@ from reprobuild.locks.uvlock import parse_uvlock
 __all__ = [
     "IndexOptions",
     "Lock",
+    "LockChoice",
     "LockFormat",
     "Requirement",
     "Selection",

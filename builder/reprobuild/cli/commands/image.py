@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tag",
         metavar="NAME[:TAG]",
         type=_text,
-        help="image tag (default: NAME:<cpu|gpu|VARIANT>-<first 12 hex of the lock's sha256>)",
+        help="image tag (default: NAME:<cpu|gpu|VARIANT>-<first 12 hex of the lock's sha256>, "
+        "then -<8 hex of the selection> when select: names extras or groups)",
     )
     parser.add_argument(
         "--builder",
