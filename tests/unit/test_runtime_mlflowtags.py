@@ -177,3 +177,52 @@ def test_real_mlflow_tags_an_unmodified_run(manifest: Path, tmp_path: Path) -> N
     assert tags["reprobuild.lock_sha256"] == "b" * 64
     logged = sorted(a.path for a in client.list_artifacts(run_id, mlflowtags.ARTIFACT_DIR))
     assert logged == ["reprobuild/manifest.json", "reprobuild/run-r9.json"]
+
+
+class _Run:
+    class info:  # the shape of MLflow's Run.info
+        run_id = "abc"
+
+
+class _HangingMlflow:
+    """An MLflow whose server accepts and never answers: every upload blocks."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.calls: list[tuple[str, str, str]] = []
+
+    def active_run(self) -> type[_Run]:
+        return _Run
+
+    def MlflowClient(self) -> _HangingMlflow:  # MLflow's name
+        return self
+
+    def log_artifact(self, run_id: str, path: str, artifact_path: str) -> None:
+        self.calls.append((run_id, path, artifact_path))
+        self.release.wait(60)
+
+
+def test_the_upload_at_exit_is_bounded_and_says_so_once(
+    manifest: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    fake = _HangingMlflow()
+    monkeypatch.setitem(sys.modules, "mlflow", fake)
+    monkeypatch.setenv("REPROBUILD_MANIFEST_PATH", str(manifest))
+    monkeypatch.delenv("REPRO_RUN_ID", raising=False)
+    monkeypatch.setattr(mlflowtags, "_WARNED", [])
+    started = time.monotonic()
+    try:
+        mlflowtags.upload_artifacts(timeout=0.5)
+    finally:
+        fake.release.set()
+    assert time.monotonic() - started < 5
+    assert fake.calls == [("abc", str(manifest), "reprobuild")]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "reprobuild: MLflow tags: the run record was not logged as an artifact within 0.5 s; "
+        "left out"
+    ]
