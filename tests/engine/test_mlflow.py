@@ -6,6 +6,7 @@ run in containers on the host network, and the runs read back through MLflow's c
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import docker.errors
 import pytest
 
-from helpers import DATA, build_json
+from helpers import DATA, build_json, run_cli
 from reprobuild_entrypoint import mlflowtags
 
 if TYPE_CHECKING:
@@ -127,13 +128,18 @@ def _train(client: DockerClient, image: dict[str, Any], server: str, seed: str) 
     return out.split()[-1]
 
 
+@pytest.fixture(scope="module")
+def runs(image: dict[str, Any], server: str, docker_client: DockerClient) -> dict[str, str]:
+    """Seed -> the MLflow run ID of train.py run with that seed."""
+    return {seed: _train(docker_client, image, server, seed) for seed in ("11", "12")}
+
+
 def test_an_unmodified_run_is_tagged_with_the_image_stack(
-    image: dict[str, Any], server: str, docker_client: DockerClient
+    image: dict[str, Any], server: str, runs: dict[str, str]
 ) -> None:
     import mlflow
 
     client = mlflow.MlflowClient(server)
-    runs = {seed: _train(docker_client, image, server, seed) for seed in ("11", "12")}
     labels = image["labels"]
     for seed, run_id in runs.items():
         tags = client.get_run(run_id).data.tags
@@ -155,13 +161,27 @@ def test_an_unmodified_run_is_tagged_with_the_image_stack(
     assert runs["11"] != runs["12"]
 
 
+def test_diff_compares_two_mlflow_runs_like_their_run_records(
+    server: str, runs: dict[str, str]
+) -> None:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": server}
+    proc = run_cli("diff", f"runs:/{runs['11']}", runs["12"], "--json", env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["a"]["source"] == f"runs:/{runs['11']}"
+    seeds = [d for d in report["differences"] if d["key"] == "seed"]
+    assert seeds and (seeds[0]["a"], seeds[0]["b"]) == (11, 12), report["differences"]
+    same = run_cli("diff", f"runs:/{runs['11']}", f"runs:/{runs['11']}", env=env)
+    assert same.returncode == 0, same.stdout + same.stderr
+
+
 def test_a_tracking_server_gone_before_exit_costs_one_line_and_bounded_time(
     image: dict[str, Any], tmp_path: Path, docker_client: DockerClient
 ) -> None:
     """The run's server stops while the program runs: the program still exits 0, the
     artifact upload at exit gives up with one warning line, within its bound. (MLflow's own
     calls are told not to retry, as a user would for a flaky server.)"""
-    env = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    env = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
     with tracking_server(tmp_path / "server") as url:
         container = _start(
             docker_client,

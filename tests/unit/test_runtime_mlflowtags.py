@@ -226,3 +226,80 @@ def test_the_upload_at_exit_is_bounded_and_says_so_once(
         "reprobuild: MLflow tags: the run record was not logged as an artifact within 0.5 s; "
         "left out"
     ]
+
+
+def test_diff_reads_mlflow_run_ids_only_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reprobuild.checks import mlflowruns
+
+    run = "0123456789abcdef0123456789abcdef"
+    assert mlflowruns.ARTIFACT_DIR == mlflowtags.ARTIFACT_DIR
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert mlflowruns.run_id_of(f"runs:/{run}") == run
+    assert mlflowruns.run_id_of(run) is None  # without a tracking URI: an image ID prefix
+    assert mlflowruns.run_id_of("runs:/not-an-id") is None
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    assert mlflowruns.run_id_of(run) == run
+    assert mlflowruns.run_id_of(run.upper()) is None
+
+
+def test_diff_of_a_run_on_an_unreachable_server_is_one_error_line(tmp_path: Path) -> None:
+    from helpers import run_cli
+
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": "http://127.0.0.1:9",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    }
+    proc = run_cli("diff", "runs:/" + "a" * 32, str(tmp_path / "x.json"), env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("error: runs:/" + "a" * 32 + ": cannot read"), lines
+    assert "127.0.0.1:9" in lines[0]
+
+
+VERIFIED = """
+import mlflow
+with mlflow.start_run():
+    for step in range(3):
+        mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+        print("step", step, "loss", 1.0 / (step + 1))
+"""
+
+
+@pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SADeprecationWarning")
+def test_verify_mlflow_tags_both_verified_runs_with_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify --local --mlflow``: each run's MLflow run is tagged by the runtime (its run
+    record's id), and verify finds both by that tag and logs the verdict on them."""
+    import mlflow
+
+    from helpers import run_cli
+
+    monkeypatch.chdir(tmp_path)  # the store's artifacts go to ./mlruns
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    client.search_experiments()  # the schema exists before the two runs open it side by side
+    (tmp_path / "train.py").write_text(VERIFIED)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "GIT_PYTHON_REFRESH": "quiet"}
+    report = tmp_path / "report.json"
+    args = ("verify", "--local", "--mlflow", "--report", str(report), "-q", "--")
+    proc = run_cli(*args, sys.executable, "train.py", cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = client.search_runs(["0"])
+    assert len(runs) == 2, proc.stderr
+    record_ids = {r["run_record"]["run_id"] for r in json.loads(report.read_text())["runs"]}
+    assert {r.data.tags["reprobuild.run_id"] for r in runs} == record_ids
+    assert {r.data.tags.get("reprobuild.verify.result") for r in runs} == {"identical"}, proc.stderr
+    assert "mlflow: verdict 'identical' logged to 2 run(s)" in proc.stderr
+
+
+def test_verify_mlflow_without_a_tracking_uri_is_one_error_line(tmp_path: Path) -> None:
+    from helpers import run_cli
+
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = run_cli("verify", "--local", "--mlflow", "--", "true", cwd=tmp_path, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[0] == (
+        "error: --mlflow needs MLFLOW_TRACKING_URI: set it to the tracking server the runs log to"
+    )
