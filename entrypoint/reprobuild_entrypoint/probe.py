@@ -29,15 +29,18 @@ def distributions() -> list[dict[str, object]]:
         if sys.prefix != sys.base_prefix
         else None
     )
+    # The runtime's own distribution record (its MLflow entry point) is part of reprobuild,
+    # not of the stack the lock installed: leave out what lives beside the runtime package.
+    runtime = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     seen: dict[str, dict[str, object]] = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if not name:
             continue
         key = re.sub(r"[-_.]+", "-", name).lower()
-        if key in seen:
-            continue
         where = os.path.realpath(str(dist.locate_file("")))
+        if key in seen or where == runtime:
+            continue
         seen[key] = {
             "name": key,
             "version": dist.version,

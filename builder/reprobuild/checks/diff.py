@@ -387,8 +387,16 @@ def _looks_like_path(value: str) -> bool:
 
 
 def load(value: str, engine: Engine | None = None) -> Stack:
-    """A file when ``value`` names one (or can only be a path), else an image on the engine."""
+    """A file when ``value`` names one (or can only be a path), an MLflow run when it is
+    ``runs:/<id>`` (or a bare run ID with ``MLFLOW_TRACKING_URI`` set), else an image on the
+    engine."""
+    from reprobuild.checks import mlflowruns
+
     path = Path(value)
+    run_id = None if path.exists() else mlflowruns.run_id_of(value)
+    if run_id is not None:
+        with mlflowruns.temporary_dir() as tmp:
+            return load_file(mlflowruns.download(run_id, Path(tmp)), source=f"runs:/{run_id}")
     if path.exists() or _looks_like_path(value):
         return load_file(path, source=value)
     return load_image(engine if engine is not None else Engine(), value)

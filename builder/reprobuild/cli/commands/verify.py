@@ -153,6 +153,12 @@ def _comparison_options(parser: argparse.ArgumentParser) -> None:
         help="keep each run's output and records in DIR/run-<n>/{out,records}",
     )
     parser.add_argument(
+        "--mlflow",
+        action="store_true",
+        help="pass MLFLOW_TRACKING_URI to every run and tag the MLflow runs they start with "
+        "the verdict (the server must be reachable from the runs: --local, or --network)",
+    )
+    parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress (run 1's stdout) on stderr"
     )
     json_flag(parser)
@@ -197,6 +203,12 @@ def run(args: argparse.Namespace) -> int:
     from reprobuild.checks.verify import verify, verify_spec_from_args
     from reprobuild.errors import RunFailedError
 
+    if args.mlflow:
+        from reprobuild.checks.mlflowruns import TRACKING_VAR, tracking_uri
+
+        uri = tracking_uri()
+        if not any(e.split("=", 1)[0] == TRACKING_VAR for e in args.env):
+            args.env.append(f"{TRACKING_VAR}={uri}")
     spec = verify_spec_from_args(
         args.image,
         args.cmd,
@@ -235,6 +247,12 @@ def run(args: argparse.Namespace) -> int:
         err(f"report: {result.path}")
     else:
         print("\n".join(result.lines()))
+    if args.mlflow:
+        from reprobuild.checks.mlflowruns import log_verdict
+
+        report = result.report
+        ids = [str((r.run_record or {}).get("run_id")) for r in report.runs if r.run_record]
+        err(log_verdict(ids, report.result, report.summary, str(result.path)))
     return 0 if result.report.identical else EXIT_ERROR
 
 
