@@ -17,6 +17,9 @@ MODE_VAR = "REPRO_DETERMINISM"
 TRIAL_VAR = "REPRO_TRIAL"
 RUN_DIR_VAR = "REPRO_RUN_DIR"
 OUTPUT_DIR_VAR = "REPRO_OUTPUT_DIR"
+# The image reference, set by the launchers reprobuild writes (compose, k8s): a container cannot
+# see its own image, and the MLflow tags name it
+IMAGE_VAR = "REPRO_IMAGE"
 
 # Where a run's directories are mounted in its container (compose, k8s and verify alike).
 OUT_DIR = "/out"

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from reprobuild_entrypoint import __version__, runrecord
-from reprobuild_entrypoint.contract import RUN_DIR_VAR
+from reprobuild_entrypoint.contract import IMAGE_VAR, RUN_DIR_VAR
 from reprobuild_entrypoint.settings import from_environ
 
 TYPE_CHECKING = False
@@ -39,8 +39,6 @@ DIST_NAME = "reprobuild_mlflow"
 TAG_PREFIX = "reprobuild."
 ARTIFACT_DIR = "reprobuild"
 UPLOAD_TIMEOUT_S = 15.0
-IMAGE_VAR = "REPRO_IMAGE"
-"""The image reference, when the launcher passes it (a container cannot see its image's ID)."""
 MAX_TAG = 5000  # MLflow's limit for a tag value is 8000 characters (5000 in older servers)
 
 _WARNED: list[str] = []

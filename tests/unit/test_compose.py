@@ -96,6 +96,7 @@ def test_cpu_document_has_train_and_two_verify_runs() -> None:
         "REPRO_TRIAL": "${REPRO_TRIAL:-}",
         "REPRO_RUN_DIR": "/reprobuild-run",
         "REPRO_OUTPUT_DIR": "/out",
+        "REPRO_IMAGE": ID,  # the MLflow tags name the image: a container cannot see it
     }
     assert train["volumes"] == [
         "${REPRO_DATA:-./data}:/data:ro",
@@ -481,6 +482,7 @@ def test_user_env_follows_reprobuild_s_in_every_run_but_not_prepare() -> None:
             ("REPRO_DETERMINISM", "${REPRO_DETERMINISM:-warn}"),
             ("REPRO_RUN_DIR", "/reprobuild-run"),
             ("REPRO_OUTPUT_DIR", "/out"),
+            ("REPRO_IMAGE", ID),
             ("WANDB_MODE", "offline"),
             ("DDP_EPOCHS", "40"),
             ("REPRO_TRIAL", "3"),  # replaces the shell's ${REPRO_TRIAL:-}

@@ -180,6 +180,7 @@ def test_user_env_follows_reprobuild_s_and_passes_the_schemas() -> None:
         "REPRO_DETERMINISM",
         "REPRO_RUN_DIR",
         "REPRO_OUTPUT_DIR",
+        "REPRO_IMAGE",
         "REPRO_DIST_BACKEND",
         "REPRO_DIST_NODES",
         "REPRO_DIST_TIMEOUT_S",

@@ -67,6 +67,7 @@ from reprobuild.errors import ImageNotBuiltError, ImageRefError, OutputError, Re
 from reprobuild.project.config import ProjectConfig, load_config
 from reprobuild_entrypoint.contract import (
     DATA_DIR,
+    IMAGE_VAR,
     LABEL_PREFIX,
     MODE_VAR,
     OUT_DIR,
@@ -84,7 +85,6 @@ HOST_DATA = "${REPRO_DATA:-./data}"
 HOST_RUNS = "./runs"
 HOST_OUT = "./out"
 PREPARE_MOUNT = "/reprobuild-prepare"
-IMAGE_VAR = "REPRO_IMAGE"
 IMAGE_PLACEHOLDER = (
     "${REPRO_IMAGE:?set REPRO_IMAGE to the image reprobuild built, pinned: "
     "NAME@sha256:<digest> or its image ID sha256:<hex>}"
@@ -274,6 +274,7 @@ def _env(spec: ComposeSpec) -> tuple[tuple[str, str], ...]:
         (TRIAL_VAR, f"${{{TRIAL_VAR}:-}}"),  # trial k of the seed; empty: no trial
         (RUN_DIR_VAR, RECORD_DIR),
         (OUTPUT_DIR_VAR, OUT_DIR),
+        (IMAGE_VAR, spec.image),  # the run's MLflow tags name it (a container cannot see it)
     )
 
 

@@ -58,6 +58,7 @@ from reprobuild.errors import ImageRefError, ReprobuildError
 from reprobuild.project.config import load_config
 from reprobuild_entrypoint.contract import (
     DATA_DIR,
+    IMAGE_VAR,
     MODE_VAR,
     OUT_DIR,
     OUTPUT_DIR_VAR,
@@ -152,6 +153,7 @@ def job(spec: KubeSpec) -> dict[str, Any]:
         (MODE_VAR, spec.determinism),
         (RUN_DIR_VAR, RECORD_DIR),
         (OUTPUT_DIR_VAR, OUT_DIR),
+        (IMAGE_VAR, spec.image),  # the run's MLflow tags name it (a container cannot see it)
         (BACKEND_VAR, shape.backend),
         (NODES_VAR, ",".join(f"{spec.name}-{i}.{spec.name}" for i in range(shape.nodes))),
     )
