@@ -173,6 +173,43 @@ def test_same_inputs_same_image_on_any_day(
     assert not [t for i in docker_client.images.list() for t in i.tags if f":{os.getpid()}-" in t]
 
 
+def cached_wheels(cache: Path) -> dict[str, tuple[int, int, int]]:
+    """Each cached wheel's inode, mtime and link count."""
+    return {
+        p.name: (p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_nlink)
+        for p in (cache / "reprobuild" / "wheels").glob("*/*.whl")
+    }
+
+
+def test_wheels_downloaded_on_another_day_give_the_same_image(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, tmp_path: Path
+) -> None:
+    """The wheels reach buildah's RUN --mount from the wheel cache, where their mtimes are
+    the day each was downloaded; buildah 1.39 digests a bind mount's source, mtimes included,
+    into the history (issue 29). A cache whose wheels came on another day gives the same
+    image, and no build changes a cached file (the cache's index trusts size and mtime)."""
+    root = project("tiny")
+    cache = tmp_path / "cache"
+    env = {**ENV, "XDG_CACHE_HOME": str(cache)}
+
+    def build() -> str:
+        args = ("--base", base_ref, "--builder", "buildah", "--no-cache")
+        return str(build_json(str(root), *args, "--tag", unique_tag("days"), env=env)["id"])
+
+    first = build()  # downloads into the empty cache: today's mtimes
+    before = cached_wheels(cache)
+    assert before and {links for *_, links in before.values()} == {1}, before
+    day = 86400 * 10**9
+    for n, wheel in enumerate(sorted((cache / "reprobuild" / "wheels").glob("*/*.whl"))):
+        stamp = wheel.stat().st_mtime_ns - (40 + n) * day  # each downloaded another day
+        os.utime(wheel, ns=(stamp, stamp))
+    moved = cached_wheels(cache)
+    second = build()
+    print("image IDs:", first, second)
+    assert first.startswith("sha256:") and second == first
+    assert cached_wheels(cache) == moved  # the build changed no cached wheel
+
+
 def test_a_cached_build_equals_a_clean_one(
     project: MakeProject, base_ref: str, unique_tag: MakeTag
 ) -> None:

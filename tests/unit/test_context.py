@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild._util.fsutil import replace_dir, write_atomic
-from reprobuild.build.context import MARKER, write_context, write_tree
+from reprobuild.build.context import MARKER, clamp_times, write_context, write_tree
 from reprobuild.build.plan import app_files, source_date_epoch
 from reprobuild.build.render import FileEntry
 from reprobuild.errors import ConfigError, OutputError, ReprobuildError
@@ -144,6 +144,33 @@ def test_write_tree_fixes_mtimes(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- fsutil
+
+
+def test_clamp_times_gives_linked_files_their_own_copy(tmp_path: Path) -> None:
+    """The context's wheels are hard links into the wheel cache, whose index trusts size and
+    mtime: clamping the context must not change the cached file's time (issue 29)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cached = cache / "six-1.16.0-py2.py3-none-any.whl"
+    cached.write_bytes(b"wheel bytes" * 1000)
+    os.chmod(cached, 0o640)
+    os.utime(cached, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    before = (cached.stat().st_ino, cached.stat().st_mtime_ns)
+    ctx = tmp_path / "ctx"
+    (ctx / "wheels").mkdir(parents=True)
+    os.link(cached, ctx / "wheels" / cached.name)
+    clamp_times(ctx, EPOCH)
+    assert (cached.stat().st_ino, cached.stat().st_mtime_ns) == before
+    assert cached.stat().st_nlink == 1
+    copy = ctx / "wheels" / cached.name
+    assert copy.read_bytes() == cached.read_bytes()
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o640
+    assert copy.stat().st_ino != before[0]
+    assert {p.relative_to(ctx).as_posix(): p.lstat().st_mtime for p in ctx.rglob("*")} == {
+        "wheels": EPOCH,
+        f"wheels/{cached.name}": EPOCH,
+    }
+    assert ctx.stat().st_mtime == EPOCH
 
 
 def test_write_atomic_replaces_and_leaves_no_temp(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import stat
@@ -25,15 +27,44 @@ def write_tree(files: dict[str, FileEntry], root: Path, *, epoch: int) -> None:
 
 
 def clamp_times(root: Path, epoch: int) -> None:
-    """Set the mtime of everything under ``root`` (and of ``root``) to ``epoch``. Not for the
-    wheels added after :func:`write_tree`: they are hard links into the wheel cache, whose
-    integrity check reads size and mtime, so changing theirs changed the cache (buildah 1.39
-    records a digest of each RUN bind mount's source, mtimes included: there a wheel
-    downloaded on another day still gives another image ID; issue 29)."""
+    """Set the mtime of everything under ``root`` (and of ``root``) to ``epoch``. Also for
+    what is added to a context after :func:`write_tree` (the wheels): buildah 1.39 records a
+    digest of each RUN bind mount's source, mtimes included, in the image's history, so a
+    wheel downloaded on another day gave another image ID there (issue 29). A file with other
+    names (the wheels are hard links into the wheel cache, whose index trusts size and mtime)
+    first becomes a copy of its own, so no time set here reaches another name of it."""
     for dirpath, _dirs, names in os.walk(root, topdown=False):
         for name in names:
-            os.utime(Path(dirpath) / name, (epoch, epoch), follow_symlinks=False)
+            path = Path(dirpath) / name
+            st = path.lstat()
+            if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+                _own_copy(path, st.st_mode)
+            os.utime(path, (epoch, epoch), follow_symlinks=False)
         os.utime(dirpath, (epoch, epoch))
+
+
+_FICLONE = 0x40049409  # linux/fs.h: share the extents (btrfs, XFS); EOPNOTSUPP on ext4
+
+
+def _own_copy(path: Path, mode: int) -> None:
+    """Replace ``path`` by a copy with an inode of its own (a reflink where the file system
+    has them, else the bytes), under the same name and mode; the other names keep theirs."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
+            try:
+                fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
+                cloned = True
+            except OSError:
+                cloned = False
+        if not cloned:
+            shutil.copyfile(path, tmp)  # sendfile(2): in the kernel, no pass through Python
+        os.chmod(tmp, stat.S_IMODE(mode))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 MARKER = ".reprobuild-context"

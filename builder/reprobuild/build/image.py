@@ -20,7 +20,7 @@ from reprobuild.backends.engine import Engine, RunResult
 from reprobuild.bases import gpustack as stacklib
 from reprobuild.bases.refs import ImageRef, parse_ref
 from reprobuild.build import plan, sbom
-from reprobuild.build.context import write_tree
+from reprobuild.build.context import clamp_times, write_tree
 from reprobuild.build.manifest import Distribution, Manifest
 from reprobuild.build.render import (
     ENTRYPOINT,
@@ -304,6 +304,8 @@ def _build_image(
         write_tree(files, ctx, epoch=spec.epoch)
         if not online:
             fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log)
+            if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
+                clamp_times(ctx, spec.epoch)  # the linked wheels become copies first
         # Hermetic builds get no network unless apt packages must be fetched.
         network = online or bool(spec.apt)
         if builder == "buildah":
