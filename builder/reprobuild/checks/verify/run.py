@@ -307,8 +307,10 @@ class _Finished:
         if self.spec.cpus:
             what = f"on CPU {self.spec.cpus[state.index]} {what}"
             refused = _cpu_field(read_run_dir(state.record_dir), "refused")
-            if isinstance(refused, str):
-                what += f": {refused}"
+            said = [line.removeprefix("reprobuild: ") for line in state.stderr]
+            said = [line for line in said if line.startswith(_REFUSAL)]
+            if isinstance(refused, str) or said:
+                what += f": {refused if isinstance(refused, str) else said[-1]}"
         return Failure(
             message=f"run {state.index + 1} of {self.spec.runs}: `{_command(self.spec)}` {what}",
             run=state.index + 1,
@@ -436,6 +438,10 @@ class _Finished:
             what += f" and {len(digests[0])} output file(s)"
         command = shlex.join(self.spec.command)
         return f"{self.spec.runs} runs of `{command}` {self.launcher.where}: {what}, bit for bit"
+
+
+_REFUSAL = "this run is pinned to CPU level "
+"""How the runtime's refusal of a CPU below the pinned level starts (cpulevel.check)."""
 
 
 def _cpu_field(records: RunRecords, name: str) -> object:
