@@ -21,6 +21,7 @@ from reprobuild.checks.verify.emulation import (
     cpu_models,
     emulator_env,
 )
+from reprobuild.checks.verify.launchers import sitecustomize_source
 from reprobuild.cli import main
 from reprobuild.errors import VerifyError, VerifyUsageError
 from reprobuild_entrypoint.launch import parse_emulator, under_emulator
@@ -151,12 +152,15 @@ def test_an_emulated_runtime_keeps_its_command_emulated(qemu: str, tmp_path: Pat
     ).stdout.strip()
     assert host_level != "x86-64-v2"  # this machine is above Nehalem's level
     emulator = [qemu, "-cpu", "Nehalem"]
+    shim = tmp_path / "shim"  # the start-up hook in every Python, as the image's .pth line
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_bytes(sitecustomize_source())
     python = Path(sys.executable).resolve()  # a binary: qemu-user loads no script (a shim)
 
     def run(cpu: str, told: bool) -> subprocess.CompletedProcess[str]:
         env = {
             "PATH": f"{python.parent}:/usr/bin:/bin",
-            "PYTHONPATH": str(runtime),
+            "PYTHONPATH": f"{shim}:{runtime}",
             "REPRO_QUIET": "1",
             "REPRO_CPU": cpu,
             "REPRO_RUN_DIR": str(tmp_path / f"{cpu}-{told}"),
@@ -181,6 +185,8 @@ def test_an_emulated_runtime_keeps_its_command_emulated(qemu: str, tmp_path: Pat
     assert untold.stdout.split() == [host_level]
     refused = run("x86-64-v3", told=True)
     assert refused.returncode == 3
-    assert "pinned to CPU level x86-64-v3 (REPRO_CPU), but this CPU is x86-64-v2" in (
-        refused.stderr
-    )
+    line = "pinned to CPU level x86-64-v3 (REPRO_CPU), but this CPU is x86-64-v2"
+    assert line in refused.stderr
+    # refused by the entrypoint, not by the hook in its interpreter: the record says why
+    (record,) = (tmp_path / "x86-64-v3-True").glob("run-*.json")
+    assert line in json.loads(record.read_text())["cpu"]["refused"]
