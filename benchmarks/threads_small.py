@@ -1,7 +1,8 @@
 """Issue 31, item 4: the runtime's fixed thread count on a small machine, and what it costs.
 
 Runs ``workloads/torch_lbfgs.py`` (small-tensor float64 LBFGS, as pytorch/examples'
-time_sequence_prediction) and optionally ``workloads/torch_cnn.py`` on this host under the
+time_sequence_prediction) and, with ``--cnn`` where scikit-learn is installed,
+``workloads/torch_cnn.py`` on this host under the
 runtime's start-up hook in strict mode (the environment an image bakes, planned in the process
 before torch loads, as in the image), at ``REPRO_THREADS`` 4 (the default), 2 and 1, each with
 OpenMP's wait policy as the runtime now sets it (``OMP_WAIT_POLICY=PASSIVE``: a thread that
