@@ -81,3 +81,7 @@ def test_a_level_above_the_emulated_cpu_is_that_legs_failure(image: str, tmp_pat
         "run 2 of 2: `python /data/train.py` on CPU Nehalem exited with status 3: this run is "
         "pinned to CPU level x86-64-v3 (REPRO_CPU), but this CPU is x86-64-v2"
     )
+    # the emulated entrypoint wrote its run record before refusing, with the reason
+    record = report["runs"][1]["run_record"]
+    assert record["cpu"]["refused"].startswith("this run is pinned to CPU level x86-64-v3")
+    assert record["cpu"]["emulator"][-2:] == ["-cpu", "Nehalem"]
