@@ -38,9 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild_entrypoint import cpulevel, envplan, hostinfo, jsonfile, runrecord
-from reprobuild_entrypoint.contract import RUN_DIR_VAR
+from reprobuild_entrypoint.contract import EMULATOR_VAR, RUN_DIR_VAR
 from reprobuild_entrypoint.envplan import EnvPlan
-from reprobuild_entrypoint.launch import exec_command, parse_base_entrypoint
+from reprobuild_entrypoint.launch import (
+    exec_command,
+    parse_base_entrypoint,
+    parse_emulator,
+    under_emulator,
+)
 from reprobuild_entrypoint.settings import Settings, SettingsError, from_environ
 
 USAGE_ERROR = 2
@@ -170,6 +175,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         settings = from_environ(environ)
         base = parse_base_entrypoint(environ.get("REPROBUILD_BASE_ENTRYPOINT"))
+        emulator = parse_emulator(environ.pop(EMULATOR_VAR, None))
         run_dir_text = environ.get(RUN_DIR_VAR, "").strip()
         run_id_text = environ.get("REPRO_RUN_ID", "").strip()
         run_id = (
@@ -190,6 +196,8 @@ def main(argv: Sequence[str]) -> int:
         cpulevel.fall_back(settings, cpu_refusal)
     env_plan = envplan.plan(environ, settings)
     command = [*(base or ()), *argv]
+    if emulator is not None:
+        command = under_emulator(emulator, command, environ.get("PATH"))
     init = os.getpid() == 1 or environ.get("REPROBUILD_FORCE_INIT") == "1"
     manifest: dict[str, Any] = {}
     if run_dir_text or settings.variant == "gpu":
@@ -218,7 +226,11 @@ def main(argv: Sequence[str]) -> int:
             manifest=manifest,
             host=host,
             gpu_check=gpu.record,
-            cpu_check={"requested": requested_cpu, "refused": cpu_refusal},
+            cpu_check={
+                "requested": requested_cpu,
+                "refused": cpu_refusal,
+                "emulator": emulator,
+            },
         )
         try:
             record_path = jsonfile.write_atomic(runrecord.run_record_path(run_dir, run_id), record)

@@ -87,7 +87,11 @@ def _boot() -> None:
     except settings.SettingsError as exc:
         _fatal(str(exc), 2)
         return
-    if resolved.cpu != "native" and resolved.mode != "off":
+    # The entrypoint's own interpreter leaves a strict refusal to the entrypoint, which writes
+    # the run record (with the reason) before it refuses, in the same line and status.
+    entrypoint = "reprobuild_entrypoint" in getattr(sys, "orig_argv", ())
+    left_to_entrypoint = entrypoint and resolved.mode == "strict"
+    if resolved.cpu != "native" and resolved.mode != "off" and not left_to_entrypoint:
         _check_cpu_level(resolved)
     _settings = resolved
     STATE.update(

@@ -30,3 +30,10 @@ DATA_DIR = "/data"
 RUN_KIND = "reprobuild.run"
 RUN_EXIT_KIND = "reprobuild.run_exit"
 FRAMEWORKS_KIND = "reprobuild.frameworks"
+
+# ``reprobuild verify --cpu``: a leg on an emulated CPU has the static qemu-user binary mounted
+# here, and the runtime (itself started under it) starts the command under the same emulator,
+# given as a JSON list (``["/reprobuild-emulator/qemu-x86_64-static", "-cpu", "Haswell"]``):
+# under qemu-user an ``exec`` leaves emulation.
+EMULATOR_DIR = "/reprobuild-emulator"
+EMULATOR_VAR = "REPROBUILD_EMULATOR"

@@ -171,9 +171,21 @@ def baked_env(settings: Settings) -> dict[str, str]:
     )
 
 
+WAIT_POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
+"""Set at run time (not baked) in strict and warn: an OpenMP thread that waits for work sleeps
+instead of spinning. It changes no bits (the work is split by the thread count alone), and on a
+machine with fewer free CPUs than threads a spinning thread takes the CPU its peers need:
+issue 31 measured a small-tensor float64 LBFGS program at 4 threads on 2 CPUs
+(docs/benchmarks.md, "Threads on a small machine"). Set it yourself (``ACTIVE``, or empty
+for the library's default) to have it kept."""
+
+
 def wanted_env(settings: Settings) -> dict[str, str]:
-    """What this run wants: its own seed, mode and thread count."""
-    return image_env(settings.seed, settings.mode, settings.variant, settings.threads, settings.cpu)
+    """What this run wants: its own seed, mode and thread count, and :data:`WAIT_POLICY`."""
+    env = image_env(settings.seed, settings.mode, settings.variant, settings.threads, settings.cpu)
+    if settings.mode != "off":
+        env.update(WAIT_POLICY)
+    return env
 
 
 class EnvPlan:

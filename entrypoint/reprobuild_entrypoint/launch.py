@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 
@@ -30,6 +31,51 @@ def parse_base_entrypoint(text: str | None) -> list[str] | None:
             "(the build bakes it: rebuild the image)"
         )
     return value or None
+
+
+def parse_emulator(text: str | None) -> list[str] | None:
+    """``REPROBUILD_EMULATOR`` (set by ``reprobuild verify --cpu`` for an emulated leg): the
+    emulator's argv as a JSON list, e.g. ``["/reprobuild-emulator/qemu-x86_64-static", "-cpu",
+    "Haswell"]``. None when unset or empty; a malformed value is a :class:`SettingsError`."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise SettingsError(
+            f"REPROBUILD_EMULATOR={text!r} is not a JSON list of strings (reprobuild verify "
+            "--cpu sets it)"
+        )
+    return value
+
+
+def under_emulator(emulator: Sequence[str], command: Sequence[str], path: str | None) -> list[str]:
+    """``command`` started by ``emulator``: qemu-user opens the program by its path (no PATH
+    search) and loads ELF files only, so a bare name is resolved here the way ``execvp`` would,
+    and a ``#!`` script is started as its interpreter with the script's path, as the kernel
+    does. A name not found is left as it is: the emulator then says it cannot open it."""
+    program = command[0]
+    if "/" not in program:
+        program = shutil.which(program, path=path) or program
+    script = _interpreter(program)
+    if script:
+        return [*emulator, *script, program, *command[1:]]
+    return [*emulator, program, *command[1:]]
+
+
+def _interpreter(program: str) -> list[str]:
+    """The ``#!`` line of a script (interpreter and its one argument), or [] for a binary."""
+    try:
+        with open(program, "rb") as fh:
+            head = fh.readline(256)
+    except OSError:
+        return []
+    if not head.startswith(b"#!"):
+        return []
+    words = head[2:].decode("utf-8", "replace").strip().split(None, 1)
+    return words
 
 
 def exec_command(command: Sequence[str]) -> int:

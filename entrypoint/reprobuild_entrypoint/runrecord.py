@@ -213,7 +213,8 @@ def run_record(
 
 def cpu_section(settings: Settings, check: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``cpu`` of the run record: native or portable, the level pinned and its variables
-    (issue 31); ``refused`` is the line when the CPU is below that level."""
+    (issue 31); ``refused`` is the line when the CPU is below that level; ``emulator`` the
+    emulator's argv when ``reprobuild verify --cpu`` ran the command on an emulated CPU."""
     level = envplan.level_name(settings.cpu) if settings.mode != "off" else None
     return {
         "mode": "native" if level is None else "portable",
@@ -224,6 +225,7 @@ def cpu_section(settings: Settings, check: Mapping[str, Any] | None = None) -> d
         "level": level,
         "pins": dict(envplan.PINS[level]) if level is not None else {},
         "refused": (check or {}).get("refused"),
+        "emulator": (check or {}).get("emulator"),
     }
 
 

@@ -173,7 +173,7 @@ def test_summary_lines() -> None:
     s = from_environ(env)
     line = summary(s, plan(env, s), Path("/runs/run-x.json"), init=True)
     assert line == (
-        "reprobuild: seed 3 (rank 1: seed 4), mode strict, threads 4, 11 variables set, "
+        "reprobuild: seed 3 (rank 1: seed 4), mode strict, threads 4, 12 variables set, "
         "1 user-set kept (OMP_NUM_THREADS), running as init, record /runs/run-x.json"
     )
     off_env = {"REPRO_DETERMINISM": "off", "REPROBUILD_IMAGE_DETERMINISM": "strict"}

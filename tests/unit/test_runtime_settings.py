@@ -203,7 +203,7 @@ def test_image_env_values_are_plain_strings() -> None:
 def test_plan_on_a_fresh_image_sets_everything() -> None:
     env = baked()
     p = plan(env, from_environ(env))
-    assert p == EnvPlan(image_env(11, "strict", "gpu"), {}, ())
+    assert p == EnvPlan({**image_env(11, "strict", "gpu"), **envplan.WAIT_POLICY}, {}, ())
 
 
 def test_user_set_value_wins_and_is_recorded() -> None:
@@ -268,7 +268,7 @@ def test_warn_on_a_strict_image_drops_the_strict_only_switches() -> None:
 def test_strict_on_an_off_image_sets_everything() -> None:
     env = {**IMAGE, "REPROBUILD_IMAGE_DETERMINISM": "off", "REPRO_DETERMINISM": "strict"}
     p = plan(env, from_environ(env))
-    assert p.set == image_env(11, "strict", "gpu") and p.remove == ()
+    assert p.set == {**image_env(11, "strict", "gpu"), **envplan.WAIT_POLICY} and p.remove == ()
 
 
 @pytest.mark.parametrize(
@@ -294,7 +294,23 @@ def test_plan_is_idempotent(extra: dict[str, str]) -> None:
 
 def test_plan_outside_an_image() -> None:
     p = plan({}, from_environ({}))
-    assert p.set == image_env(0, "strict", "cpu") and p.remove == () and p.user_set == {}
+    assert p.set == {**image_env(0, "strict", "cpu"), "OMP_WAIT_POLICY": "PASSIVE"}
+    assert p.remove == () and p.user_set == {}
+
+
+def test_threads_wait_passively_unless_the_user_says_otherwise() -> None:
+    """Set at run time, not baked (images render as before); off leaves it alone, a value of
+    the user's (ACTIVE, or empty: the library's default) is kept."""
+    assert "OMP_WAIT_POLICY" not in image_env(0, "strict", "cpu")
+    assert plan({}, from_environ({})).set["OMP_WAIT_POLICY"] == "PASSIVE"
+    warn = {"REPRO_DETERMINISM": "warn"}
+    assert plan(warn, from_environ(warn)).set["OMP_WAIT_POLICY"] == "PASSIVE"
+    off = {"REPRO_DETERMINISM": "off"}
+    assert "OMP_WAIT_POLICY" not in plan(off, from_environ(off)).set
+    for mine in ("ACTIVE", ""):
+        env = {"OMP_WAIT_POLICY": mine}
+        p = plan(env, from_environ(env))
+        assert p.user_set == {"OMP_WAIT_POLICY": mine} and "OMP_WAIT_POLICY" not in p.set
 
 
 def test_envplan_value_semantics() -> None:

@@ -143,7 +143,9 @@ def test_verify_spec_from_args_checks_everything(tmp_path: Path) -> None:
 
 def parse(*argv: str) -> tuple[str | None, list[str], int, list[str], bool]:
     args = build_parser().parse_args(["verify", *argv])
-    return args.image, args.cmd, args.runs, args.output, args.local
+    # --runs not given: None on the command line, DEFAULT_RUNS (or one per --cpu leg) in the spec
+    runs = 2 if args.runs is None else args.runs
+    return args.image, args.cmd, runs, args.output, args.local
 
 
 def test_cli_shapes() -> None:

@@ -442,11 +442,12 @@ class Engine:
         gpus: Gpus | None = None,
         labels: dict[str, str] | None = None,
         hostname: str | None = None,
+        entrypoint: list[str] | None = None,
     ) -> StreamingContainer:
         """Create and start a container (``what`` names it in errors), its output to be read
         as it streams; the caller closes it (which removes it). ``network``: False (none),
         True (the default bridge), or the name of a network (:meth:`create_network`), where
-        the container is reachable as ``hostname``."""
+        the container is reachable as ``hostname``. ``entrypoint``: replaces the image's."""
         mounts = [
             docker.types.Mount(b.container, str(b.host), type="bind", read_only=b.read_only)
             for b in binds
@@ -461,6 +462,8 @@ class Engine:
                 )
             ]
         extra: dict[str, Any] = {}
+        if entrypoint is not None:
+            extra["entrypoint"] = entrypoint
         if isinstance(network, str):
             extra["network"] = network
             if hostname is not None:

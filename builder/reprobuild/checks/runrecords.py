@@ -116,11 +116,16 @@ def _cpu_of(records: RunRecords) -> dict[str, Any]:
         if isinstance(found, Mapping):
             dispatch.update(found)
     mode = _get(record, "cpu", "mode") or "native"  # records before issue 31: native only
+    model = host_cpu.get("model") if isinstance(host_cpu, Mapping) else None
+    emulator = _get(record, "cpu", "emulator")
+    if isinstance(emulator, list) and emulator:
+        # verify --cpu: /proc/cpuinfo is the host's under qemu-user; the model is qemu's -cpu
+        model = f"{emulator[-1]} (emulated by qemu)"
     return {
         "mode": mode,
         "level": _get(record, "cpu", "level"),
         "host_level": host_cpu.get("level") if isinstance(host_cpu, Mapping) else None,
-        "model": host_cpu.get("model") if isinstance(host_cpu, Mapping) else None,
+        "model": model,
         "vendor": host_cpu.get("vendor") if isinstance(host_cpu, Mapping) else None,
         "dispatch": dispatch,
     }

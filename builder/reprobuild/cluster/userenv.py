@@ -20,7 +20,13 @@ from collections.abc import Iterable, Sequence
 
 from reprobuild.cluster.nodes import BACKEND_VAR, JOB_ID_VAR, NODES_VAR
 from reprobuild.errors import UsageError, shorten
-from reprobuild_entrypoint.contract import MODE_VAR, OUTPUT_DIR_VAR, RUN_DIR_VAR, SEED_VAR
+from reprobuild_entrypoint.contract import (
+    IMAGE_VAR,
+    MODE_VAR,
+    OUTPUT_DIR_VAR,
+    RUN_DIR_VAR,
+    SEED_VAR,
+)
 
 MAX_OPTIONS = 256
 MAX_VALUE_BYTES = 32 * 1024
@@ -33,6 +39,7 @@ RESERVED: dict[str, str] = {
     MODE_VAR: "set determinism: in reprobuild.yaml (compose: REPRO_DETERMINISM from the shell)",
     RUN_DIR_VAR: "run records go to the mount reprobuild sets",
     OUTPUT_DIR_VAR: "outputs go to the mount reprobuild sets",
+    IMAGE_VAR: "it is the image the file runs (compose: REPRO_IMAGE from the shell names it)",
     BACKEND_VAR: "--gpu picks nccl, else gloo",
     JOB_ID_VAR: "the rendezvous id is --name (k8s) or REPRO_JOB_ID from the shell (compose)",
     INDEX_VAR: "Kubernetes sets it from the pod's completion index",

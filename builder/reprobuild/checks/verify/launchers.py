@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reprobuild._util import leftovers
+from reprobuild.checks.verify.emulation import (
+    EMULATOR_IN_CONTAINER,
+    NATIVE,
+    emulator_argv,
+    emulator_env,
+)
 from reprobuild.checks.verify.spec import VerifySpec
 from reprobuild.errors import VerifyError, signal_exit_code
 from reprobuild_entrypoint.contract import (
+    EMULATOR_VAR,
     LABEL_PREFIX,
     MODE_VAR,
     OUT_DIR,
@@ -96,12 +103,25 @@ class _DockerLauncher:
         from reprobuild.backends.engine import Engine
 
         self.where = f"from {spec.image} ({image_id[:19]})"
+        if spec.cpus:
+            self.where += f" on CPUs {', '.join(spec.cpus)} (qemu-user)"
         self._engine = Engine(connections=3 * spec.runs * (spec.nodes or 1) + 4)
         self._owner = leftovers.owner()
+        self._entrypoint: list[str] = []
 
     def prepare(self, work: Path) -> None:
         _ = self._engine.client  # connect now: a missing engine fails before any run starts
         leftovers.reap(self._engine, lambda line: print(line, file=sys.stderr, flush=True))
+        if self._spec.qemu is not None:
+            config = self._engine.inspect(self._image_id).get("Config") or {}
+            self._entrypoint = list(config.get("Entrypoint") or ())
+            if not self._entrypoint or not self._entrypoint[0].startswith("/"):
+                raise VerifyError(
+                    f"--cpu: {self._spec.image} has no entrypoint started by its path "
+                    f"({self._entrypoint or 'none'}): an emulated CPU needs the image's "
+                    "reprobuild runtime, which starts the command under the emulator",
+                    hint="build the image with `reprobuild image`",
+                )
 
     def start(self, index: int, out_dir: Path, record_dir: Path) -> _Run:
         from reprobuild.backends.engine import Bind, Gpus
@@ -115,19 +135,25 @@ class _DockerLauncher:
             *(Bind(m.host, m.container, read_only=True) for m in spec.data),
         ]
         gpus = None if spec.gpus is None else Gpus(spec.gpus.count, spec.gpus.device_ids)
+        environment = {RUN_DIR_VAR: RECORD_DIR, OUTPUT_DIR_VAR: OUT_DIR, **_run_env(spec)}
+        entrypoint = None
+        leg = spec.cpus[index] if spec.cpus else NATIVE
+        if leg != NATIVE and spec.qemu is not None:
+            # the runtime itself runs emulated (it reads the emulated CPU), and starts the
+            # command under the same emulator: an exec leaves qemu-user's emulation
+            binds.append(Bind(Path(spec.qemu), EMULATOR_IN_CONTAINER, read_only=True))
+            entrypoint = [*emulator_argv(leg), *self._entrypoint]
+            environment[EMULATOR_VAR] = emulator_env(leg)
         return self._engine.start_streaming(
             self._image_id,
             list(spec.command),
-            what=f"run {index + 1}'s container",
-            environment={
-                RUN_DIR_VAR: RECORD_DIR,
-                OUTPUT_DIR_VAR: OUT_DIR,
-                **_run_env(spec),
-            },
+            what=f"run {index + 1}'s container" + (f" (CPU {leg})" if spec.cpus else ""),
+            environment=environment,
             binds=binds,
             network=spec.network,
             gpus=gpus,
             labels={VERIFY_LABEL: str(index + 1), OWNER_LABEL: self._owner},
+            entrypoint=entrypoint,
         )
 
     def finish(self) -> None:

@@ -197,6 +197,12 @@ class VerifyReport:
     builder_version: str = __version__
     trial: int | None = None
     """``--trial`` (the run seed is derived from it and the seed: see the run records)."""
+    cpus: tuple[str, ...] = ()
+    """``--cpu``: the CPU each run ran on, in run order (``native`` or a qemu model)."""
+    cpu_cause: str | None = None
+    """With ``--cpu``, when the runs diverged: why their bits could differ, from their run
+    records (:func:`reprobuild.checks.runrecords.cpu_cause`, the line ``reprobuild diff``
+    gives)."""
     schema_version: int = SCHEMA_VERSION
     kind: str = REPORT_KIND
 
@@ -237,6 +243,8 @@ class VerifyReport:
             "divergence": None if self.divergence is None else self.divergence.to_dict(),
             "output_differences": [d.to_dict() for d in self.output_differences],
             "failure": None if self.failure is None else self.failure.to_dict(),
+            "cpus": list(self.cpus),
+            "cpu_cause": self.cpu_cause,
         }
 
     def to_json(self) -> str:
@@ -283,6 +291,8 @@ class VerifyReport:
                 ),
                 failure=None if failure is None else Failure.from_dict(failure),
                 builder_version=str(data.get("builder_version", "")),
+                cpus=tuple(str(c) for c in data.get("cpus") or ()),
+                cpu_cause=data.get("cpu_cause"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ReprobuildError(f"verify report is missing or has a bad field: {exc}") from None
@@ -297,6 +307,13 @@ class VerifyReport:
         div = self.divergence
         if div is not None:
             first, other = div.runs
+            if self.cpus:
+                lines.append(
+                    f"  CPUs: run {first} {self.cpus[first - 1]}, run {other} "
+                    f"{self.cpus[other - 1]}"
+                )
+            if self.cpu_cause:
+                lines.append(f"  cause: {self.cpu_cause}")
             if div.a is not None or div.b is not None:
                 lines.append(f"  run {first}: {_shown(div.a)}")
                 lines.append(f"  run {other}: {_shown(div.b)}")

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING
 
 from reprobuild._util import leftovers
 from reprobuild.build.manifest import MANIFEST_LABEL
-from reprobuild.checks.runrecords import RunRecords, compare_run_records, read_run_dir
+from reprobuild.checks.runrecords import (
+    RunRecords,
+    compare_run_records,
+    cpu_cause,
+    read_run_dir,
+)
 from reprobuild.checks.streams import Divergence, StreamComparator
 from reprobuild.checks.terminal import TerminalLines
 from reprobuild.checks.verify.launchers import (
@@ -299,6 +304,13 @@ class _Finished:
         state = self.states[self.watch.failed]
         code = state.exit_code
         what = _killed_how(code, state.handle.oom_killed())
+        if self.spec.cpus:
+            what = f"on CPU {self.spec.cpus[state.index]} {what}"
+            refused = _cpu_field(read_run_dir(state.record_dir), "refused")
+            said = [line.removeprefix("reprobuild: ") for line in state.stderr]
+            said = [line for line in said if line.startswith(_REFUSAL)]
+            if isinstance(refused, str) or said:
+                what += f": {refused if isinstance(refused, str) else said[-1]}"
         return Failure(
             message=f"run {state.index + 1} of {self.spec.runs}: `{_command(self.spec)}` {what}",
             run=state.index + 1,
@@ -358,6 +370,7 @@ class _Finished:
             if failure is None:
                 differences = compare_outputs([s.out_dir for s in self.states], digests)
                 divergence = differences[0] if differences else None
+        failure = failure or self._unemulated()
         if failure is not None:
             result, summary = "failed", failure.message
         elif divergence is not None:
@@ -392,6 +405,31 @@ class _Finished:
             divergence=divergence,
             output_differences=tuple(differences),
             failure=failure,
+            cpus=spec.cpus,
+            cpu_cause=self._cause(divergence) if result == "diverged" else None,
+        )
+
+    def _unemulated(self) -> Failure | None:
+        """An emulated leg whose run record names no emulator: the image's runtime predates
+        ``--cpu`` and ran the command on this CPU, so the comparison would prove nothing."""
+        for state, leg in zip(self.states, self.spec.cpus, strict=False):
+            record = read_run_dir(state.record_dir)
+            if leg != "native" and record.record is not None and not _cpu_field(record, "emulator"):
+                return Failure(
+                    f"run {state.index + 1} (CPU {leg}): the image's runtime did not start the "
+                    "command under the emulator (its run record names none): it predates --cpu",
+                    run=state.index + 1,
+                    hint="rebuild the image with this reprobuild",
+                )
+        return None
+
+    def _cause(self, divergence: Divergence | None) -> str | None:
+        if divergence is None or not self.spec.cpus:
+            return None
+        first, other = divergence.runs
+        return cpu_cause(
+            read_run_dir(self.states[first - 1].record_dir),
+            read_run_dir(self.states[other - 1].record_dir),
         )
 
     def _identical_summary(self, digests: list[dict[str, FileDigest]]) -> str:
@@ -400,6 +438,15 @@ class _Finished:
             what += f" and {len(digests[0])} output file(s)"
         command = shlex.join(self.spec.command)
         return f"{self.spec.runs} runs of `{command}` {self.launcher.where}: {what}, bit for bit"
+
+
+_REFUSAL = "this run is pinned to CPU level "
+"""How the runtime's refusal of a CPU below the pinned level starts (cpulevel.check)."""
+
+
+def _cpu_field(records: RunRecords, name: str) -> object:
+    cpu = (records.record or {}).get("cpu")
+    return cpu.get(name) if isinstance(cpu, dict) else None
 
 
 def _command(spec: VerifySpec, limit: int = 120) -> str:

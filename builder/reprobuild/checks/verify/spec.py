@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from reprobuild.checks.verify.emulation import check_models, parse_cpus
 from reprobuild.checks.volatile import PatternError, Rule, rules_for
 from reprobuild.errors import ReprobuildError, VerifyError, VerifyUsageError
 from reprobuild_entrypoint.contract import (
@@ -109,6 +110,11 @@ class VerifySpec:
     """``--nodes N``: every run is a torchrun job of N containers on a network of its own
     (:mod:`reprobuild.cluster.nodes`); the command is the program torchrun starts."""
     nproc_per_node: int = 1
+    cpus: tuple[str, ...] = ()
+    """``--cpu native,Haswell,Nehalem``: run ``i`` on CPU ``cpus[i]``, emulated by qemu-user
+    unless ``native`` (:mod:`reprobuild.checks.verify.emulation`); empty: every run native."""
+    qemu: str | None = None
+    """The host's qemu-x86_64-static, when a leg is emulated."""
 
     def stdout_rules(self) -> tuple[Rule, ...]:
         return rules_for(self.ignore, defaults=self.default_ignore)
@@ -221,7 +227,7 @@ def verify_spec_from_args(
     command: Sequence[str],
     *,
     local: bool = False,
-    runs: int = DEFAULT_RUNS,
+    runs: int | None = None,
     outputs: Sequence[str] = (),
     data: Sequence[str] = (),
     env: Sequence[str] = (),
@@ -234,10 +240,17 @@ def verify_spec_from_args(
     trial: int | None = None,
     nodes: int | None = None,
     nproc_per_node: int | None = None,
+    cpus: str | None = None,
 ) -> VerifySpec:
     """Check the arguments of ``reprobuild verify`` and turn them into a :class:`VerifySpec`
-    (not to be confused with :func:`reprobuild.build.plan.plan_build`, which plans a build)."""
+    (not to be confused with :func:`reprobuild.build.plan.plan_build`, which plans a build).
+    ``runs`` None: one per ``--cpu`` leg, else :data:`DEFAULT_RUNS`."""
     _check_target(image, command, local)
+    legs: tuple[str, ...] = ()
+    if cpus is not None:
+        legs = _check_cpus(cpus, runs, local=local, gpus=gpus, nodes=nodes)
+        runs = len(legs)
+    runs = DEFAULT_RUNS if runs is None else runs
     _check_settings(runs, seed, mode)
     if trial is not None and not 0 <= trial <= SEED_MAX:
         raise VerifyUsageError(f"--trial {trial}: use a whole number from 0 to {SEED_MAX}")
@@ -279,7 +292,30 @@ def verify_spec_from_args(
         trial=trial,
         nodes=nodes,
         nproc_per_node=1 if nproc_per_node is None else nproc_per_node,
+        cpus=legs,
+        qemu=check_models(legs) if legs else None,
     )
+
+
+def _check_cpus(
+    text: str, runs: int | None, *, local: bool, gpus: str | None, nodes: int | None
+) -> tuple[str, ...]:
+    """``--cpu``: one run per leg, in a container of IMAGE, on CPUs alone."""
+    for given, what in (
+        (local, "--local (the legs run in containers of IMAGE)"),
+        (gpus is not None, "--gpus (an emulated CPU drives no GPU)"),
+        (nodes is not None, "--nodes"),
+        (runs is not None, "--runs (one run per CPU named)"),
+    ):
+        if given:
+            raise VerifyUsageError(f"--cpu does not go with {what}")
+    legs = parse_cpus(text)
+    if not DEFAULT_RUNS <= len(legs) <= MAX_RUNS:
+        raise VerifyUsageError(
+            f"--cpu {text!r}: name {DEFAULT_RUNS} to {MAX_RUNS} CPUs, one run each",
+            hint="e.g. --cpu native,Haswell,Nehalem",
+        )
+    return legs
 
 
 def _check_nodes(

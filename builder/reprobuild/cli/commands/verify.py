@@ -56,7 +56,14 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run on this host under the same runtime, without an engine (no IMAGE)",
     )
-    parser.add_argument("--runs", type=int, default=2, metavar="N", help="runs (default: 2)")
+    parser.add_argument("--runs", type=int, metavar="N", help="runs (default: 2)")
+    parser.add_argument(
+        "--cpu",
+        metavar="LIST",
+        help="one run per CPU named, e.g. native,Haswell,Nehalem: `native` is this machine's, "
+        "the others are emulated by qemu-user (qemu-x86_64-static -cpu MODEL); the runs are "
+        "compared as usual, and a divergence names its CPU cause",
+    )
     parser.add_argument(
         "--output",
         action="append",
@@ -226,12 +233,14 @@ def run(args: argparse.Namespace) -> int:
         default_ignore=args.default_ignore,
         nodes=args.nodes,
         nproc_per_node=args.nproc_per_node,
+        cpus=args.cpu,
     )
     log = (lambda _: None) if args.quiet or args.json else err
-    if args.resume_at is not None and args.nodes is not None:
+    if args.resume_at is not None and (args.nodes is not None or args.cpu is not None):
         from reprobuild.errors import VerifyUsageError
 
-        raise VerifyUsageError("--resume-at checks one container's resume; drop --nodes")
+        drop = "--nodes" if args.nodes is not None else "--cpu"
+        raise VerifyUsageError(f"--resume-at checks one container's resume; drop {drop}")
     if args.resume_at is not None:
         return _resume(spec, args, log)
     try:

@@ -1,0 +1,136 @@
+"""Issue 31, item 4: the runtime's fixed thread count on a small machine, and what it costs.
+
+Runs ``workloads/torch_lbfgs.py`` (small-tensor float64 LBFGS, as pytorch/examples'
+time_sequence_prediction) and, with ``--cnn`` where scikit-learn is installed,
+``workloads/torch_cnn.py`` on this host under the
+runtime's start-up hook in strict mode (the environment an image bakes, planned in the process
+before torch loads, as in the image), at ``REPRO_THREADS`` 4 (the default), 2 and 1, each with
+OpenMP's wait policy as the runtime now sets it (``OMP_WAIT_POLICY=PASSIVE``: a thread that
+waits sleeps) and as the libraries leave it (the variable set empty: libgomp spins a while
+first). Configurations alternate within each round; a ratio is the median over rounds of two
+configurations' times in the same round. Every configuration's printed losses must repeat; the
+wait policy must not change them (the thread count may).
+
+    python benchmarks/threads_small.py --rounds 3 [--cnn]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import reprobuild_entrypoint
+from reprobuild_entrypoint.envplan import image_env
+
+HERE = Path(__file__).resolve().parent
+RUNTIME = str(Path(reprobuild_entrypoint.__file__).resolve().parent.parent)
+LAUNCH = (
+    "import runpy, site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[2:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+POLICIES = {"passive": "PASSIVE", "spin": ""}  # "": unset for libgomp, kept as user-set
+
+
+def run(site: Path, script: str, threads: int, policy: str) -> tuple[float, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/root"),
+        "REPRO_QUIET": "1",
+        "REPROBUILD_IMAGE_SEED": "0",
+        "REPROBUILD_IMAGE_DETERMINISM": "strict",
+        "REPROBUILD_VARIANT": "cpu",
+        **image_env(0, "strict", "cpu"),
+        "REPRO_THREADS": str(threads),
+        "OMP_WAIT_POLICY": POLICIES[policy],
+        "PYTHONPATH": str(HERE / "workloads"),
+    }
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH, str(site), str(HERE / "workloads" / f"{script}.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=HERE / "workloads",
+    )
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{script} threads {threads} {policy} failed:\n{done.stderr[-2000:]}")
+    bits = "\n".join(
+        line for line in done.stdout.splitlines() if not line.startswith(("train_s", "time"))
+    )
+    return wall, bits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cnn", action="store_true", help="also the torch CNN at 4 threads")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    configs = [("torch_lbfgs", t, p) for t in (4, 2, 1) for p in POLICIES]
+    if args.cnn:
+        configs += [("torch_cnn", 4, p) for p in POLICIES]
+    times: dict[str, list[float]] = {}
+    outputs: dict[str, set[str]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        site = Path(folder)
+        (site / "reprobuild.pth").write_text(f"{RUNTIME}\nimport reprobuild_entrypoint._startup\n")
+        for number in range(args.rounds):
+            for script, threads, policy in configs:
+                key = f"{script} threads={threads} {policy}"
+                wall, bits = run(site, script, threads, policy)
+                times.setdefault(key, []).append(wall)
+                outputs.setdefault(key, set()).add(bits)
+                print(f"round {number + 1}: {key}: {wall:.2f} s", file=sys.stderr, flush=True)
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+
+    lb = "torch_lbfgs threads="
+    best = min(
+        (f"{lb}{t} {p}" for t in (4, 2, 1) for p in POLICIES),
+        key=lambda k: statistics.median(times[k]),
+    )
+    result = {
+        "cpus": len(os.sched_getaffinity(0)),
+        "rounds": args.rounds,
+        "median_s": {k: round(statistics.median(v), 3) for k, v in times.items()},
+        "repeats_its_bits": {k: len(v) == 1 for k, v in outputs.items()},
+        "policy_keeps_bits": {
+            f"{s} threads={t}": outputs[f"{s} threads={t} passive"]
+            == outputs[f"{s} threads={t} spin"]
+            for s, t, p in configs
+            if p == "passive"
+        },
+        "same_bits_as_4_threads": {
+            t: outputs[f"{lb}{t} passive"] == outputs[f"{lb}4 passive"] for t in (2, 1)
+        },
+        "ratios": {
+            "lbfgs default(4) spin / best": ratio(f"{lb}4 spin", best),
+            "lbfgs default(4) passive / best": ratio(f"{lb}4 passive", best),
+            "lbfgs 4 passive / 4 spin": ratio(f"{lb}4 passive", f"{lb}4 spin"),
+            "lbfgs 2 passive / 2 spin": ratio(f"{lb}2 passive", f"{lb}2 spin"),
+            "lbfgs 1 passive / 1 spin": ratio(f"{lb}1 passive", f"{lb}1 spin"),
+            "best": best,
+        },
+    }
+    if args.cnn:
+        result["ratios"]["cnn 4 passive / 4 spin"] = ratio(
+            "torch_cnn threads=4 passive", "torch_cnn threads=4 spin"
+        )
+    text = json.dumps(result, indent=2, default=str)
+    print(text)
+    if args.json:
+        args.json.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
