@@ -161,6 +161,30 @@ def test_an_unmodified_run_is_tagged_with_the_image_stack(
     assert runs["11"] != runs["12"]
 
 
+def test_a_run_that_autolog_opens_is_tagged_too(
+    image: dict[str, Any], server: str, docker_client: DockerClient
+) -> None:
+    """``mlflow.autolog()`` and a scikit-learn ``fit``: MLflow opens (and ends) the run itself,
+    the program never calls ``start_run``; the run still carries the stack and, uploaded at
+    exit to the run that ended last, the manifest and run record."""
+    import mlflow
+
+    env = {"MLFLOW_TRACKING_URI": server, "REPRO_SEED": "13", "REPRO_IMAGE": image["id"]}
+    command = ["python", "train_autolog.py"]
+    status, out, err = _finish(_start(docker_client, image["tag"], command, env))
+    assert status == 0, err[-3000:]
+    assert "reprobuild: MLflow" not in err
+    run = mlflow.MlflowClient(server).get_run(out.split()[-1])
+    tags = run.data.tags
+    assert tags["reprobuild.seed"] == "13"
+    assert tags["reprobuild.image.ref"] == image["id"]
+    assert tags["reprobuild.manifest_sha256"] == image["labels"]["io.reprobuild.manifest.sha256"]
+    assert run.data.params["C"] == "1.0"  # autolog's own: LogisticRegression's parameters
+    assert tags.get("estimator_name") == "LogisticRegression"
+    logged = mlflow.MlflowClient(server).list_artifacts(run.info.run_id, mlflowtags.ARTIFACT_DIR)
+    assert "reprobuild/manifest.json" in {a.path for a in logged}
+
+
 def test_diff_compares_two_mlflow_runs_like_their_run_records(
     server: str, runs: dict[str, str]
 ) -> None:
