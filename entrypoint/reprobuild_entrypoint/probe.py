@@ -31,7 +31,9 @@ def distributions() -> list[dict[str, object]]:
     )
     # The runtime's own distribution record (its MLflow entry point) is part of reprobuild,
     # not of the stack the lock installed: leave out what lives beside the runtime package.
-    runtime = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    # Run as ``python3 -c`` on a bare base there is no file and no runtime to leave out.
+    here = globals().get("__file__")
+    runtime = os.path.dirname(os.path.dirname(os.path.realpath(here))) if here else None
     seen: dict[str, dict[str, object]] = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]

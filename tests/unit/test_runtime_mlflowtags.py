@@ -130,6 +130,20 @@ def test_the_probe_leaves_the_runtime_record_out(tmp_path: Path) -> None:
     assert "mlflow" in names and "reprobuild-mlflow" not in names
 
 
+def test_the_probe_runs_as_source_on_a_bare_base() -> None:
+    """The builder probes a base with ``python3 -c <the probe's source>`` (no file, no
+    runtime): the runtime-record filter must not need ``__file__`` (it did, and every
+    uncached base probe failed as "has no working python3")."""
+    from reprobuild_entrypoint import probe
+
+    source = Path(probe.__file__).read_text()
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", source], capture_output=True, text=True, check=True
+    )
+    names = {d["name"] for d in json.loads(out.stdout)["distributions"]}
+    assert "pytest" in names
+
+
 SCRIPT = """
 import mlflow
 with mlflow.start_run() as run:
