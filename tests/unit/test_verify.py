@@ -523,6 +523,7 @@ def test_container_gets_mounts_env_and_gpus(tmp_path: Path) -> None:
     assert kwargs["environment"] == {
         "REPRO_RUN_DIR": "/reprobuild-run",
         "REPRO_OUTPUT_DIR": "/out",
+        "REPRO_IMAGE": image,  # the MLflow tags name the image: a container cannot see it
         "A": "1",
         "REPRO_SEED": "3",
         "REPRO_DETERMINISM": "warn",

@@ -26,6 +26,7 @@ from reprobuild.checks.verify.spec import VerifySpec
 from reprobuild.errors import VerifyError, signal_exit_code
 from reprobuild_entrypoint.contract import (
     EMULATOR_VAR,
+    IMAGE_VAR,
     LABEL_PREFIX,
     MODE_VAR,
     OUT_DIR,
@@ -135,7 +136,12 @@ class _DockerLauncher:
             *(Bind(m.host, m.container, read_only=True) for m in spec.data),
         ]
         gpus = None if spec.gpus is None else Gpus(spec.gpus.count, spec.gpus.device_ids)
-        environment = {RUN_DIR_VAR: RECORD_DIR, OUTPUT_DIR_VAR: OUT_DIR, **_run_env(spec)}
+        environment = {
+            RUN_DIR_VAR: RECORD_DIR,
+            OUTPUT_DIR_VAR: OUT_DIR,
+            IMAGE_VAR: self._image_id,  # the MLflow tags name it: a container cannot see it
+            **_run_env(spec),
+        }
         entrypoint = None
         leg = spec.cpus[index] if spec.cpus else NATIVE
         if leg != NATIVE and spec.qemu is not None:
@@ -415,6 +421,7 @@ class _NodesLauncher(_DockerLauncher):
                     environment={
                         RUN_DIR_VAR: RECORD_DIR,
                         OUTPUT_DIR_VAR: OUT_DIR,
+                        IMAGE_VAR: self._image_id,
                         BACKEND_VAR: shape.backend,
                         NODES_VAR: ",".join(names),
                         **_run_env(spec),
