@@ -15,40 +15,48 @@ NOT_FOUND = 127
 NOT_EXECUTABLE = 126
 
 
-def parse_base_entrypoint(text: str | None) -> list[str] | None:
-    """``REPROBUILD_BASE_ENTRYPOINT``: the base image's own ENTRYPOINT as a JSON list (baked by
-    the build when the base has one, e.g. NGC's ``["/opt/nvidia/nvidia_entrypoint.sh"]``).
-    None when unset or empty; a malformed value is a :class:`SettingsError`."""
+def _json_argv(name: str, text: str | None, rule: str, *, items_nonempty: bool) -> list[str] | None:
+    """``text``, a variable's value, as a JSON list of strings (an argv): None when unset,
+    empty, or ``[]`` where the items must be non-empty (``items_nonempty``: a list of words,
+    each a word; otherwise the list must have items, which may be empty strings). A malformed
+    value is a :class:`SettingsError` naming the variable, the value and ``rule``."""
     if text is None or not text.strip():
         return None
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
         value = None
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise SettingsError(
-            f"REPROBUILD_BASE_ENTRYPOINT={text!r} is not a JSON list of non-empty strings "
-            "(the build bakes it: rebuild the image)"
-        )
+    if (
+        not isinstance(value, list)
+        or not (value or items_nonempty)
+        or not all(isinstance(v, str) and (v or not items_nonempty) for v in value)
+    ):
+        raise SettingsError(f"{name}={text!r} is {rule}")
     return value or None
+
+
+def parse_base_entrypoint(text: str | None) -> list[str] | None:
+    """``REPROBUILD_BASE_ENTRYPOINT``: the base image's own ENTRYPOINT as a JSON list (baked by
+    the build when the base has one, e.g. NGC's ``["/opt/nvidia/nvidia_entrypoint.sh"]``).
+    None when unset or empty; a malformed value is a :class:`SettingsError`."""
+    return _json_argv(
+        "REPROBUILD_BASE_ENTRYPOINT",
+        text,
+        "not a JSON list of non-empty strings (the build bakes it: rebuild the image)",
+        items_nonempty=True,
+    )
 
 
 def parse_emulator(text: str | None) -> list[str] | None:
     """``REPROBUILD_EMULATOR`` (set by ``reprobuild verify --cpu`` for an emulated leg): the
     emulator's argv as a JSON list, e.g. ``["/reprobuild-emulator/qemu-x86_64-static", "-cpu",
     "Haswell"]``. None when unset or empty; a malformed value is a :class:`SettingsError`."""
-    if text is None or not text.strip():
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        value = None
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise SettingsError(
-            f"REPROBUILD_EMULATOR={text!r} is not a JSON list of strings (reprobuild verify "
-            "--cpu sets it)"
-        )
-    return value
+    return _json_argv(
+        "REPROBUILD_EMULATOR",
+        text,
+        "not a JSON list of strings (reprobuild verify --cpu sets it)",
+        items_nonempty=False,
+    )
 
 
 def under_emulator(emulator: Sequence[str], command: Sequence[str], path: str | None) -> list[str]:
