@@ -4,6 +4,7 @@ so a failure at any step leaves nothing under the requested tag."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import tempfile
 import uuid
@@ -119,10 +120,14 @@ def normalize_tag(tag: str) -> str:
 def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
     """Python version and platform of the base, read by running its own python3.
 
-    Cached by digest: what a digest names never changes."""
+    Cached by digest and by the probe's own source: what a digest names never changes, and a
+    changed probe must run again (a cached answer hid a probe that could not run at all)."""
     from reprobuild_entrypoint import probe as probe_module
 
-    cached = cache_root() / "bases" / f"v3-{(spec.base.digest or '').replace(':', '-')}.json"
+    source = Path(probe_module.__file__).read_text()
+    probe_sha = hashlib.sha256(source.encode()).hexdigest()[:12]
+    digest = (spec.base.digest or "").replace(":", "-")
+    cached = cache_root() / "bases" / f"v3-{digest}-{probe_sha}.json"
     try:
         data = jsonload.read_json_file(cached, str(cached), max_bytes=1 << 20)
         if isinstance(data, dict):
@@ -130,7 +135,6 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
     except (OSError, ReprobuildError):
         pass  # only a cache (a FIFO or garbage there is never waited on): probe again
 
-    source = Path(probe_module.__file__).read_text()
     result = engine.run(spec.base.by_digest(), [], entrypoint=["python3", "-c", source])
     if result.exit_code != 0:
         raise EngineError(
