@@ -94,9 +94,10 @@ WORKLOADS = {
 }
 
 
-def environment(cpu: str, threads: int) -> dict[str, str]:
-    """A CPU image's environment (seed 0, strict), plus the run's CPU mode and threads."""
-    return {
+def environment(cpu: str | None, threads: int) -> dict[str, str]:
+    """A CPU image's environment (seed 0, strict), plus the run's threads and CPU mode (None:
+    the image's own default, REPRO_CPU unset)."""
+    env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/root"),
         "REPRO_QUIET": "1",
@@ -105,8 +106,10 @@ def environment(cpu: str, threads: int) -> dict[str, str]:
         "REPROBUILD_VARIANT": "cpu",
         **image_env(0, "strict", "cpu"),
         "REPRO_THREADS": str(threads),
-        "REPRO_CPU": cpu,
     }
+    if cpu is not None:
+        env["REPRO_CPU"] = cpu
+    return env
 
 
 def run_once(site: Path, program: Path, cpu: str, threads: int) -> tuple[float, str]:

@@ -26,8 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from portable_bench import environment  # the same image environment (this folder)
+
 import reprobuild_entrypoint
-from reprobuild_entrypoint.envplan import image_env
 
 HERE = Path(__file__).resolve().parent
 RUNTIME = str(Path(reprobuild_entrypoint.__file__).resolve().parent.parent)
@@ -40,14 +41,7 @@ POLICIES = {"passive": "PASSIVE", "spin": ""}  # "": unset for libgomp, kept as 
 
 def run(site: Path, script: str, threads: int, policy: str) -> tuple[float, str]:
     env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": os.environ.get("HOME", "/root"),
-        "REPRO_QUIET": "1",
-        "REPROBUILD_IMAGE_SEED": "0",
-        "REPROBUILD_IMAGE_DETERMINISM": "strict",
-        "REPROBUILD_VARIANT": "cpu",
-        **image_env(0, "strict", "cpu"),
-        "REPRO_THREADS": str(threads),
+        **environment(None, threads),
         "OMP_WAIT_POLICY": POLICIES[policy],
         "PYTHONPATH": str(HERE / "workloads"),
     }
