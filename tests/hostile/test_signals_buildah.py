@@ -139,6 +139,27 @@ def _read_until(proc: subprocess.Popen[str], pattern: str, seen: list[str]) -> t
     return thread
 
 
+def _wait_or_explain(proc: subprocess.Popen[str], seen: list[str], seconds: float = 180) -> None:
+    """Wait for the stopped build; one that does not end fails with what it was doing: its
+    last lines and its process tree (state, kernel wait channel), for a hang seen only in CI."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        ps = ["ps", "-e", "--forest", "-o", "pid,ppid,sid,stat,wchan:24,etimes,args"]
+        listing = subprocess.run(ps, capture_output=True, text=True, check=False).stdout
+        tree = [ln for ln in listing.splitlines() if re.search(r"buildah|reprobuild|runc|crun", ln)]
+        stack = ""
+        spy = Path(sys.executable).with_name("py-spy")  # the test extra's
+        if spy.exists():
+            dump = [str(spy), "dump", "--pid", str(proc.pid)]
+            stack = subprocess.run(dump, capture_output=True, text=True, check=False).stdout
+        pytest.fail(
+            f"the build did not end within {seconds:g} s of the signal\n"
+            + "its processes:\n" + "\n".join(tree) + f"\nits stack:\n{stack}"
+            + "its last lines:\n" + "".join(seen[-15:])
+        )  # fmt: skip
+
+
 def _close(proc: subprocess.Popen[str]) -> None:
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
@@ -229,7 +250,7 @@ def test_signal_in_every_phase_of_a_buildah_build_leaves_nothing(  # type: ignor
             os.killpg(proc.pid, signum)  # Ctrl-C: the whole foreground group
         else:
             proc.send_signal(signum)
-        proc.wait(timeout=180)
+        _wait_or_explain(proc, seen)
         reader.join(timeout=30)
         out = proc.stdout.read() if proc.stdout else ""
     finally:
@@ -286,7 +307,7 @@ def test_signal_while_buildah_pulls_the_base_leaves_nothing(  # type: ignore[no-
                     os.killpg(proc.pid, signum)
                 else:
                     proc.send_signal(signum)
-                proc.wait(timeout=180)
+                _wait_or_explain(proc, seen)
                 reader.join(timeout=30)
             finally:
                 if proc.poll() is None:

@@ -5,9 +5,14 @@ stopped when the caller is interrupted (/bin/sh stands in for the build tool).""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +140,79 @@ def test_gentle_child_runs_in_a_session_of_its_own(tmp_path: Path) -> None:
     seen: list[str] = []
     procstream.run_streamed(["sh", "-c", "ps -o sid= -p $$"], "build", seen.append, gentle=True)
     assert int(seen[0]) != os.getsid(0)
+
+
+# ------------------------------------------- an interrupt that leaves Popen's wait lock held
+# CPython checks for signals when a C call returns: a KeyboardInterrupt (or Stopped) that lands
+# as Popen._internal_poll's or _wait's ``_waitpid_lock.acquire(False)`` returns is raised before
+# the ``try`` that would release the lock. Popen's poll() then says "running" for ever and its
+# wait() blocks for ever: a CI run's Ctrl-C during a buildah RUN step hung that way (180 s, the
+# test's limit). The state such an interrupt leaves is made here on purpose.
+def _leaves_wait_lock_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[str], None]:
+    started: list[subprocess.Popen[Any]] = []
+    real = subprocess.Popen
+
+    class Recording(real):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(subprocess, "Popen", Recording)
+
+    def stop(line: str) -> None:
+        started[-1]._waitpid_lock.acquire()  # type: ignore[attr-defined]  # as after the interrupt
+        raise KeyboardInterrupt
+
+    return stop
+
+
+def _within(seconds: float, call: Callable[[], None]) -> BaseException | None:
+    """Run ``call`` in a thread; what it raised, or fail if it has not returned in time."""
+    raised: list[BaseException | None] = []
+
+    def target() -> None:
+        try:
+            call()
+            raised.append(None)
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting for the child after {seconds:g} s"
+    return raised[0]
+
+
+@pytest.mark.parametrize("gentle", [True, False], ids=["gentle", "pipe"])
+def test_interrupt_leaving_popens_wait_lock_held_does_not_hang(
+    gentle: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "marker"
+    stop = _leaves_wait_lock_held(monkeypatch)
+    argv = [sys.executable, "-c", HANDLER, str(marker), "handle"]
+    start = time.monotonic()
+    raised = _within(
+        30,
+        lambda: procstream.run_streamed(argv, "build", stop, gentle=gentle, stop_wait_s=5.0),
+    )
+    assert isinstance(raised, KeyboardInterrupt)
+    if gentle:  # stopped with SIGINT, which the child handles; else SIGTERM, which kills it
+        assert marker.read_text() == "cleaned up"
+    assert time.monotonic() - start < 10
+
+
+def test_reap_and_wait_for_without_popens_lock() -> None:
+    child = "import sys, time; time.sleep(0.3); sys.exit(7)"
+    proc = subprocess.Popen([sys.executable, "-c", child])
+    proc._waitpid_lock.acquire()  # type: ignore[attr-defined]  # Popen's wait: blocked for ever
+    assert procstream.reap(proc) is None
+    assert procstream.wait_for(proc, 0.01) is None
+    assert procstream.wait_for(proc, 10) == 7
+    assert proc.poll() == 7 and proc.wait() == 7  # Popen answers from returncode, lock or not
+    killed = subprocess.Popen(["sleep", "30"])
+    procstream.kill(killed)
+    assert procstream.wait_for(killed, 10) == -signal.SIGKILL
+    procstream.kill(killed)  # reaped: nothing to signal, no error

@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild._util import leftovers
+from reprobuild.backends import procstream
 from reprobuild.backends.engine import RunResult
 from reprobuild.backends.procstream import run_captured, run_streamed
 from reprobuild.bases.refs import ImageRef
@@ -269,14 +271,14 @@ def archive_stream(
 
         def expire() -> None:
             expired.set()
-            proc.kill()
+            procstream.kill(proc)
 
         timer = threading.Timer(deadline_s, expire)
         timer.daemon = True
         timer.start()
 
         def failure() -> EngineError | None:
-            if proc.poll() in (None, 0):
+            if procstream.reap(proc) in (None, 0):
                 return None
             errors.seek(0)
             text = errors.read()[-2000:].decode(errors="replace").strip()
@@ -291,24 +293,21 @@ def archive_stream(
                 yield chunks
                 for _ in chunks:  # whatever the load left, a chunk at a time (never all at once)
                     pass
-                proc.wait()
+                procstream.wait_for(proc, None)
             except BaseException:
                 failed = None
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=1)  # a buildah that already failed explains the rest
-                    failed = failure()
+                if procstream.wait_for(proc, 1) is not None:
+                    failed = failure()  # a buildah that already failed explains the rest
                 if failed is not None:
                     raise failed from None
                 raise
             finally:
                 timer.cancel()
-                if proc.poll() is None:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+                if procstream.reap(proc) is None:
+                    procstream.kill(proc, signal.SIGTERM)
+                    if procstream.wait_for(proc, 10) is None:
+                        procstream.kill(proc)
+                        procstream.wait_for(proc, None)
         failed = failure()
         if failed is not None:
             raise failed

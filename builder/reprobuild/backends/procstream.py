@@ -6,6 +6,12 @@ reprobuild is SIGKILLed); an interrupted run (Ctrl-C, SIGTERM, an exception in t
 stops the child and waits for it, so it cleans up its own working containers and never goes on
 to tag alone; an optional overall deadline bounds network steps; output lines are read at most
 ``LINE_MAX`` characters at a time, so a tool that prints without newlines cannot grow memory.
+
+The child is waited for with :func:`reap` and :func:`wait_for`, not ``Popen.poll``/``wait``:
+those take a lock that a ``KeyboardInterrupt`` (or ``Stopped``) raised just after its
+``acquire`` never releases (CPython checks for signals when the C call returns, before the
+``try``), and every later ``wait()`` then blocks for ever: a Ctrl-C during a buildah RUN step
+hung a build that way, with buildah long gone.
 """
 
 from __future__ import annotations
@@ -27,6 +33,42 @@ Log = Callable[[str], None]
 TAIL_LINES = 25
 LINE_MAX = 64 * 1024
 POLL_S = 0.05  # how often a gentle run's output file is read
+
+
+def reap(proc: subprocess.Popen[Any]) -> int | None:
+    """``proc``'s exit code (negative: the signal), or None while it runs; sets
+    ``proc.returncode``, which Popen's own ``poll``/``wait`` then return at once. Takes no lock:
+    an exception raised between the ``waitpid`` and the assignment loses the status, and the
+    next call, finding no child, says 0 as Popen does (never a wait without end)."""
+    if proc.returncode is None:
+        try:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already, its status lost (see above)
+            proc.returncode = 0
+        else:
+            if pid == proc.pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode
+
+
+def wait_for(proc: subprocess.Popen[Any], timeout: float | None) -> int | None:
+    """Wait up to ``timeout`` seconds (None: as long as it takes) for ``proc`` to exit, as
+    :func:`reap` does; its exit code, or None if it still runs."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.001
+    while reap(proc) is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0)))
+        delay = min(delay * 2, POLL_S)
+    return proc.returncode
+
+
+def kill(proc: subprocess.Popen[Any], signum: int = signal.SIGKILL) -> None:
+    """Send ``signum`` to a child not yet reaped (Popen's ``send_signal`` polls first)."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signum)
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
@@ -60,14 +102,12 @@ def stop_gently(proc: subprocess.Popen[Any], wait_s: float, every_s: float = 0.1
     restore = _hold_sigint()
     try:
         deadline = time.monotonic() + wait_s
-        while proc.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=every_s)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        while reap(proc) is None and time.monotonic() < deadline:
+            kill(proc, signal.SIGINT)
+            wait_for(proc, every_s)
+        if reap(proc) is None:
+            kill(proc)
+            wait_for(proc, None)
     finally:
         restore()
 
@@ -129,7 +169,7 @@ def run_streamed(
 
     def expire() -> None:
         expired.set()
-        proc.terminate()
+        kill(proc, signal.SIGTERM)
 
     timer = threading.Timer(deadline_s, expire) if deadline_s is not None else None
     if timer is not None:
@@ -140,17 +180,16 @@ def run_streamed(
             line = line.rstrip("\n")
             tail.append(line)
             log(line)
-        code = proc.wait()
+        code = wait_for(proc, None)
+        assert code is not None
     finally:
         if timer is not None:
             timer.cancel()
-        if proc.poll() is None:  # interrupted: the tool must not go on (and tag) alone
-            proc.terminate()
-            try:
-                proc.wait(timeout=stop_wait_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if reap(proc) is None:  # interrupted: the tool must not go on (and tag) alone
+            kill(proc, signal.SIGTERM)
+            if wait_for(proc, stop_wait_s) is None:
+                kill(proc)
+                wait_for(proc, None)
         proc.stdout.close()
     _check(what, code, tail, deadline_s if expired.is_set() else None)
 
@@ -211,19 +250,20 @@ def _run_gentle(
                 partial = b""
 
         try:
-            while proc.poll() is None:
+            while reap(proc) is None:
                 lines(final=False)
                 if deadline_s is not None and time.monotonic() - started > deadline_s:
                     expired = True
                     stop_gently(proc, stop_wait_s)
                     break
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=POLL_S)
+                wait_for(proc, POLL_S)
             lines(final=True)
         finally:
-            if proc.poll() is None:  # interrupted: stopped where it can clean up after itself
+            if reap(proc) is None:  # interrupted: stopped where it can clean up after itself
                 stop_gently(proc, stop_wait_s)
-    _check(what, proc.returncode, tail, deadline_s if expired else None)
+    code = reap(proc)
+    assert code is not None
+    _check(what, code, tail, deadline_s if expired else None)
 
 
 def run_captured(
@@ -248,7 +288,7 @@ def run_captured(
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
-        if proc.poll() is None:
+        if reap(proc) is None:
             stop_gently(proc, stop_wait_s)
             with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
                 proc.communicate(timeout=1)
