@@ -85,3 +85,31 @@ def test_a_level_above_the_emulated_cpu_is_that_legs_failure(image: str, tmp_pat
     record = report["runs"][1]["run_record"]
     assert record["cpu"]["refused"].startswith("this run is pinned to CPU level x86-64-v3")
     assert record["cpu"]["emulator"][-2:] == ["-cpu", "Nehalem"]
+
+
+def test_keras_in_portable_mode_names_tensorflow_as_why_bits_differ(
+    determinism_image: str, tmp_path: Path
+) -> None:
+    """Keras on TensorFlow (issue 31): no portable setting was found for TensorFlow, so in
+    portable mode the runtime records ``portable: false`` for it (and says so at start-up), and
+    verify on two CPUs names TensorFlow as the cause instead of calling the difference a
+    reprobuild bug. Identical results would pass too (then TF happened to agree here)."""
+    report_path = tmp_path / "keras.json"
+    proc = run_cli(
+        "verify", determinism_image, "--cpu", "native,Haswell",
+        "-e", "REPRO_CPU=portable", "-e", "TF_CPP_MIN_LOG_LEVEL=3",
+        "--report", str(report_path), "--", "python", "scripts/keras_conv.py",
+        cwd=tmp_path, timeout=EMULATED_TIMEOUT_S,
+    )  # fmt: skip
+    report = json.loads(report_path.read_text())
+    assert report["cpus"] == ["native", "Haswell"], proc.stdout + proc.stderr
+    for run in report["runs"]:
+        assert run["run_record"]["cpu"]["mode"] == "portable"
+        (frameworks,) = run["framework_records"]
+        assert frameworks["framework_settings"]["tensorflow"]["portable"] is False
+    if report["result"] == "identical":
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return
+    assert proc.returncode == 1 and report["result"] == "diverged", proc.stdout + proc.stderr
+    assert "but tensorflow is not portable across CPUs" in report["cpu_cause"]
+    assert f"  cause: {report['cpu_cause']}" in proc.stdout

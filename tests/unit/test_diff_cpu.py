@@ -84,6 +84,24 @@ def test_portable_on_two_cpus_expects_the_same_bits() -> None:
     )
 
 
+def test_portable_with_a_framework_that_is_not_portable_expects_other_bits() -> None:
+    """TensorFlow: the runtime records ``portable: false`` for it in portable mode (and says
+    so at start-up); two CPUs are then expected to differ, not "a reprobuild bug"."""
+    a = record("portable", "x86-64-v2", host_level="x86-64-v4")
+    b = record("portable", "x86-64-v2", host_level="x86-64-v3")
+    same = {"aten_capability": "DEFAULT"}
+    tf = {**frameworks(**same), "framework_settings": {"tensorflow": {"portable": False}}}
+    line = cause(a, b, [tf], [tf])
+    assert line == (
+        "portable mode (x86-64-v2) on AVX-512 vs AVX2, but tensorflow is not portable across "
+        "CPUs (the run's start-up notice says why): expected to differ; the same CPU model "
+        "gives the same bits"
+    )
+    assert cause(a, copy.deepcopy(a), [tf], [tf]) is None  # one CPU: the same bits
+    torch_only = {**frameworks(**same), "framework_settings": {"torch": {"seed": 1}}}
+    assert "bug worth reporting" in (cause(a, b, [torch_only], [torch_only]) or "")
+
+
 def test_portable_with_a_library_that_dispatched_differently_names_it() -> None:
     a = record("portable", "x86-64-v2", host_level="x86-64-v4")
     b = record("portable", "x86-64-v2")

@@ -111,10 +111,18 @@ def _cpu_of(records: RunRecords) -> dict[str, Any]:
     record = records.record or {}
     host_cpu = _get(record, "host", "cpu") or {}
     dispatch: dict[str, Any] = {}
+    unportable: set[str] = set()
     for framework_record in records.frameworks:
         found = framework_record.get("cpu_dispatch")
         if isinstance(found, Mapping):
             dispatch.update(found)
+        settings = framework_record.get("framework_settings")
+        if isinstance(settings, Mapping):  # the runtime's verdict per framework (TensorFlow)
+            unportable.update(
+                str(name)
+                for name, entry in settings.items()
+                if isinstance(entry, Mapping) and entry.get("portable") is False
+            )
     mode = _get(record, "cpu", "mode") or "native"  # records before issue 31: native only
     model = host_cpu.get("model") if isinstance(host_cpu, Mapping) else None
     emulator = _get(record, "cpu", "emulator")
@@ -128,6 +136,7 @@ def _cpu_of(records: RunRecords) -> dict[str, Any]:
         "model": model,
         "vendor": host_cpu.get("vendor") if isinstance(host_cpu, Mapping) else None,
         "dispatch": dispatch,
+        "unportable": unportable,
     }
 
 
@@ -144,7 +153,9 @@ def cpu_cause(a: RunRecords, b: RunRecords) -> str | None:
     - one native, one portable: expected to differ, the modes pin other kernels;
     - both portable at one level: the same bits are expected; what each library dispatched
       is compared, and a library that dispatched differently is named;
-    - portable at two levels: expected to differ.
+    - portable at two levels: expected to differ;
+    - portable, with a framework the runtime found not portable (TensorFlow, named at start-up):
+      expected to differ on other CPUs.
     """
     ca, cb = _cpu_of(a), _cpu_of(b)
     same_cpu = (ca["host_level"], ca["model"], ca["vendor"]) == (
@@ -170,6 +181,14 @@ def cpu_cause(a: RunRecords, b: RunRecords) -> str | None:
         return (
             f"CPU mode {ca['mode']}{_at(ca)} vs {cb['mode']}{_at(cb)}: expected to differ "
             "(they pin other kernels); run both in the same mode"
+        )
+    unportable = sorted(ca["unportable"] | cb["unportable"])
+    if unportable and not same_cpu:
+        verb = "is" if len(unportable) == 1 else "are"
+        return (
+            f"portable mode{_at(ca)} on {_describe(ca)} vs {_describe(cb)}, but "
+            f"{', '.join(unportable)} {verb} not portable across CPUs (the run's start-up "
+            "notice says why): expected to differ; the same CPU model gives the same bits"
         )
     keys = sorted(set(ca["dispatch"]) & set(cb["dispatch"]))
     apart = [k for k in keys if ca["dispatch"][k] != cb["dispatch"][k]]
