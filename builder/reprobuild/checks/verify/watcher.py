@@ -38,6 +38,8 @@ class _RunState:
     ended: float | None = None
     exit_code: int | None = None
     killed: bool = False
+    eof: bool = False
+    """Its stdout ended; the comparator hears of it at its exit (see _Watcher.on_eof)."""
     error: str | None = None
     digest: Any = field(default_factory=hashlib.sha256)
     terminal: TerminalLines = field(default_factory=TerminalLines)
@@ -139,12 +141,11 @@ class _Watcher:
             self.stop(f"stdout line {found.line} differs")
 
     def on_eof(self, index: int, _: Any) -> None:
-        if self.stopping:
-            return
-        found = self.comparator.end(index)
-        if found is not None:
-            self.watch.divergence = found
-            self.stop(f"run {found.runs[1]} printed a different number of lines")
+        """Noted only: a run whose stdout ended early may have failed (a CPU-level refusal
+        under ``--cpu``, a crash), and its exit, which always comes next, says which; judged
+        here, it would read as "printed a different number of lines" whenever another run had
+        printed more by then."""
+        self.states[index].eof = True
 
     def on_error(self, index: int, value: Any) -> None:
         state = self.states[index]
@@ -164,6 +165,11 @@ class _Watcher:
         if value != 0 and not self.stopping:
             self.watch.failed = index
             self.stop(f"run {index + 1} exited with status {value}")
+        elif state.eof and not self.stopping:
+            found = self.comparator.end(index)
+            if found is not None:
+                self.watch.divergence = found
+                self.stop(f"run {found.runs[1]} printed a different number of lines")
 
 
 def _watch(states: list[_RunState], comparator: StreamComparator, log: Log) -> _Watch:
