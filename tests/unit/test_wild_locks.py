@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import exported_pins
-from reprobuild.build.initservices import init_services
+from helpers import exported_pins, run_cli
 from reprobuild.errors import LockfileError
 from reprobuild.locks.lockfile import Selection, load_lock
 from reprobuild.project.config import load_config
-from reprobuild.project.init import InitOptions, init_project
 
 WILD = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "wild"
 
@@ -115,22 +113,30 @@ def test_wild_lock_refused_in_one_line(lock: str, export: str, line: int, reason
         ("polyfactory-2.12.0", "pdm.lock", r"pdm\.lock:8: was locked without"),
     ],
 )
-def test_init_on_a_copy_names_the_lock_or_refuses(
+def test_cli_init_and_render_on_a_copy(
     tmp_path: Path, folder: str, lock: str, refused: str | None
 ) -> None:
-    """gradio_client's ranged requirements.txt is left out: init would resolve it against an
-    index (test_init.py covers that path with the local one)."""
+    """`reprobuild init` then `render`, as a user runs them: the rendered requirements.lock
+    pins what the tool exports, or init refuses in one line and writes nothing. gradio_client's
+    ranged requirements.txt is left out: init resolves such a file against an index
+    (test_init.py covers that with the local one)."""
     project = tmp_path / folder
     shutil.copytree(WILD / folder, project)
-    options = InitOptions(command=("python", "train.py"))
-    if refused is None:
-        init_project(project, options, init_services())
-        assert load_config(project).lock == project / lock
-        return
     before = sorted(p.name for p in project.iterdir())
-    with pytest.raises(LockfileError, match=refused):
-        init_project(project, options, init_services())
-    assert sorted(p.name for p in project.iterdir()) == before
+    proc = run_cli("init", str(project), "--command", "python train.py")
+    if refused is not None:
+        assert proc.returncode == 1 and proc.stdout == ""
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and re.search(refused, errors[0]), proc.stderr
+        assert sorted(p.name for p in project.iterdir()) == before
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert load_config(project).lock == project / lock
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    text = (tmp_path / "ctx" / "requirements.lock").read_text()
+    pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+) --hash=sha256:", text, re.MULTILINE))
+    assert pins == exported_pins(project / "export-main.txt")
 
 
 @pytest.mark.parametrize("lock", sorted(str(p.relative_to(WILD)) for p in WILD.glob("*/*.lock")))
