@@ -81,6 +81,11 @@ def test_robyn_group_matches_poetry_export() -> None:
         # export it (export-refused.txt).
         ("polyfactory-2.12.0/pdm.lock", "export-refused.txt", 8,
          r"was locked without the inherit_metadata strategy"),
+        # poetry.lock in the 1.1 layout ([metadata.files]): its content-hash is not the
+        # pyproject.toml's (the lock holds black, click... that pyproject no longer asks for);
+        # Poetry 1.1.15 itself says so (export-warning.txt) but exports anyway.
+        ("qcs-sdk-python-0.1.0/poetry.lock", "export-warning.txt", 104,
+         r"is stale: its content-hash 'e08cfb07ab22776bd\.\.\.' is not the hash"),
         # a plain ranged requirements.txt, as gradio_client's build reads it
         ("gradio-client-2.7.2/requirements.txt", "requirements.txt", 1,
          r"'fsspec' has no version: every requirement must be pinned"),
@@ -101,6 +106,9 @@ def test_wild_lock_refused_in_one_line(lock: str, export: str, line: int, reason
         assert "-e ." in evidence.splitlines()
     elif lock.startswith("polyfactory"):
         assert "inherit_metadata" in evidence
+    elif lock.startswith("qcs"):
+        assert "not up to date with the latest changes in pyproject.toml" in evidence
+        assert "[metadata.files]" in path.read_text().splitlines()
 
 
 @pytest.mark.parametrize(
@@ -111,6 +119,7 @@ def test_wild_lock_refused_in_one_line(lock: str, export: str, line: int, reason
         ("pyannote-audio-4.0.7", "uv.lock", r"uv\.lock:1486: package julius"),
         ("black-20.8b1", "Pipfile.lock", r"Pipfile\.lock:67: package black"),
         ("polyfactory-2.12.0", "pdm.lock", r"pdm\.lock:8: was locked without"),
+        ("qcs-sdk-python-0.1.0", "poetry.lock", r"poetry\.lock:104: is stale"),
     ],
 )
 def test_cli_init_and_render_on_a_copy(
