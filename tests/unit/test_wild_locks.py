@@ -56,9 +56,10 @@ def test_robyn_main_dependencies_come_from_project_not_tool_poetry() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="a group named both in [dependency-groups] and [tool.poetry.group] (robyn's test: "
-    "pytest-codspeed ==1.2.2 there, 3.0.0 here): Poetry locks and exports 3.0.0, reprobuild "
-    "takes both and refuses; the rule Poetry follows is not pinned down yet",
+    reason="robyn's test group is declared twice (pytest-codspeed ==1.2.2 in "
+    "[dependency-groups], 3.0.0 in [tool.poetry.group.test]); reprobuild walks the graph from "
+    "both and refuses, while Poetry's export of a lock-version 2.1 file takes the groups and "
+    "markers recorded per package (poetry-plugin-export: is_locked_groups_and_markers), 3.0.0",
 )
 def test_robyn_group_matches_poetry_export() -> None:
     path = WILD / "robyn-0.69.0" / "poetry.lock"
