@@ -19,6 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name
+
+from reprobuild.locks.lockfile import Selection
+
 if TYPE_CHECKING:
     # The Docker SDK ships no type information (mypy sees it as Any); the name documents intent.
     from docker import DockerClient
@@ -195,3 +200,20 @@ TRICKY_ENV_VALUES: dict[str, str] = {
     "BACKSLASH": "C:\\temp\\new \\n",
     "EQUALS": "a=b=c",
 }
+
+
+def exported_pins(path: Path) -> dict[str, str]:
+    """``name==version ; marker`` lines of a tool's export, markers evaluated for the image."""
+    env = Selection().environment()
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        spec, _, marker = line.partition(";")
+        if marker.strip() and not Marker(marker.strip()).evaluate(env):
+            continue
+        name, sep, version = spec.strip().partition("==")
+        assert sep, f"{path.name}: {line!r} is not pinned"
+        out[canonicalize_name(name)] = version.strip()
+    return out

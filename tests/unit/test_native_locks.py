@@ -22,6 +22,7 @@ import pytest
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
+from helpers import exported_pins
 from reprobuild.bases.catalog import load_catalog
 from reprobuild.build.plan import plan_build
 from reprobuild.build.render import render_context, render_dockerfile
@@ -450,23 +451,6 @@ def test_poetry_constraints() -> None:
 # --- locks written by Poetry and pipenv, against their own exports ---------------------------
 
 
-def _exported(path: Path) -> dict[str, str]:
-    """``name==version ; marker`` lines of a tool's export, markers evaluated for the image."""
-    env = Selection().environment()
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        spec, _, marker = line.partition(";")
-        if marker.strip() and not Marker(marker.strip()).evaluate(env):
-            continue
-        name, sep, version = spec.strip().partition("==")
-        assert sep, f"{path.name}: {line!r} is not pinned"
-        out[canonicalize_name(name)] = version.strip()
-    return out
-
-
 @pytest.mark.parametrize(
     ("folder", "lock_name", "selection", "export"),
     [
@@ -493,7 +477,7 @@ def test_tool_written_lock_matches_the_tools_export(
     folder: str, lock_name: str, selection: Selection, export: str
 ) -> None:
     lock = load_lock(NATIVE / folder / lock_name, selection)
-    assert {r.name: r.version for r in lock.requirements} == _exported(NATIVE / folder / export)
+    assert {r.name: r.version for r in lock.requirements} == exported_pins(NATIVE / folder / export)
     # pdm.lock names no index (it is in pyproject.toml's [[tool.pdm.source]]): none is kept
     index = None if lock.format == "pdm" else "http://127.0.0.1:8765/simple"
     assert lock.options.index_url == index
@@ -561,7 +545,7 @@ def test_pdm_default_groups_are_every_locked_group() -> None:
     """select.default_groups for a pdm.lock: what `pdm sync` installs unasked, every group the
     lock holds (its optional-dependencies groups too; tests/data/.../pdm/sync-dry-run.txt)."""
     lock = load_lock(NATIVE / "pdm" / "pdm.lock", Selection(default_groups=True))
-    assert {r.name: r.version for r in lock.requirements} == _exported(
+    assert {r.name: r.version for r in lock.requirements} == exported_pins(
         NATIVE / "pdm" / "export-default-groups.txt"
     )
     synced = (NATIVE / "pdm" / "sync-dry-run.txt").read_text()

@@ -273,6 +273,11 @@ def _roots(pyproject: dict[str, Any], selection: Selection, path: Path) -> list[
     project = pyproject.get("project", {})
     deps = _deps_of(poetry.get("dependencies"))
     try:
+        if "dependencies" in project:
+            # Poetry 2: with [project].dependencies set, [tool.poetry.dependencies] only
+            # enriches the names listed there; its other entries are not dependencies.
+            listed = {canonicalize_name(_pep508(t)[0]) for t in project["dependencies"]}
+            deps = [d for d in deps if canonicalize_name(d[0]) in listed]
         deps += [_pep508(t) for t in project.get("dependencies", [])]
         optional = project.get("optional-dependencies", {})
         poetry_extras = poetry.get("extras", {})
