@@ -107,6 +107,7 @@ def test_keras_in_portable_mode_names_tensorflow_as_why_bits_differ(
         assert run["run_record"]["cpu"]["mode"] == "portable"
         (frameworks,) = run["framework_records"]
         assert frameworks["framework_settings"]["tensorflow"]["portable"] is False
+    print(f"keras, portable, native vs Haswell: {report['result']}")  # shown with -s
     if report["result"] == "identical":
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return
