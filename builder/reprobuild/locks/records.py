@@ -24,6 +24,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion
 
+from reprobuild._util import tomlload
 from reprobuild.bases.refs import is_loopback
 from reprobuild.errors import LockfileError
 
@@ -390,7 +391,7 @@ def wheel_file_version(filename: str, name: str, what: str, number: int, path: P
 def load_toml(text: str, path: Path, hint: str) -> dict[str, Any]:
     """Parse a TOML lock; a syntax error is one LockfileError at its line."""
     try:
-        return tomllib.loads(text)
+        return tomlload.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
         where = re.search(r"\(at line (\d+)", message)
@@ -400,3 +401,6 @@ def load_toml(text: str, path: Path, hint: str) -> dict[str, Any]:
         ) from exc
     except RecursionError:
         raise LockfileError(path, None, "is not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # int() past sys.get_int_max_str_digits(): tomllib's own message
+        problem = quoted(str(exc).split(":")[0], 120)[1:-1]
+        raise LockfileError(path, None, f"is not valid TOML: {problem}") from None
