@@ -149,11 +149,19 @@ class Selection:
         wheels = text.count('.whl"')
         handled = 0
 
+        known = self._fits  # tags -> fits, as wheel_fits caches them
+
         def uv_line(match: re.Match[str]) -> str:
             nonlocal handled
             handled += 1
-            fits = self.wheel_fits(match.group(1).rsplit("/", 1)[-1])
-            return match.group(0) if fits else "\n"
+            url = match.group(1)
+            # The last three dash-separated fields: when they are tags already found not to
+            # fit, so does this wheel (whatever comes before them), with no call.
+            end = len(url) - 4
+            cut = url.rfind("-", 0, url.rfind("-", 0, url.rfind("-", 0, end)))
+            if known.get(url[cut + 1 : end]) is False:
+                return "\n"
+            return match.group(0) if self.wheel_fits(url.rsplit("/", 1)[-1]) else "\n"
 
         text = _UV_WHEEL_LINE_RE.sub(uv_line, text)
         if handled == wheels:
@@ -240,17 +248,52 @@ class LockLines:
     """A file's physical lines, and the lines of its array-of-tables headers in order."""
 
     def __init__(self, text: str, header: str = "package") -> None:
-        self.lines = physical_lines(text)
-        pattern = re.compile(r"\s*\[\[\s*" + re.escape(header) + r"\s*\]\]\s*(#.*)?$")
-        self.headers = [
-            n for n, line in enumerate(self.lines, start=1) if "[[" in line and pattern.match(line)
-        ]
+        self.text = text
+        # A line that is only the header ('\s' less '\n', so that a match stays in its line);
+        # the pattern starts at the literal '[[' (a '^' pattern is tried at every position),
+        # and what comes before it on its line must be blank.
+        pattern = re.compile(
+            r"\[\[[^\S\n]*" + re.escape(header) + r"[^\S\n]*\]\][^\S\n]*(#.*)?$",
+            re.MULTILINE,
+        )
+        self.headers: list[int] = []
+        number, offset = 1, 0
+        for match in pattern.finditer(text):
+            start = text.rfind("\n", 0, match.start()) + 1
+            if text[start : match.start()].strip():
+                continue
+            number += text.count("\n", offset, start)
+            offset = start
+            self.headers.append(number)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return physical_lines(self.text)
+
+    @cached_property
+    def _starts(self) -> list[int]:
+        """The offset in the text where each line starts (line 1 at index 0)."""
+        return [0, *(m.end() for m in re.finditer("\n", self.text))][: len(self.lines)]
 
     def find(self, needle: str, start: int = 1) -> int | None:
-        for number in range(max(start, 1), len(self.lines) + 1):
-            if needle in self.lines[number - 1]:
-                return number
-        return None
+        """The first line from ``start`` on that holds ``needle``, searched in the text at once
+        (a reader looks up a line per package: line by line, that was quadratic)."""
+        start = max(start, 1)
+        if not needle or "\n" in needle or "\r" in needle:
+            for number in range(start, len(self.lines) + 1):
+                if needle in self.lines[number - 1]:
+                    return number
+            return None
+        if start == 1:
+            offset = 0
+        elif start <= len(self._starts):
+            offset = self._starts[start - 1]
+        else:
+            return None
+        found = self.text.find(needle, offset)
+        if found < 0:
+            return None
+        return start + self.text.count("\n", offset, found)
 
     def header_of(self, position: int, count: int) -> int:
         """The header line of the ``position``-th entry (0 when headers and entries differ)."""
@@ -359,6 +402,17 @@ def _wheel_name_version(filename: str) -> tuple[str, Version | None]:
         return canonicalize_name(parts[0]), None
 
 
+def _is_wheel_of(filename: str, name: str, version: str) -> bool:
+    """True when the wheel ``filename`` is one of ``name`` (canonical) at ``version``."""
+    parts = filename[:-4].split("-")
+    if parts[0] == name and parts[1:2] == [version] and _WHEEL_NAME_RE.fullmatch(name):
+        # As written in the lock (most wheels): no name or version to normalize, only the
+        # shape of the name left to check, as _wheel_name_version does.
+        return len(parts) == 5 or (len(parts) == 6 and parts[2][:1].isdigit())
+    wheel_name, wheel_version = _wheel_name_version(filename)
+    return wheel_name == name and wheel_version == Version(version)
+
+
 def wheel_hashes(
     files: Iterable[tuple[str, object]],
     name: str,
@@ -373,37 +427,41 @@ def wheel_hashes(
     Refuses a malformed or missing hash on a wheel that fits, a wheel of another package or
     version, and a package left with no wheel for the platform."""
     label = f"package {name} {version}"
-    line = locate(name)
-    wanted = Version(version)
     seen = False
     out: list[str] = []
     for filename, digest in files:
         seen = True
         if not selection.wheel_fits(filename):
             continue
-        line = locate(filename)
-        wheel_name, wheel_version = _wheel_name_version(filename)
-        if wheel_name != name or wheel_version != wanted:
+        # Each problem is located (a scan of the lock's lines) only once it is found.
+        if not _is_wheel_of(filename, name, version):
             raise LockfileError(
-                path, line, f"{label}: wheel {quoted(filename)} is not a wheel of {name} {version}"
+                path,
+                locate(filename),
+                f"{label}: wheel {quoted(filename)} is not a wheel of {name} {version}",
             )
         if not isinstance(digest, str) or not digest:
             raise LockfileError(
                 path,
-                line,
+                locate(filename),
                 f"{label}: wheel {quoted(filename)} has no hash: every wheel needs a sha256",
                 hint=hint,
             )
         normal = check_hash(digest)
         if normal is None:
-            raise LockfileError(path, line, f"{label}: {hash_problem(digest)}", hint=hint)
+            raise LockfileError(
+                path, locate(filename), f"{label}: {hash_problem(digest)}", hint=hint
+            )
         if not normal.startswith("sha256:"):
             raise LockfileError(
-                path, line, f"{label}: wheel {quoted(filename)} has no sha256 hash", hint=hint
+                path,
+                locate(filename),
+                f"{label}: wheel {quoted(filename)} has no sha256 hash",
+                hint=hint,
             )
         out.append(normal)
-    line = locate(name)
     if not out:
+        line = locate(name)
         what = "files" if seen else "no files at all"
         raise LockfileError(
             path,

@@ -24,6 +24,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion
 
+from reprobuild._util import tomlload
 from reprobuild.bases.refs import is_loopback
 from reprobuild.errors import LockfileError
 
@@ -83,6 +84,13 @@ NAME_RE = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE
 
 # Control characters (tab excepted), line/paragraph separators and bidi overrides.
 CONTROL_RE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# CONTROL_RE less '\n' (which ends a line) and '\r' (allowed before '\n'), searched in a whole
+# text at once; only a text it finds in, or with a '\r' not before '\n', is checked line by
+# line (decode_lock), which decides.
+_ASCII_TEXT = bytes([0x09, 0x0A, 0x0D, *range(0x20, 0x7F)])
+_SUSPECT_RE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 
 # Text that a shell would expand even inside double quotes.
@@ -216,6 +224,14 @@ def decode_lock(data: bytes, path: Path) -> str:
             "a lockfile must be UTF-8 text",
             hint="re-save the file as UTF-8",
         ) from exc
+    # The check below in one pass (most locks are ASCII: bytes.translate drops every byte
+    # allowed, and any left over is suspect): a text with nothing it could refuse skips it.
+    if data.isascii():
+        clean = not data.translate(None, _ASCII_TEXT)
+    else:
+        clean = _SUSPECT_RE.search(text) is None
+    if clean and text.count("\r") == text.count("\r\n"):
+        return text
     for number, line_text in enumerate(physical_lines(text), start=1):
         bad = CONTROL_RE.search(line_text)
         if bad is not None:
@@ -390,7 +406,7 @@ def wheel_file_version(filename: str, name: str, what: str, number: int, path: P
 def load_toml(text: str, path: Path, hint: str) -> dict[str, Any]:
     """Parse a TOML lock; a syntax error is one LockfileError at its line."""
     try:
-        return tomllib.loads(text)
+        return tomlload.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
         where = re.search(r"\(at line (\d+)", message)
@@ -400,3 +416,6 @@ def load_toml(text: str, path: Path, hint: str) -> dict[str, Any]:
         ) from exc
     except RecursionError:
         raise LockfileError(path, None, "is not valid TOML: nested too deeply") from None
+    except ValueError as exc:  # int() past sys.get_int_max_str_digits(): tomllib's own message
+        problem = quoted(str(exc).split(":")[0], 120)[1:-1]
+        raise LockfileError(path, None, f"is not valid TOML: {problem}") from None
