@@ -223,12 +223,17 @@ def main() -> int:
         work.mkdir()
         chosen = _resolvable(names, args.requirements, work)
 
+        # The resolved set can pull CUDA wheels (nvidia-*, through torch), for which init
+        # picks a GPU base, and the catalog has none for CPython 3.11: the base is given, as
+        # init's hint says, so what is timed is the resolution and the rest of init.
+        cpu_base = services.base_for("3.11", False)
+
         def init_requirements() -> None:
             project = root / f"req-{next(copies)}"
             project.mkdir()
             (project / "requirements.txt").write_text("\n".join(chosen) + "\n")
             (project / "train.py").write_text("print('train')\n")
-            init_project(project, InitOptions(), services)
+            init_project(project, InitOptions(base=cpu_base), services)
 
         req_init = _best(init_requirements, args.repeat)
 
