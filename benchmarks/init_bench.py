@@ -223,7 +223,7 @@ def main() -> int:
         work.mkdir()
         chosen = _resolvable(names, args.requirements, work)
 
-        # The resolved set can pull CUDA wheels (nvidia-*, through torch), for which init
+        # The resolved set can pull CUDA wheels (nvidia-* packages), for which init
         # picks a GPU base, and the catalog has none for CPython 3.11: the base is given, as
         # init's hint says, so what is timed is the resolution and the rest of init.
         cpu_base = services.base_for("3.11", False)
