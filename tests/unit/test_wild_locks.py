@@ -128,8 +128,7 @@ def test_cli_init_and_render_on_a_copy(
 ) -> None:
     """`reprobuild init` then `render`, as a user runs them: the rendered requirements.lock
     pins what the tool exports, or init refuses in one line and writes nothing. gradio_client's
-    ranged requirements.txt is left out: init resolves such a file against an index
-    (test_init.py covers that with the local one)."""
+    ranged requirements.txt, which init resolves against the index, has its own test below."""
     project = tmp_path / folder
     shutil.copytree(WILD / folder, project)
     before = sorted(p.name for p in project.iterdir())
@@ -162,3 +161,39 @@ def test_pruning_foreign_wheels_keeps_lines_and_toml(lock: str) -> None:
         assert len(pruned) < len(text)
     if not lock.endswith("Pipfile.lock"):
         tomllib.loads(pruned)
+
+
+def test_init_resolves_a_ranged_requirements_file_from_the_wild(tmp_path: Path) -> None:
+    """gradio_client's plain ranged requirements.txt (no pins, no hashes), as a research repo
+    has it: `reprobuild init` resolves it with the pinned uv against this machine's index into
+    a hashed requirements.lock, every pin inside the file's ranges, leaving the file as it was;
+    `render` then takes that lock. (Resolved now, so the versions are whatever the index has:
+    the test checks the ranges and the hashes, not fixed versions.)"""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tmp_path / "gradio-client"
+    shutil.copytree(WILD / "gradio-client-2.7.2", project)
+    source = (project / "requirements.txt").read_bytes()
+    proc = run_cli("init", str(project), "--command", "python train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "resolved requirements.txt with uv pip compile into requirements.lock" in proc.stderr
+    assert (project / "requirements.txt").read_bytes() == source
+    assert load_config(project).lock == project / "requirements.lock"
+    lock = load_lock(project / "requirements.lock")
+    pins = {r.name: r for r in lock.requirements}  # names are canonical (PEP 503)
+    wanted = [Requirement(line) for line in source.decode().split("\n") if line.strip()]
+    for requirement in wanted:
+        pinned = pins[canonicalize_name(requirement.name)]
+        assert requirement.specifier.contains(pinned.version, prereleases=True), (
+            requirement,
+            pinned.version,
+        )
+    assert all(r.hashes for r in lock.requirements)
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    text = (tmp_path / "ctx" / "requirements.lock").read_text()
+    assert set(re.findall(r"^([A-Za-z0-9._-]+)==", text, re.MULTILINE)) >= {
+        "fsspec",
+        "httpx",
+    }
