@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import requests
+
 if TYPE_CHECKING:
     # The Docker SDK ships no type information (mypy sees it as Any); the name documents intent.
     from docker import DockerClient
@@ -195,3 +197,20 @@ TRICKY_ENV_VALUES: dict[str, str] = {
     "BACKSLASH": "C:\\temp\\new \\n",
     "EQUALS": "a=b=c",
 }
+
+
+def registry_digest(ref: str) -> str:
+    """The loopback registry's digest of ``ref`` (REGISTRY/REPO:TAG)."""
+    name, tag = ref.rsplit(":", 1)
+    repo = name.split("/", 1)[1]
+    answer = requests.head(
+        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}",
+        headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, "
+            "application/vnd.docker.distribution.manifest.v2+json, "
+            "application/vnd.oci.image.index.v1+json"
+        },
+        timeout=10,
+    )
+    assert answer.status_code == 200, (ref, answer.status_code)
+    return answer.headers["Docker-Content-Digest"]

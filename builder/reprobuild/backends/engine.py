@@ -544,14 +544,18 @@ class Engine:
             raise EngineError(f"cannot read the engine's version: {_short(exc)}") from None
 
     def buildkit_reproducible(self) -> tuple[bool, str]:
-        """Whether this engine's BuildKit could give the same image ID for the same inputs,
-        and why (not). It needs BuildKit 0.13's ``rewrite-timestamp`` exporter option (file
-        times in the new layers clamped to SOURCE_DATE_EPOCH): Engine 26 vendors it, but the
+        """Whether this engine's BuildKit gives the same image ID for the same inputs, and
+        why (not). It needs BuildKit 0.13's ``rewrite-timestamp`` exporter option (file times
+        in the new layers clamped to SOURCE_DATE_EPOCH): Engine 26 vendors it, but the
         engine's own (moby) exporter ignores it unless images live in the containerd image
-        store. Measured on Engine 26.1.5 with buildx 0.13.1: with the default graph-driver
-        store two ``--no-cache`` builds gave two image IDs (RUN layers kept the build's
-        clock); with the containerd store, one. reprobuild does not build that way yet, so
-        the manifest of a BuildKit build says ``reproducible: false`` everywhere."""
+        store, and buildx's docker driver refuses the exporters that write a tarball
+        (``type=docker,dest=``, ``type=oci``) on the default graph-driver store ("Docker
+        exporter is not supported for the docker driver"). Measured on Engine 26.1.5 with
+        buildx 0.13.1 (tests/engine/test_buildkit.py through scripts/test-debian13): with the
+        graph-driver store two ``--no-cache`` builds gave two image IDs; with the containerd
+        store, :meth:`build` with ``epoch`` gave one ID for two ``--no-cache`` builds and one
+        under ``faketime -f +40d``. ``--builder buildkit`` builds that way where this says
+        True (build.image), and the manifest then says ``reproducible: true``."""
         version = self.server_version()
         try:
             major = int(version.split(".")[0])
@@ -578,7 +582,8 @@ class Engine:
             return False, f"Engine {version}'s containerd store needs buildx 0.13 or later"
         return True, (
             f"Engine {version} with the containerd image store and buildx "
-            f"{'.'.join(map(str, found))} can clamp file times (rewrite-timestamp)"
+            f"{'.'.join(map(str, found))} clamps file times to SOURCE_DATE_EPOCH "
+            "(rewrite-timestamp)"
         )
 
     def resolve_builder(self, builder: Builder) -> Builder:
@@ -610,16 +615,25 @@ class Engine:
         log: Log = _quiet,
         no_cache: bool = False,
         network: bool = True,
+        epoch: int | None = None,
     ) -> str:
         """Build ``context/Dockerfile`` and tag the result; return the image ID.
 
         The tag is applied only when the whole build succeeded. ``network`` False: RUN steps
         get no network at all (a hermetic build needs none, and so proves it needs none).
+        ``epoch`` (``builder`` ``buildkit`` only, and only where :meth:`buildkit_reproducible`
+        says True): the engine's BuildKit through ``docker buildx build --builder default``
+        with SOURCE_DATE_EPOCH as a build argument (the image's and history's ``created``) and
+        the image exporter's ``rewrite-timestamp=true`` (file times in new layers clamped).
         """
         chosen = self.resolve_builder(builder)
+        if epoch is not None and chosen != "buildkit":
+            raise EngineError(
+                f"a build from SOURCE_DATE_EPOCH needs builder buildkit, not {chosen}"
+            )
         if chosen == "classic":
             return self._build_classic(context, tag, log, no_cache, network)
-        return self._build_cli(context, tag, chosen, log, no_cache, network)
+        return self._build_cli(context, tag, chosen, log, no_cache, network, epoch)
 
     def _build_classic(
         self, context: Path, tag: str, log: Log, no_cache: bool, network: bool
@@ -662,11 +676,24 @@ class Engine:
         return image_id
 
     def _build_cli(
-        self, context: Path, tag: str, builder: Builder, log: Log, no_cache: bool, network: bool
+        self,
+        context: Path,
+        tag: str,
+        builder: Builder,
+        log: Log,
+        no_cache: bool,
+        network: bool,
+        epoch: int | None = None,
     ) -> str:
         env = dict(os.environ)
-        legacy = legacy_buildkit_client() if builder == "buildkit" else None
-        if legacy is not None:
+        legacy = legacy_buildkit_client() if builder == "buildkit" and epoch is None else None
+        if epoch is not None:
+            cli = _buildx_client()
+            assert cli is not None
+            argv = [cli, "buildx", "build", "--builder", "default", "--provenance=false"]
+            argv += ["--output", "type=image,rewrite-timestamp=true"]
+            argv += ["--build-arg", f"SOURCE_DATE_EPOCH={int(epoch)}"]
+        elif legacy is not None:
             argv = [legacy, "build"]
             env["DOCKER_BUILDKIT"] = "1"
         else:
