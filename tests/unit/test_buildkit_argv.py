@@ -7,6 +7,7 @@ with the graph-driver store get). The real builds are tests/engine/test_buildkit
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from reprobuild.errors import EngineError
 
 FAKE = """#!/bin/sh
 # answers `docker buildx version` and `docker version` (a 26.1 client: not a legacy one), and
-# for a build records its arguments and writes the --iidfile it was given
+# for a build records its arguments and writes the --iidfile and the archive it was given
 case "$1 $2" in
   "buildx version") echo "github.com/docker/buildx 0.13.1+ds1 0.13.1+ds1-3"; exit 0 ;;
   "version --format") echo '"26.1.5+dfsg1"'; exit 0 ;;
@@ -25,6 +26,7 @@ esac
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >>"$ARGV_LOG"
 while [ $# -gt 0 ]; do
   if [ "$1" = "--iidfile" ]; then echo "sha256:feed" >"$2"; fi
+  if [ "$1" = "--output" ]; then dest=${2#*dest=}; echo archive >"${dest%%,*}"; fi
   shift
 done
 """
@@ -58,16 +60,39 @@ def _without_paths(argv: list[str], context: Path) -> list[str]:
     return argv[:at] + argv[at + 2 : -1]
 
 
-def test_a_build_from_an_epoch_clamps_times_with_the_engines_buildkit(
+class LoadingEngine(Engine):
+    """Loads what the fake wrote into a list, not into an engine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: list[bytes] = []
+
+    def load(self, archive: Path | Iterable[bytes]) -> None:
+        assert isinstance(archive, Path)
+        self.loaded.append(archive.read_bytes())
+
+    def image_id(self, ref: str) -> str | None:
+        return "sha256:loaded" if self.loaded and ref == "x:1" else None
+
+
+def test_a_build_from_an_epoch_writes_a_clamped_archive_and_loads_it(
     fake_docker: Path, tmp_path: Path
 ) -> None:
-    assert Engine().build(tmp_path, "x:1", builder="buildkit", no_cache=True, epoch=1700000000)
-    assert _without_paths(_argv(fake_docker), tmp_path) == [
+    engine = LoadingEngine()
+    assert engine.build(tmp_path, "x:1", builder="buildkit", no_cache=True, epoch=1700) == (
+        "sha256:loaded"
+    )
+    argv = _without_paths(_argv(fake_docker), tmp_path)
+    output = argv[argv.index("--output") + 1]
+    archive = output.split(",")[1].removeprefix("dest=")
+    assert argv == [
         "buildx", "build", "--builder", "default", "--provenance=false",
-        "--output", "type=image,rewrite-timestamp=true",
-        "--build-arg", "SOURCE_DATE_EPOCH=1700000000",
+        "--build-arg", "SOURCE_DATE_EPOCH=1700",
+        "--output", f"type=docker,dest={archive},rewrite-timestamp=true",
         "--progress=plain", "-t", "x:1", "--no-cache",
     ]  # fmt: skip
+    assert engine.loaded == [b"archive\n"]
+    assert not Path(archive).exists()  # the temporary folder is gone
 
 
 @pytest.mark.parametrize(

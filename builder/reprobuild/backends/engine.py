@@ -546,16 +546,16 @@ class Engine:
     def buildkit_reproducible(self) -> tuple[bool, str]:
         """Whether this engine's BuildKit gives the same image ID for the same inputs, and
         why (not). It needs BuildKit 0.13's ``rewrite-timestamp`` exporter option (file times
-        in the new layers clamped to SOURCE_DATE_EPOCH): Engine 26 vendors it, but the
-        engine's own (moby) exporter ignores it unless images live in the containerd image
-        store, and buildx's docker driver refuses the exporters that write a tarball
-        (``type=docker,dest=``, ``type=oci``) on the default graph-driver store ("Docker
-        exporter is not supported for the docker driver"). Measured on Engine 26.1.5 with
-        buildx 0.13.1 (tests/engine/test_buildkit.py through scripts/test-debian13): with the
-        graph-driver store two ``--no-cache`` builds gave two image IDs; with the containerd
-        store, :meth:`build` with ``epoch`` gave one ID for two ``--no-cache`` builds and one
-        under ``faketime -f +40d``. ``--builder buildkit`` builds that way where this says
-        True (build.image), and the manifest then says ``reproducible: true``."""
+        in the new layers clamped to SOURCE_DATE_EPOCH), which Engine 26 vendors. Measured on
+        Engine 26.1.5 with buildx 0.13.1 (Debian 13, scripts/test-debian13): the engine's own
+        image exporter (``--load``, ``type=image``) ignores the option with the default
+        graph-driver store (two ``--no-cache`` builds, two image IDs) and refuses it with the
+        containerd store ("conflicts with unpack"); buildx's docker driver writes a clamped
+        archive (``type=docker,dest=FILE,rewrite-timestamp=true``) only with the containerd
+        store ("Docker exporter is not supported for the docker driver" without it; a
+        ``docker-container`` builder would need the moby/buildkit image from Docker Hub, which
+        these machines cannot reach). So: True with the containerd store and buildx >= 0.13,
+        where :meth:`build` with ``epoch`` writes that archive and loads it."""
         version = self.server_version()
         try:
             major = int(version.split(".")[0])
@@ -574,7 +574,8 @@ class Engine:
         if status.get("driver-type") != "io.containerd.snapshotter.v1":
             return False, (
                 f"Engine {version} keeps images in the {info.get('Driver', '?')} graph driver "
-                "store, whose exporter ignores rewrite-timestamp"
+                "store, whose exporter ignores rewrite-timestamp and where buildx's docker "
+                "driver writes no image archive"
             )
         cli = _buildx_client()
         found = _buildx_version(cli) if cli else None
@@ -623,8 +624,9 @@ class Engine:
         get no network at all (a hermetic build needs none, and so proves it needs none).
         ``epoch`` (``builder`` ``buildkit`` only, and only where :meth:`buildkit_reproducible`
         says True): the engine's BuildKit through ``docker buildx build --builder default``
-        with SOURCE_DATE_EPOCH as a build argument (the image's and history's ``created``) and
-        the image exporter's ``rewrite-timestamp=true`` (file times in new layers clamped).
+        with SOURCE_DATE_EPOCH as a build argument (the image's and history's ``created``),
+        written by the docker exporter with ``rewrite-timestamp=true`` (file times in the new
+        layers clamped) to an archive in a temporary folder, then loaded into the engine.
         """
         chosen = self.resolve_builder(builder)
         if epoch is not None and chosen != "buildkit":
@@ -691,7 +693,6 @@ class Engine:
             cli = _buildx_client()
             assert cli is not None
             argv = [cli, "buildx", "build", "--builder", "default", "--provenance=false"]
-            argv += ["--output", "type=image,rewrite-timestamp=true"]
             argv += ["--build-arg", f"SOURCE_DATE_EPOCH={int(epoch)}"]
         elif legacy is not None:
             argv = [legacy, "build"]
@@ -705,6 +706,11 @@ class Engine:
         env["BUILDKIT_PROGRESS"] = "plain"
         with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
             iidfile = Path(tmp) / "iid"
+            archive = Path(tmp) / "image.tar"
+            if epoch is not None:
+                # The engine's image exporter refuses rewrite-timestamp ("conflicts with
+                # unpack"); the docker exporter writes a clamped archive, loaded afterwards.
+                argv += ["--output", f"type=docker,dest={archive},rewrite-timestamp=true"]
             argv += ["--progress=plain", "--iidfile", str(iidfile), "-t", tag]
             if no_cache:
                 argv.append("--no-cache")
@@ -712,7 +718,13 @@ class Engine:
                 argv.append("--network=none")
             argv.append(str(context))
             run_streamed(argv, "docker build", log, env=env, stop_wait_s=10.0)
-            return iidfile.read_text().strip()
+            if epoch is None:
+                return iidfile.read_text().strip()
+            self.load(archive)  # the tag appears only now, after the whole build worked
+            image_id = self.image_id(tag)
+            if image_id is None:
+                raise BuildError(f"the built image {tag} is not in the engine after its load")
+            return image_id
 
 
 def _short(exc: BaseException) -> str:
