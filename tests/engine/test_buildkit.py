@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from helpers import REGISTRY, MakeProject, MakeTag, build_json, registry_digest
+from helpers import REGISTRY, MakeProject, MakeTag, build_json, registry_digest, run_cli
 from reprobuild.backends.engine import Engine
 
 if TYPE_CHECKING:
@@ -80,3 +80,11 @@ def test_buildkit_is_reproducible_exactly_where_the_engine_allows(
             subprocess.run(["docker", "rmi", ref], capture_output=True, check=False)
     print("registry digests:", digests)
     assert digests[0] == digests[1], digests
+    # The rebuild check does not rebuild BuildKit images yet, and says so (not "marked not
+    # reproducible", which this manifest is not).
+    proc = run_cli("rebuild", tags[0], root)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        f"error: {tags[0]} was built reproducibly with 'buildkit'; the rebuild check so far "
+        "rebuilds only buildah builds"
+    )
