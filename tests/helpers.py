@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import requests
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
@@ -217,3 +218,20 @@ def exported_pins(path: Path) -> dict[str, str]:
         assert sep, f"{path.name}: {line!r} is not pinned"
         out[canonicalize_name(name)] = version.strip()
     return out
+
+
+def registry_digest(ref: str) -> str:
+    """The loopback registry's digest of ``ref`` (REGISTRY/REPO:TAG)."""
+    name, tag = ref.rsplit(":", 1)
+    repo = name.split("/", 1)[1]
+    answer = requests.head(
+        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}",
+        headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, "
+            "application/vnd.docker.distribution.manifest.v2+json, "
+            "application/vnd.oci.image.index.v1+json"
+        },
+        timeout=10,
+    )
+    assert answer.status_code == 200, (ref, answer.status_code)
+    return answer.headers["Docker-Content-Digest"]

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import requests
 
 from helpers import (
     REGISTRY,
@@ -31,6 +30,7 @@ from helpers import (
     MakeTag,
     build_json,
     published_image,
+    registry_digest,
     run_cli,
     tar_context,
 )
@@ -62,21 +62,6 @@ def buildah_names() -> set[str]:
         ["buildah", "images", "--format", "{{.Name}}:{{.Tag}}"], capture_output=True, check=True
     )
     return set(out.stdout.decode().split())
-
-
-def registry_digest(ref: str) -> str:
-    name, tag = ref.rsplit(":", 1)
-    repo = name.split("/", 1)[1]
-    answer = requests.head(
-        f"http://{REGISTRY}/v2/{repo}/manifests/{tag}",
-        headers={
-            "Accept": "application/vnd.oci.image.manifest.v1+json, "
-            "application/vnd.docker.distribution.manifest.v2+json"
-        },
-        timeout=10,
-    )
-    assert answer.status_code == 200, (ref, answer.status_code)
-    return answer.headers["Docker-Content-Digest"]
 
 
 def new_layers(

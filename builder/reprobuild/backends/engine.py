@@ -544,14 +544,18 @@ class Engine:
             raise EngineError(f"cannot read the engine's version: {_short(exc)}") from None
 
     def buildkit_reproducible(self) -> tuple[bool, str]:
-        """Whether this engine's BuildKit could give the same image ID for the same inputs,
-        and why (not). It needs BuildKit 0.13's ``rewrite-timestamp`` exporter option (file
-        times in the new layers clamped to SOURCE_DATE_EPOCH): Engine 26 vendors it, but the
-        engine's own (moby) exporter ignores it unless images live in the containerd image
-        store. Measured on Engine 26.1.5 with buildx 0.13.1: with the default graph-driver
-        store two ``--no-cache`` builds gave two image IDs (RUN layers kept the build's
-        clock); with the containerd store, one. reprobuild does not build that way yet, so
-        the manifest of a BuildKit build says ``reproducible: false`` everywhere."""
+        """Whether this engine's BuildKit gives the same image ID for the same inputs, and
+        why (not). It needs BuildKit 0.13's ``rewrite-timestamp`` exporter option (file times
+        in the new layers clamped to SOURCE_DATE_EPOCH), which Engine 26 vendors. Measured on
+        Engine 26.1.5 with buildx 0.13.1 (Debian 13, scripts/test-debian13): the engine's own
+        image exporter (``--load``, ``type=image``) ignores the option with the default
+        graph-driver store (two ``--no-cache`` builds, two image IDs) and refuses it with the
+        containerd store ("conflicts with unpack"); buildx's docker driver writes a clamped
+        archive (``type=docker,dest=FILE,rewrite-timestamp=true``) only with the containerd
+        store ("Docker exporter is not supported for the docker driver" without it; a
+        ``docker-container`` builder would need the moby/buildkit image from Docker Hub, which
+        these machines cannot reach). So: True with the containerd store and buildx >= 0.13,
+        where :meth:`build` with ``epoch`` writes that archive and loads it."""
         version = self.server_version()
         try:
             major = int(version.split(".")[0])
@@ -570,7 +574,8 @@ class Engine:
         if status.get("driver-type") != "io.containerd.snapshotter.v1":
             return False, (
                 f"Engine {version} keeps images in the {info.get('Driver', '?')} graph driver "
-                "store, whose exporter ignores rewrite-timestamp"
+                "store, whose exporter ignores rewrite-timestamp and where buildx's docker "
+                "driver writes no image archive"
             )
         cli = _buildx_client()
         found = _buildx_version(cli) if cli else None
@@ -578,7 +583,8 @@ class Engine:
             return False, f"Engine {version}'s containerd store needs buildx 0.13 or later"
         return True, (
             f"Engine {version} with the containerd image store and buildx "
-            f"{'.'.join(map(str, found))} can clamp file times (rewrite-timestamp)"
+            f"{'.'.join(map(str, found))} clamps file times to SOURCE_DATE_EPOCH "
+            "(rewrite-timestamp)"
         )
 
     def resolve_builder(self, builder: Builder) -> Builder:
@@ -610,16 +616,26 @@ class Engine:
         log: Log = _quiet,
         no_cache: bool = False,
         network: bool = True,
+        epoch: int | None = None,
     ) -> str:
         """Build ``context/Dockerfile`` and tag the result; return the image ID.
 
         The tag is applied only when the whole build succeeded. ``network`` False: RUN steps
         get no network at all (a hermetic build needs none, and so proves it needs none).
+        ``epoch`` (``builder`` ``buildkit`` only, and only where :meth:`buildkit_reproducible`
+        says True): the engine's BuildKit through ``docker buildx build --builder default``
+        with SOURCE_DATE_EPOCH as a build argument (the image's and history's ``created``),
+        written by the docker exporter with ``rewrite-timestamp=true`` (file times in the new
+        layers clamped) to an archive in a temporary folder, then loaded into the engine.
         """
         chosen = self.resolve_builder(builder)
+        if epoch is not None and chosen != "buildkit":
+            raise EngineError(
+                f"a build from SOURCE_DATE_EPOCH needs builder buildkit, not {chosen}"
+            )
         if chosen == "classic":
             return self._build_classic(context, tag, log, no_cache, network)
-        return self._build_cli(context, tag, chosen, log, no_cache, network)
+        return self._build_cli(context, tag, chosen, log, no_cache, network, epoch)
 
     def _build_classic(
         self, context: Path, tag: str, log: Log, no_cache: bool, network: bool
@@ -662,11 +678,23 @@ class Engine:
         return image_id
 
     def _build_cli(
-        self, context: Path, tag: str, builder: Builder, log: Log, no_cache: bool, network: bool
+        self,
+        context: Path,
+        tag: str,
+        builder: Builder,
+        log: Log,
+        no_cache: bool,
+        network: bool,
+        epoch: int | None = None,
     ) -> str:
         env = dict(os.environ)
-        legacy = legacy_buildkit_client() if builder == "buildkit" else None
-        if legacy is not None:
+        legacy = legacy_buildkit_client() if builder == "buildkit" and epoch is None else None
+        if epoch is not None:
+            cli = _buildx_client()
+            assert cli is not None
+            argv = [cli, "buildx", "build", "--builder", "default", "--provenance=false"]
+            argv += ["--build-arg", f"SOURCE_DATE_EPOCH={int(epoch)}"]
+        elif legacy is not None:
             argv = [legacy, "build"]
             env["DOCKER_BUILDKIT"] = "1"
         else:
@@ -678,6 +706,11 @@ class Engine:
         env["BUILDKIT_PROGRESS"] = "plain"
         with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
             iidfile = Path(tmp) / "iid"
+            archive = Path(tmp) / "image.tar"
+            if epoch is not None:
+                # The engine's image exporter refuses rewrite-timestamp ("conflicts with
+                # unpack"); the docker exporter writes a clamped archive, loaded afterwards.
+                argv += ["--output", f"type=docker,dest={archive},rewrite-timestamp=true"]
             argv += ["--progress=plain", "--iidfile", str(iidfile), "-t", tag]
             if no_cache:
                 argv.append("--no-cache")
@@ -685,7 +718,13 @@ class Engine:
                 argv.append("--network=none")
             argv.append(str(context))
             run_streamed(argv, "docker build", log, env=env, stop_wait_s=10.0)
-            return iidfile.read_text().strip()
+            if epoch is None:
+                return iidfile.read_text().strip()
+            self.load(archive)  # the tag appears only now, after the whole build worked
+            image_id = self.image_id(tag)
+            if image_id is None:
+                raise BuildError(f"the built image {tag} is not in the engine after its load")
+            return image_id
 
 
 def _short(exc: BaseException) -> str:

@@ -73,14 +73,18 @@ def normalize_push(ref: str) -> str:
     return f"{parsed.name}:{parsed.tag or 'latest'}"
 
 
-def build_info(engine: Engine, tool: Builder, spec: RenderSpec) -> dict[str, Any]:
+def build_info(
+    engine: Engine, tool: Builder, spec: RenderSpec, *, from_epoch: bool = False
+) -> dict[str, Any]:
     """What the manifest records about the build: the builder, its version and whether the
-    same inputs give the same image (apt installs whatever the mirror serves that day)."""
+    same inputs give the same image (apt installs whatever the mirror serves that day).
+    ``from_epoch``: the engine's BuildKit built it from SOURCE_DATE_EPOCH with file times
+    clamped (:meth:`Engine.buildkit_reproducible` said it can)."""
     version = buildah.version() if tool == "buildah" else engine.server_version()
     return {
         "builder": tool,
         "builder_version": version,
-        "reproducible": tool in REPRODUCIBLE and not spec.apt,
+        "reproducible": (tool in REPRODUCIBLE or from_epoch) and not spec.apt,
     }
 
 
@@ -98,8 +102,12 @@ def choose_builder(engine: Engine, builder: Builder, note: Log) -> Builder:
         # BuildKit is the faster builder (README, Figures); say why it is not the one picked.
         possible, why = engine.buildkit_reproducible()
         if possible:
-            why += ", but reprobuild does not build that way yet"
-        note(f"builder: not the engine's BuildKit, though faster: {why}")
+            note(
+                f"builder: the engine's BuildKit is reproducible here too ({why}); ask for it "
+                "with --builder buildkit"
+            )
+        else:
+            note(f"builder: not the engine's BuildKit, though faster: {why}")
         return "buildah"
     chosen = engine.resolve_builder(builder)
     if builder == "auto":
@@ -324,17 +332,42 @@ def _build_image(
                 log=log,
                 push=push,
             )
+        # The engine's BuildKit from SOURCE_DATE_EPOCH, scratch and stamp alike, where it can
+        # clamp file times: the same inputs then give the same image ID.
+        epoch: int | None = None
+        if builder == "buildkit":
+            possible, why = engine.buildkit_reproducible()
+            log(f"builder: buildkit {'from SOURCE_DATE_EPOCH' if possible else 'as is'}: {why}")
+            epoch = spec.epoch if possible else None
         try:
-            engine.build(ctx, scratch, builder=builder, log=log, no_cache=no_cache, network=network)
+            engine.build(
+                ctx,
+                scratch,
+                builder=builder,
+                log=log,
+                no_cache=no_cache,
+                network=network,
+                epoch=epoch,
+            )
             manifest, sbom_json = _manifest(
-                engine, spec, scratch, build_info(engine, builder, spec)
+                engine,
+                spec,
+                scratch,
+                build_info(engine, builder, spec, from_epoch=epoch is not None),
             )
             stamp = Path(tmp) / "stamp"
             stamp.mkdir()
             labels = manifest.labels()
             files = render_stamp(scratch, manifest.to_json(), labels, sbom_json)
             write_tree(files, stamp, epoch=spec.epoch)
-            image_id = engine.build(stamp, final, builder="classic", log=log, network=False)
+            image_id = engine.build(  # classic writes the wall clock: not from an epoch
+                stamp,
+                final,
+                builder="classic" if epoch is None else "buildkit",
+                log=log,
+                network=False,
+                epoch=epoch,
+            )
         finally:
             engine.untag(scratch)
     return ImageResult(final, image_id, manifest)

@@ -116,6 +116,12 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
             hint="rebuild checks images built with `reprobuild image --builder buildah`",
         )
     builder = str(build.get("builder", ""))
+    if builder != "buildah" and build.get("reproducible"):
+        raise RebuildInputError(  # the engine's BuildKit on Engine 26's containerd store
+            f"{image} was built reproducibly with {builder!r}; the rebuild check so far "
+            "rebuilds only buildah builds",
+            hint="rebuild it yourself with the same SOURCE_DATE_EPOCH and compare image IDs",
+        )
     if builder != "buildah" or not build.get("reproducible"):
         raise RebuildInputError(
             f"{image} was built with {builder!r} and is marked not reproducible; only a "

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto (buildah where installed: the same inputs give the same image ID; else "
         "buildx if installed, else classic; says which), buildah (daemonless), buildx, "
-        "buildkit, classic (the engine's own builder, not reproducible)",
+        "buildkit (the engine's BuildKit: reproducible on Engine 26 with the containerd image "
+        "store, says so), classic (the engine's own builder, not reproducible)",
     )
     parser.add_argument(
         "--push",
