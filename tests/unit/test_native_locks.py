@@ -15,7 +15,7 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -375,19 +375,26 @@ def _poetry_lock(pyproject: str, lock_version: str) -> str:
     import tomllib
 
     digest = sorted(content_hashes(tomllib.loads(pyproject)))[0]
+    # the groups and markers a lock-version 2.1 records per package (as Poetry 2.5.1 wrote
+    # them for the same project in tests/data/lockfiles/native/poetry-2.1/poetry.lock)
+    extra = 'markers = "extra == \\"symbolic\\""\n'
     packages = [
-        ("colorama", "0.4.6", "colorama-0.4.6-py2.py3-none-any.whl", {}),
-        ("mpmath", "1.3.0", "mpmath-1.3.0-py3-none-any.whl", {}),
-        ("numpy", "2.4.6", "numpy-2.4.6-cp311-cp311-manylinux_2_17_x86_64.whl", {}),
-        ("pytest", "9.0.3", "pytest-9.0.3-py3-none-any.whl", {}),
-        ("sympy", "1.14.0", "sympy-1.14.0-py3-none-any.whl", {"mpmath": ">=1.1.0,<1.4"}),
-    ]
+        ("colorama", "0.4.6", "colorama-0.4.6-py2.py3-none-any.whl", {},
+         'groups = ["main"]\nmarkers = "sys_platform == \\"win32\\""\n'),
+        ("mpmath", "1.3.0", "mpmath-1.3.0-py3-none-any.whl", {}, f'groups = ["main"]\n{extra}'),
+        ("numpy", "2.4.6", "numpy-2.4.6-cp311-cp311-manylinux_2_17_x86_64.whl", {},
+         'groups = ["main"]\n'),
+        ("pytest", "9.0.3", "pytest-9.0.3-py3-none-any.whl", {}, 'groups = ["dev"]\n'),
+        ("sympy", "1.14.0", "sympy-1.14.0-py3-none-any.whl", {"mpmath": ">=1.1.0,<1.4"},
+         f'groups = ["main"]\n{extra}'),
+    ]  # fmt: skip
     out = []
     files_table = ["", "[metadata.files]"]
-    for name, version, wheel, deps in packages:
+    for name, version, wheel, deps, recorded in packages:
         out.append(
             f'[[package]]\nname = "{name}"\nversion = "{version}"\ndescription = ""\n'
             'optional = false\npython-versions = ">=3.8"\n'
+            + (recorded if lock_version == "2.1" else "")
         )
         files = f'[\n    {{file = "{wheel}", hash = "sha256:{_h(wheel)}"}},\n]'
         if lock_version == "1.1":
@@ -410,7 +417,7 @@ def _poetry_lock(pyproject: str, lock_version: str) -> str:
     return "".join(out) + meta + tail
 
 
-@pytest.mark.parametrize("lock_version", ["1.1", "2.1"])
+@pytest.mark.parametrize("lock_version", ["1.1", "2.0", "2.1"])
 def test_poetry_lock_walks_the_graph(tmp_path: Path, lock_version: str) -> None:
     (tmp_path / "pyproject.toml").write_text(_PYPROJECT)
     path = tmp_path / "poetry.lock"
@@ -421,6 +428,84 @@ def test_poetry_lock_walks_the_graph(tmp_path: Path, lock_version: str) -> None:
     assert lock.notes and "demo itself is not installed" in lock.notes[0]
     full = load_lock(path, Selection(extras=("symbolic",), groups=("dev",)))
     assert {r.name for r in full.requirements} == {"numpy", "sympy", "mpmath", "pytest"}
+
+
+def _poetry21(tmp_path: Path, edit: Callable[[str], str]) -> Path:
+    (tmp_path / "pyproject.toml").write_text(_PYPROJECT)
+    path = tmp_path / "poetry.lock"
+    path.write_text(edit(_poetry_lock(_PYPROJECT, "2.1")))
+    return path
+
+
+def test_poetry_21_reads_recorded_groups_not_the_graph(tmp_path: Path) -> None:
+    """lock-version 2.1: the packages come from the groups and markers each one records, as
+    Poetry's export reads them, not from the dependency graph: here numpy is recorded in the
+    dev group only, so main alone leaves it out though the project depends on it."""
+    numpy = 'name = "numpy"\nversion = "2.4.6"\ndescription = ""\noptional = false\n'
+    numpy += 'python-versions = ">=3.8"\ngroups = '
+    path = _poetry21(tmp_path, lambda t: t.replace(numpy + '["main"]', numpy + '["dev"]'))
+    assert {r.name for r in load_lock(path).requirements} == set()
+    assert {r.name for r in load_lock(path, Selection(groups=("dev",))).requirements} == {
+        "numpy",
+        "pytest",
+    }
+
+
+def test_poetry_21_marker_per_group(tmp_path: Path) -> None:
+    """``markers`` as a table: each group has its own marker, a group missing from the table
+    is unconditional. colorama is in main on Windows only but in dev everywhere."""
+    path = _poetry21(
+        tmp_path,
+        lambda t: t.replace(
+            'groups = ["main"]\nmarkers = "sys_platform == \\"win32\\""',
+            'groups = ["main", "dev"]\nmarkers = {main = "sys_platform == \\"win32\\""}',
+        ),
+    )
+    assert {r.name for r in load_lock(path).requirements} == {"numpy"}
+    dev = load_lock(path, Selection(groups=("dev",)))
+    assert {r.name for r in dev.requirements} == {"numpy", "pytest", "colorama"}
+    # each group's own marker: dev's excludes linux, and main's still does
+    text = path.read_text()
+    win = '{main = "sys_platform == \\"win32\\""'
+    path.write_text(text.replace(win, win + ', dev = "sys_platform == \\"darwin\\""'))
+    dev = load_lock(path, Selection(groups=("dev",)))
+    assert {r.name for r in dev.requirements} == {"numpy", "pytest"}
+    path.write_text(text.replace(win, win + ', dev = "sys_platform == \\"linux\\""'))
+    dev = load_lock(path, Selection(groups=("dev",)))
+    assert {r.name for r in dev.requirements} == {"numpy", "pytest", "colorama"}
+
+
+def test_poetry_21_extra_in_a_marker(tmp_path: Path) -> None:
+    """An extra is recorded as ``extra == "symbolic"`` in the package's marker: it holds only
+    when that extra is chosen, with the platform part of the marker still evaluated (mpmath:
+        the symbolic extra on Windows only)."""
+    path = _poetry21(
+        tmp_path,
+        lambda t: t.replace(
+            'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = false\n'
+            'python-versions = ">=3.8"\ngroups = ["main"]\nmarkers = "extra == \\"symbolic\\""',
+            'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = false\n'
+            'python-versions = ">=3.8"\ngroups = ["main"]\nmarkers = "extra == \\"symbolic\\" '
+            'and sys_platform == \\"win32\\""',
+        ),
+    )
+    assert {r.name for r in load_lock(path).requirements} == {"numpy"}
+    symbolic = load_lock(path, Selection(extras=("symbolic",)))
+    assert {r.name for r in symbolic.requirements} == {"numpy", "sympy"}
+    # the walk would have found mpmath through sympy's dependencies: the record rules
+    assert "mpmath" in (path.read_text().split('name = "sympy"')[1])
+
+
+def test_poetry_21_package_without_groups_is_refused(tmp_path: Path) -> None:
+    path = _poetry21(tmp_path, lambda t: t.replace('groups = ["dev"]\n', "", 1))
+    line = path.read_text().splitlines().index('name = "pytest"')  # its [[package]], 1-based
+    with pytest.raises(
+        LockfileError,
+        match=rf"poetry\.lock:{line}: package pytest 9\.0\.3 has no 'groups' list: a "
+        r"lock-version 2\.1 file records the groups of every package$",
+    ) as info:
+        load_lock(path)
+    assert "\n" not in str(info.value) and "relock" in (info.value.hint or "")
 
 
 def test_poetry_lock_stale_is_refused(tmp_path: Path) -> None:

@@ -4,10 +4,17 @@ A poetry.lock is read with the ``pyproject.toml`` beside it, as Poetry itself re
 
 * its ``content-hash`` must be the hash Poetry computes from that pyproject.toml (the keys
   Poetry 1.x and 2.x hash, both forms tried), or the lock is stale and refused;
-* the packages to install are found by walking the dependency graph from the project's own
-  dependencies (``[tool.poetry.dependencies]`` or ``[project].dependencies``), the groups and
-  extras asked for, keeping an edge only when its markers and ``python`` constraint hold for
-  the image's platform, and its optional dependencies only when an extra asks for them;
+* lock-version 2.1 records, on every package, the groups that reach it and the marker under
+  which each group does (``groups``, ``markers``: one string for all of them or a table per
+  group); the packages to install are read from those as Poetry 2 itself reads them (its
+  ``Locker.locked_packages``, poetry-plugin-export's export): a package is in when one of the
+  chosen groups (``main`` always) is among its groups and that group's marker holds for the
+  image's platform, ``extra == "x"`` holding for the chosen extras;
+* older locks record neither: the packages are found by walking the dependency graph from the
+  project's own dependencies (``[tool.poetry.dependencies]`` or ``[project].dependencies``),
+  the groups and extras asked for, keeping an edge only when its markers and ``python``
+  constraint hold for the image's platform, and its optional dependencies only when an extra
+  asks for them;
 * hashes come from each package's ``files`` (2.x) or ``[metadata.files]`` (1.1), wheels for
   the platform only; a ``legacy`` source (such as PyTorch's CPU index) is kept as an index.
 """
@@ -47,6 +54,7 @@ __all__ = ["content_hashes", "parse_poetrylock", "poetry_allows"]
 _HINT = "relock with `poetry lock`"
 _PYPI = "https://pypi.org/simple"
 _SUPPORTED = ("1.1", "2.0", "2.1")
+_RECORDS_GROUPS = Version("2.1")  # Poetry's Locker.is_locked_groups_and_markers
 _LEGACY_KEYS = ("dependencies", "source", "extras", "dev-dependencies")
 _PROJECT_KEYS = ("requires-python", "dependencies", "optional-dependencies")
 _SOURCE_KINDS = {
@@ -150,11 +158,18 @@ def parse_poetrylock(
         line = lines.header_of(position, len(raw))
         name = check_name(entry.get("name"), path, line or None)
         packages.setdefault(name, []).append((entry, line))
-    walk = _Walk(selection, packages, path)
-    walk.run(_roots(pyproject, selection, path))
+    roots = _roots(pyproject, selection, path)  # also: the extras and groups asked for exist
+    if Version(version) >= _RECORDS_GROUPS:
+        reached = _by_recorded_groups(
+            packages, selection.with_groups(default_groups(pyproject)), path
+        )
+    else:
+        walk = _Walk(selection, packages, path)
+        walk.run(roots)
+        reached = walk.reached
     chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
     indexes: list[str] = []
-    for name, (entry, line) in sorted(walk.reached.items(), key=lambda kv: kv[1][1]):
+    for name, (entry, line) in sorted(reached.items(), key=lambda kv: kv[1][1]):
         version_text, hashes, index = _pins(entry, line, files_table, selection, path, lines)
         chosen[name] = (version_text, hashes, line)
         index = index or _PYPI  # a package with no [package.source] comes from PyPI
@@ -319,6 +334,61 @@ def _roots(pyproject: dict[str, Any], selection: Selection, path: Path) -> list[
             path.parent / "pyproject.toml", None, f"a dependency is not PEP 508: {exc}"
         ) from None
     return [d for d in deps if not d[4]]  # optional ones only through an extra
+
+
+def _by_recorded_groups(
+    packages: dict[str, list[tuple[dict[str, Any], int]]], selection: Selection, path: Path
+) -> dict[str, tuple[dict[str, Any], int]]:
+    """The packages a lock-version 2.1 file records for the chosen groups (``main`` and
+    ``selection.groups``): those with one of them in ``groups`` whose marker for that group
+    (``markers`` as one string for every group, or a table per group, a group missing from
+    it unconditional) holds for the image's platform and the chosen extras."""
+    wanted = {canonicalize_name(g) for g in ("main", *selection.groups)}
+    reached: dict[str, tuple[dict[str, Any], int]] = {}
+    for name, entries in packages.items():
+        for entry, line in entries:
+            label = f"package {name} {entry.get('version')}"
+            groups = entry.get("groups")
+            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+                raise LockfileError(
+                    path,
+                    line or None,
+                    f"{label} has no 'groups' list: a lock-version 2.1 file records the "
+                    "groups of every package",
+                    hint=_HINT,
+                )
+            markers = entry.get("markers")
+            if markers is not None and not isinstance(markers, (str, dict)):
+                raise LockfileError(
+                    path,
+                    line or None,
+                    f"{label}: 'markers' must be a string or a table of one per group",
+                    hint=_HINT,
+                )
+            held = False
+            for group in groups:
+                if canonicalize_name(group) not in wanted:
+                    continue
+                marker = markers.get(group) if isinstance(markers, dict) else markers
+                marker = check_marker(
+                    marker, f"{label} (group {quoted(group)})", path, line or None
+                )
+                if selection.marker_holds(marker, selection.extras):
+                    held = True
+                    break
+            if not held:
+                continue
+            other = reached.get(name)
+            if other is not None:
+                raise LockfileError(
+                    path,
+                    line or None,
+                    f"package {name}: two locked versions ({other[0].get('version')} and "
+                    f"{entry.get('version')}) apply to {selection.label}",
+                    hint=_HINT,
+                )
+            reached[name] = (entry, line)
+    return reached
 
 
 class _Walk:
