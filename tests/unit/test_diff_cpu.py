@@ -59,6 +59,22 @@ def test_native_runs_on_two_models_of_one_level_name_the_models() -> None:
     )
 
 
+def test_an_emulated_cpu_is_named_beside_its_level() -> None:
+    """verify --cpu records the CPU qemu emulated: the cause names it on any host (on an
+    AVX-512 host the levels differ and only levels were named, so "Haswell" went missing)."""
+    a = record(host_level="x86-64-v4")
+    b = record(host_level="x86-64-v3")
+    b["cpu"]["emulator"] = ["/usr/bin/qemu-x86_64-static", "-cpu", "Haswell"]
+    assert cause(a, b) == (
+        "native mode on AVX-512 vs AVX2 (Haswell, emulated by qemu): expected to differ (each "
+        "library dispatches by CPU); use portable (REPRO_CPU=portable) for the same bits on "
+        "every x86-64 CPU"
+    )
+    same_level = record(host_level="x86-64-v3", model="AMD EPYC 7B13")
+    line = cause(same_level, b) or ""
+    assert line.startswith("native mode on AMD EPYC 7B13 vs Haswell (emulated by qemu) (both")
+
+
 def test_one_cpu_no_cause() -> None:
     assert cause(record(), record()) is None
     old = json.loads(RUN_HOST.read_text())  # a record from before issue 31: no cpu section

@@ -126,14 +126,17 @@ def _cpu_of(records: RunRecords) -> dict[str, Any]:
     mode = _get(record, "cpu", "mode") or "native"  # records before issue 31: native only
     model = host_cpu.get("model") if isinstance(host_cpu, Mapping) else None
     emulator = _get(record, "cpu", "emulator")
+    emulated = None
     if isinstance(emulator, list) and emulator:
         # verify --cpu: /proc/cpuinfo is the host's under qemu-user; the model is qemu's -cpu
-        model = f"{emulator[-1]} (emulated by qemu)"
+        emulated = str(emulator[-1])
+        model = f"{emulated} (emulated by qemu)"
     return {
         "mode": mode,
         "level": _get(record, "cpu", "level"),
         "host_level": host_cpu.get("level") if isinstance(host_cpu, Mapping) else None,
         "model": model,
+        "emulated": emulated,
         "vendor": host_cpu.get("vendor") if isinstance(host_cpu, Mapping) else None,
         "dispatch": dispatch,
         "unportable": unportable,
@@ -141,8 +144,14 @@ def _cpu_of(records: RunRecords) -> dict[str, Any]:
 
 
 def _describe(cpu: Mapping[str, Any]) -> str:
+    """The CPU's level by name (``AVX2``), and the CPU qemu emulated where it was one (``AVX2
+    (Haswell, emulated by qemu)``): a line that names only levels would hide which leg of
+    ``verify --cpu`` ran where, and only on hosts whose level differs from the emulated one."""
     level = cpu.get("host_level")
-    return LEVEL_NAMES.get(level, str(level)) if level else str(cpu.get("model") or "unknown")
+    if not level:
+        return str(cpu.get("model") or "unknown")
+    name = LEVEL_NAMES.get(level, str(level))
+    return f"{name} ({cpu['emulated']}, emulated by qemu)" if cpu.get("emulated") else name
 
 
 def cpu_cause(a: RunRecords, b: RunRecords) -> str | None:
