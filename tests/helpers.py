@@ -204,10 +204,17 @@ TRICKY_ENV_VALUES: dict[str, str] = {
 
 
 def exported_pins(path: Path) -> dict[str, str]:
-    """``name==version ; marker`` lines of a tool's export, markers evaluated for the image."""
+    """``name==version ; marker`` lines of a tool's export file, markers evaluated for the
+    image."""
+    return parse_export(path.read_text(), path.name)
+
+
+def parse_export(text: str, label: str = "the export") -> dict[str, str]:
+    """``name==version ; marker`` lines of a tool's export (``uv export``, ``poetry export``,
+    ``pipenv requirements``, ``pdm export``), markers evaluated for the image."""
     env = Selection().environment()
     out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith(("#", "-")):
             continue
@@ -215,7 +222,7 @@ def exported_pins(path: Path) -> dict[str, str]:
         if marker.strip() and not Marker(marker.strip()).evaluate(env):
             continue
         name, sep, version = spec.strip().partition("==")
-        assert sep, f"{path.name}: {line!r} is not pinned"
+        assert sep, f"{label}: {line!r} is not pinned"
         out[canonicalize_name(name)] = version.strip()
     return out
 

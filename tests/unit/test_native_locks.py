@@ -19,10 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
-from packaging.markers import Marker
-from packaging.utils import canonicalize_name
 
-from helpers import exported_pins
+from helpers import exported_pins, parse_export
 from reprobuild.bases.catalog import load_catalog
 from reprobuild.build.plan import plan_build
 from reprobuild.build.render import render_context, render_dockerfile
@@ -51,18 +49,7 @@ def _uv_export(project: Path, *args: str) -> dict[str, str]:
          "--offline", "--no-emit-project", *args],
         cwd=project, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    env = Selection().environment()
-    out: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        spec, _, marker = line.partition(";")
-        if marker.strip() and not Marker(marker.strip()).evaluate(env):
-            continue
-        name, _, version = spec.strip().partition("==")
-        out[canonicalize_name(name)] = version
-    return out
+    return parse_export(proc.stdout, "uv export")
 
 
 @pytest.mark.parametrize(
