@@ -17,7 +17,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -303,11 +302,7 @@ def archive_stream(
                 raise
             finally:
                 timer.cancel()
-                if procstream.reap(proc) is None:
-                    procstream.kill(proc, signal.SIGTERM)
-                    if procstream.wait_for(proc, 10) is None:
-                        procstream.kill(proc)
-                        procstream.wait_for(proc, None)
+                procstream.terminate(proc, 10)
         failed = failure()
         if failed is not None:
             raise failed

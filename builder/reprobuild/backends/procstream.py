@@ -71,6 +71,16 @@ def kill(proc: subprocess.Popen[Any], signum: int = signal.SIGKILL) -> None:
             os.kill(proc.pid, signum)
 
 
+def terminate(proc: subprocess.Popen[Any], wait_s: float) -> None:
+    """Stop a child that is still running: SIGTERM, SIGKILL after ``wait_s``, and wait for it
+    (a child already reaped is left alone)."""
+    if reap(proc) is None:
+        kill(proc, signal.SIGTERM)
+        if wait_for(proc, wait_s) is None:
+            kill(proc)
+            wait_for(proc, None)
+
+
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
     """In a build client's child process: get ``signum`` when reprobuild dies (even by
     SIGKILL), so a killed run's build does not finish and tag on its own (Linux; elsewhere a
@@ -185,11 +195,7 @@ def run_streamed(
     finally:
         if timer is not None:
             timer.cancel()
-        if reap(proc) is None:  # interrupted: the tool must not go on (and tag) alone
-            kill(proc, signal.SIGTERM)
-            if wait_for(proc, stop_wait_s) is None:
-                kill(proc)
-                wait_for(proc, None)
+        terminate(proc, stop_wait_s)  # interrupted: the tool must not go on (and tag) alone
         proc.stdout.close()
     _check(what, code, tail, deadline_s if expired.is_set() else None)
 
