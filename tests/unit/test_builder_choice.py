@@ -1,5 +1,6 @@
-"""``--builder auto`` (issue 11): buildah where it works, else what the engine offers, and the
-choice said in one line; a named builder is taken as it is."""
+"""``--builder auto`` (issues 11, 29): the engine's BuildKit where it builds reproducibly, else
+buildah where it works, else what the engine offers, and the choice said in one line; a named
+builder is taken as it is."""
 
 from __future__ import annotations
 
@@ -46,19 +47,35 @@ def test_auto_picks_buildah_where_it_works(monkeypatch: pytest.MonkeyPatch) -> N
     )
 
 
-def test_auto_keeps_buildah_and_says_where_buildkit_is_reproducible_too(
+@pytest.mark.parametrize("buildah_usable", [True, False])
+def test_auto_picks_the_engines_buildkit_where_it_is_reproducible(
+    monkeypatch: pytest.MonkeyPatch, buildah_usable: bool
+) -> None:
+    """Issue 29: the fastest builder that gives reproducible output (Engine 26's BuildKit with
+    the containerd store; docs: Benchmarks), whether buildah is there or not."""
+    monkeypatch.setattr(buildah, "usable", lambda: buildah_usable)
+    said: list[str] = []
+    engine: Any = FakeEngine("buildx", (True, "Engine 26.1.5 with the containerd image store"))
+    assert choose_builder(engine, "auto", said.append) == "buildkit"
+    assert said == [
+        "builder: buildkit (auto: reproducible here and faster than buildah: Engine 26.1.5 "
+        "with the containerd image store)"
+    ]
+    assert engine.asked == []
+
+
+def test_auto_with_push_keeps_buildah_where_buildkit_is_reproducible_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """auto is left as it was (issue 29 asks for BuildKit there; not done): the note says
-    --builder buildkit is reproducible on this engine, no longer 'not that way yet'."""
+    """--push pushes with buildah (one registry digest from buildah's own push)."""
     monkeypatch.setattr(buildah, "usable", lambda: True)
     said: list[str] = []
     engine: Any = FakeEngine("buildx", (True, "Engine 26.1.5 with the containerd image store"))
-    assert choose_builder(engine, "auto", said.append) == "buildah"
-    assert said[1] == (
-        "builder: the engine's BuildKit is reproducible here too (Engine 26.1.5 with the "
-        "containerd image store); ask for it with --builder buildkit"
-    )
+    assert choose_builder(engine, "auto", said.append, push=True) == "buildah"
+    assert said == [
+        "builder: buildah (auto: reproducible, the same inputs give the same image ID)",
+        "builder: not the engine's BuildKit, though reproducible here: --push pushes with buildah",
+    ]
 
 
 @pytest.mark.parametrize("offers", ["classic", "buildx"])

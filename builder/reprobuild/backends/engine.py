@@ -7,8 +7,9 @@ Builds go through one of three builders, chosen by ``--builder`` (default ``auto
   client), else ``docker buildx build --builder default`` (the engine's own BuildKit through
   buildx's docker driver: Debian 13 has a 26.1 client and buildx 0.13, and no older client);
 - ``classic``: the engine's classic builder through the Docker SDK (works on every engine).
-``auto`` (build.choose_builder) picks buildah where it works, else buildx when present, else
-classic.
+``auto`` (build.choose_builder) picks the engine's BuildKit where it builds reproducibly
+(:meth:`Engine.buildkit_reproducible`), else buildah where it works, else buildx when present,
+else classic.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ class Engine:
     def __init__(self, client: docker.DockerClient | None = None, *, connections: int = 10) -> None:
         self._client = client
         self._connections = connections  # a streaming run holds ~3 connections open at once
+        self._buildkit_reproducible: tuple[bool, str] | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -555,7 +557,13 @@ class Engine:
         store ("Docker exporter is not supported for the docker driver" without it; a
         ``docker-container`` builder would need the moby/buildkit image from Docker Hub, which
         these machines cannot reach). So: True with the containerd store and buildx >= 0.13,
-        where :meth:`build` with ``epoch`` writes that archive and loads it."""
+        where :meth:`build` with ``epoch`` writes that archive and loads it. Asked once per
+        Engine (a build asks it twice: to choose the builder, then to build)."""
+        if self._buildkit_reproducible is None:
+            self._buildkit_reproducible = self._ask_buildkit_reproducible()
+        return self._buildkit_reproducible
+
+    def _ask_buildkit_reproducible(self) -> tuple[bool, str]:
         version = self.server_version()
         try:
             major = int(version.split(".")[0])

@@ -88,27 +88,31 @@ def build_info(
     }
 
 
-def choose_builder(engine: Engine, builder: Builder, note: Log) -> Builder:
-    """The builder to use, checked once, before the base is pulled. ``auto``: buildah where
-    it is installed and works (the builder whose output is a function of the inputs; a second
-    line says why the engine's faster BuildKit is not, :meth:`Engine.buildkit_reproducible`),
-    else what the engine offers (buildx, else classic); the choice is said in one line of the
-    build log (and recorded in the manifest's ``build``). An engine builder asked for by name
-    must be there (:meth:`Engine.resolve_builder`)."""
+def choose_builder(engine: Engine, builder: Builder, note: Log, *, push: bool = False) -> Builder:
+    """The builder to use, checked once, before the base is pulled. ``auto`` picks the fastest
+    builder whose output is a function of the inputs: the engine's BuildKit where
+    :meth:`Engine.buildkit_reproducible` says it clamps file times (Engine 26 with the containerd
+    image store; there a cold build of the example took 0.5 x buildah's, docs: Benchmarks), else
+    buildah where it is installed and works, else what the engine offers (buildx, else
+    classic), which is not reproducible. ``push``: the image is pushed by buildah, so auto
+    prefers it. The choice and why are said in one line of the build log (and recorded in the
+    manifest's ``build``). An engine builder asked for by name must be there
+    (:meth:`Engine.resolve_builder`)."""
     if builder == "buildah":
         return builder
-    if builder == "auto" and buildah.usable():
-        note("builder: buildah (auto: reproducible, the same inputs give the same image ID)")
-        # BuildKit is the faster builder (README, Figures); say why it is not the one picked.
+    if builder == "auto":
         possible, why = engine.buildkit_reproducible()
-        if possible:
-            note(
-                f"builder: the engine's BuildKit is reproducible here too ({why}); ask for it "
-                "with --builder buildkit"
-            )
-        else:
-            note(f"builder: not the engine's BuildKit, though faster: {why}")
-        return "buildah"
+        if possible and not push:
+            note(f"builder: buildkit (auto: reproducible here and faster than buildah: {why})")
+            return "buildkit"
+        if buildah.usable():
+            note("builder: buildah (auto: reproducible, the same inputs give the same image ID)")
+            if possible:
+                note("builder: not the engine's BuildKit, though reproducible here: --push "
+                     "pushes with buildah")  # fmt: skip
+            else:
+                note(f"builder: not the engine's BuildKit, though faster: {why}")
+            return "buildah"
     chosen = engine.resolve_builder(builder)
     if builder == "auto":
         note(
@@ -290,7 +294,15 @@ def _build_image(
     plan.record_new_base(planned, log)
     spec = planned.spec
     final = normalize_tag(tag) if tag else plan.spec_tag(spec, variant)
-    builder = choose_builder(engine, builder, log)
+    asked, builder = builder, choose_builder(engine, builder, log, push=push is not None)
+    # The engine's BuildKit from SOURCE_DATE_EPOCH, scratch and stamp alike, where it can
+    # clamp file times: the same inputs then give the same image ID.
+    epoch: int | None = None
+    if builder == "buildkit":
+        possible, why = engine.buildkit_reproducible()
+        if asked == "buildkit":  # auto has said it
+            log(f"builder: buildkit {'from SOURCE_DATE_EPOCH' if possible else 'as is'}: {why}")
+        epoch = spec.epoch if possible else None
     if push is not None and builder != "buildah":
         raise ReprobuildError(
             f"--push needs the buildah builder, and --builder auto picked {builder} "
@@ -304,7 +316,9 @@ def _build_image(
     spec = replace(
         spec,
         base_entrypoint=base_entrypoint(engine, spec),
-        mount_install=builder == "buildah",
+        # RUN --mount: buildah, and BuildKit where it builds from the epoch (Engine 20.10's
+        # BuildKit would take it too, but its image is not reproducible either way)
+        mount_install=builder == "buildah" or epoch is not None,
     )
     files = render_context(spec)
     probe = base_probe(engine, spec)
@@ -332,13 +346,6 @@ def _build_image(
                 log=log,
                 push=push,
             )
-        # The engine's BuildKit from SOURCE_DATE_EPOCH, scratch and stamp alike, where it can
-        # clamp file times: the same inputs then give the same image ID.
-        epoch: int | None = None
-        if builder == "buildkit":
-            possible, why = engine.buildkit_reproducible()
-            log(f"builder: buildkit {'from SOURCE_DATE_EPOCH' if possible else 'as is'}: {why}")
-            epoch = spec.epoch if possible else None
         try:
             engine.build(
                 ctx,

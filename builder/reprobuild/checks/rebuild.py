@@ -27,6 +27,7 @@ from typing import IO, Any
 from reprobuild import __version__
 from reprobuild._util import leftovers
 from reprobuild.backends import buildah
+from reprobuild.backends.builders import Builder
 from reprobuild.backends.engine import Engine
 from reprobuild.bases.refs import parse_ref
 from reprobuild.build.plan import git_revision, plan_build
@@ -34,6 +35,8 @@ from reprobuild.checks.imageinfo import read_image
 from reprobuild.errors import EngineError, RebuildInputError, ReprobuildError, shorten
 
 Log = Callable[[str], None]
+# The builders whose reproducible builds the check rebuilds, with the same builder.
+REBUILDERS = ("buildah", "buildkit")
 REVISION_LABEL = "org.opencontainers.image.revision"
 
 
@@ -113,28 +116,39 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
     if not build:
         raise RebuildInputError(
             f"{image} records no builder (built before reprobuild recorded one)",
-            hint="rebuild checks images built with `reprobuild image --builder buildah`",
+            hint="rebuild checks images built with `reprobuild image` by a reproducible builder",
         )
     builder = str(build.get("builder", ""))
-    if builder != "buildah" and build.get("reproducible"):
-        raise RebuildInputError(  # the engine's BuildKit on Engine 26's containerd store
-            f"{image} was built reproducibly with {builder!r}; the rebuild check so far "
-            "rebuilds only buildah builds",
-            hint="rebuild it yourself with the same SOURCE_DATE_EPOCH and compare image IDs",
-        )
-    if builder != "buildah" or not build.get("reproducible"):
+    if builder not in REBUILDERS or not build.get("reproducible"):
         raise RebuildInputError(
             f"{image} was built with {builder!r} and is marked not reproducible; only a "
-            "reproducible build (--builder buildah, no apt packages) can be checked",
+            "reproducible build (--builder buildah, or buildkit where the engine builds it "
+            "reproducibly; no apt packages) can be checked",
         )
     recorded = str(build.get("builder_version", ""))
-    have = buildah.version()
-    if have != recorded:
-        raise RebuildInputError(
-            f"builder buildah {recorded!r} is not at hand (this machine has buildah {have}); "
-            "another version may write other bytes",
-            hint=f"run the check where buildah {recorded} is installed",
-        )
+    if builder == "buildah":
+        have = buildah.version()
+        if have != recorded:
+            raise RebuildInputError(
+                f"builder buildah {recorded!r} is not at hand (this machine has buildah "
+                f"{have}); another version may write other bytes",
+                hint=f"run the check where buildah {recorded} is installed",
+            )
+    else:  # the engine's BuildKit: the engine's version, and its store and buildx as built
+        have = engine.server_version()
+        if have != recorded:
+            raise RebuildInputError(
+                f"builder buildkit of Engine {recorded!r} is not at hand (this engine is "
+                f"{have}); another version may write other bytes",
+                hint=f"run the check against Docker Engine {recorded}",
+            )
+        possible, why = engine.buildkit_reproducible()
+        if not possible:
+            raise RebuildInputError(
+                f"{image} was built reproducibly with the engine's BuildKit, which cannot "
+                f"build reproducibly here: {why}",
+                hint="run the check where the engine keeps images in the containerd store",
+            )
     if manifest.builder_version != __version__:
         raise RebuildInputError(
             f"reprobuild {manifest.builder_version!r} built {image}; this is reprobuild "
@@ -193,6 +207,7 @@ def rebuild(
     manifest, _labels, epoch = check_inputs(engine, image, directory)
     recorded_id = str(engine.inspect(image)["Id"])
     gpu = manifest.variant == "gpu"
+    builder: Builder = "buildkit" if manifest.build.get("builder") == "buildkit" else "buildah"
     with _epoch_env(epoch):
         spec = plan_build(directory, gpu=gpu, base=manifest.base_ref).spec
         recorded_sha = manifest.lock_sha256
@@ -223,7 +238,7 @@ def rebuild(
         tag = leftovers.scratch_tag("rebuild", uuid.uuid4().hex[:16])
         try:
             result = build_image(
-                directory, gpu=gpu, tag=tag, base=manifest.base_ref, builder="buildah",
+                directory, gpu=gpu, tag=tag, base=manifest.base_ref, builder=builder,
                 engine=engine, log=log, no_cache=True,
             )  # fmt: skip
             if result.id == recorded_id:

@@ -11,7 +11,8 @@ from reprobuild.cli.output import EXIT_ERROR, err
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Rebuild IMAGE (built with --builder buildah) from the project in "
+        "Rebuild IMAGE (built reproducibly: buildah, or the engine's BuildKit where it can) "
+        "from the project in "
         "DIRECTORY, the recorded lock, base, SOURCE_DATE_EPOCH and builder version, and "
         "compare image IDs. When they differ, name the first layer that differs and every "
         "file in it that differs. Exit codes: 0 the same image; 1 it differs; 2 a recorded "
