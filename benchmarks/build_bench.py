@@ -2,7 +2,7 @@
 the same wheels, as ratios measured in the same run.
 
     python benchmarks/build_bench.py --base REF@sha256:... [--project images/digits-torch]
-                                     [--builders classic,buildah] [--rounds 2]
+                                     [--builders classic,buildah] [--rounds 2] [--out FILE]
 
 Every configuration builds the example project cold (its builder's cache off; the base already
 pulled and the wheels already on the host, as on a developer machine after the first build),
@@ -16,13 +16,21 @@ rounds. The image ends in the Docker engine in every configuration, as a user ne
 - ``best-buildah`` / ``best-buildkit``: the best-practice hand-written Dockerfile: one stage,
   the wheels and the lock bind-mounted (``RUN --mount``), no pip cache; built by ``buildah bud``
   (then ``buildah push docker-archive:`` into a pipe read by ``docker load``, as ours) and by
-  BuildKit (where the Docker client has it).
+  the engine's BuildKit (``DOCKER_BUILDKIT=1 docker build`` with a client older than 23, else
+  ``docker buildx build --builder default --load``);
+- ``best-buildkit-epoch``, where the engine's BuildKit builds reproducibly
+  (``Engine.buildkit_reproducible``: Engine 26 with the containerd image store): the same
+  Dockerfile from SOURCE_DATE_EPOCH, written by the docker exporter with
+  ``rewrite-timestamp=true`` and loaded, as ``--builder buildkit`` does there.
+
+The engine, its image store and the builders' versions are named in the output and the JSON.
 
 Then, per builder of ours: a rebuild after a code-only change (cache on) and the image's size
 against the floor (the base plus the installed site-packages). Goals (issue 11): cold build at
 most 1.05 x the best-practice build on the same builder; image at most 1.00 x the floor; a
-code-only rebuild under 5% of a cold build; the reproducible build (buildah) at most 1.10 x the
-fastest non-reproducible one. Prints a table and writes benchmarks/results/build.json.
+code-only rebuild under 5% of a cold build; the fastest reproducible build of ours (buildah,
+or buildkit where the engine allows) at most 1.10 x the fastest non-reproducible one. Prints a
+table and writes benchmarks/results/build.json (or --out).
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from pathlib import Path
 import docker
 
 from reprobuild.backends import buildah
-from reprobuild.backends.engine import legacy_buildkit_client
+from reprobuild.backends.engine import Engine, legacy_buildkit_client
 from reprobuild.project.config import load_config
 
 HERE = Path(__file__).resolve().parent
@@ -70,7 +78,25 @@ WORKDIR /app
 COPY train.py /app/
 CMD ["python", "train.py"]
 """
-REPRODUCIBLE = {"buildah"}
+
+
+def describe_engine(engine: Engine) -> dict[str, object]:
+    """What the figures were measured on: the engine, its image store, the builders."""
+    info = engine.client.info()
+    status = {str(k): str(v) for k, v in (info.get("DriverStatus") or [])}
+    containerd = status.get("driver-type") == "io.containerd.snapshotter.v1"
+    buildx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True)
+    possible, why = engine.buildkit_reproducible()
+    debian = Path("/etc/debian_version")
+    return {
+        "engine": engine.server_version(),
+        "image_store": f"containerd ({info.get('Driver')})" if containerd else info.get("Driver"),
+        "buildx": buildx.stdout.split()[1] if buildx.returncode == 0 else None,
+        "buildah": buildah.version() if shutil.which("buildah") else None,
+        "debian": debian.read_text().strip() if debian.exists() else None,
+        "buildkit_reproducible": possible,
+        "buildkit_reproducible_why": why,
+    }
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -109,6 +135,24 @@ def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
         subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
 
 
+def buildkit_epoch_into_engine(
+    argv: list[str], context: Path, tag: str, scratch: Path, epoch: int
+) -> float:
+    """The engine's BuildKit from SOURCE_DATE_EPOCH with file times clamped, written by the
+    docker exporter to an archive and loaded (the engine's own exporter refuses
+    rewrite-timestamp), as ``--builder buildkit`` builds where it is reproducible."""
+    archive = scratch / "best-epoch.tar"
+    start = time.perf_counter()
+    try:
+        timed([*argv, "--build-arg", f"SOURCE_DATE_EPOCH={epoch}", "--no-cache", "-q",
+               "--output", f"type=docker,dest={archive},rewrite-timestamp=true", "-t", tag,
+               str(context)])  # fmt: skip
+        timed(["docker", "load", "-q", "-i", str(archive)])
+        return time.perf_counter() - start
+    finally:
+        archive.unlink(missing_ok=True)
+
+
 def purelib_bytes(client: docker.DockerClient, tag: str, python: str) -> int:
     script = (
         "import os, sysconfig; p = sysconfig.get_paths()['purelib']; print(sum("
@@ -136,17 +180,26 @@ def main() -> int:
     parser.add_argument("--project", type=Path, default=HERE.parent / "images" / "digits-torch")
     parser.add_argument("--builders", default="classic,buildah", help="ours: comma-separated")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "build.json")
     args = parser.parse_args()
     builders = [b for b in args.builders.split(",") if b]
     client = docker.from_env()
     run_id = uuid.uuid4().hex[:8]
     tags: list[str] = []
     times: dict[str, list[float]] = {}
+    stack = describe_engine(Engine(client))
+    print(
+        f"engine {stack['engine']} ({stack['image_store']} store; Debian {stack['debian']}), "
+        f"buildx {stack['buildx']}, buildah {stack['buildah']}; the engine's BuildKit "
+        f"reproducible: {stack['buildkit_reproducible']}",
+        flush=True,
+    )
     results: dict[str, object] = {
         "project": str(args.project),
         "base": args.base,
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
+        "stack": stack,
     }
     try:
         return _measure(args, builders, client, run_id, tags, times, results)
@@ -189,8 +242,14 @@ def _measure(
         if shutil.which("buildah"):
             configs["best-buildah"] = "best-buildah"
         legacy = legacy_buildkit_client()  # the client --builder buildkit uses
-        if legacy:
-            configs["best-buildkit"] = legacy
+        buildkit_argv = (
+            [legacy, "build"] if legacy
+            else ["docker", "buildx", "build", "--builder", "default", "--provenance=false"]
+        )  # fmt: skip
+        if legacy or results["stack"]["buildx"]:  # type: ignore[index]
+            configs["best-buildkit"] = "best-buildkit"
+        if results["stack"]["buildkit_reproducible"]:  # type: ignore[index]
+            configs["best-buildkit-epoch"] = "best-buildkit-epoch"
         for n in range(args.rounds):
             for name, what in configs.items():
                 tag = f"reprobuild-bench/{name}:{run_id}-{n}"
@@ -212,9 +271,12 @@ def _measure(
                                     {**env, "DOCKER_BUILDKIT": "0"})  # fmt: skip
                 elif name == "best-buildah":
                     seconds = buildah_into_engine(best, tag, tmp)
-                else:
-                    seconds = timed([str(what), "build", "--no-cache", "-q", "-t", tag, str(best)],
-                                    {**env, "DOCKER_BUILDKIT": "1"})  # fmt: skip
+                elif name == "best-buildkit":
+                    load = [] if legacy else ["--load"]
+                    seconds = timed([*buildkit_argv, *load, "--no-cache", "-q", "-t", tag,
+                                     str(best)], {**env, "DOCKER_BUILDKIT": "1"})  # fmt: skip
+                else:  # best-buildkit-epoch: the archive is part of the build, as in ours
+                    seconds = buildkit_epoch_into_engine(buildkit_argv, best, tag, tmp, n + 1)
                 times.setdefault(name, []).append(round(seconds, 2))
                 print(f"round {n + 1}: {name:16s} {seconds:7.1f} s", flush=True)
         cold = {name: statistics.median(values) for name, values in times.items()}
@@ -232,7 +294,12 @@ def _measure(
             rebuild = ours(work, args.base, tag, builder, last_epoch)
             size = client.images.get(last).attrs["Size"]
             floor = base_size + purelib_bytes(client, last, "/opt/venv/bin/python")
-            best_name = "best-buildah" if builder == "buildah" else "best-buildkit"
+            best_name = {
+                "buildah": "best-buildah",
+                "buildkit": "best-buildkit-epoch"
+                if "best-buildkit-epoch" in cold
+                else "best-buildkit",
+            }.get(builder, "best-buildkit")
             row: dict[str, object] = {
                 "cold_s": cold[f"ours-{builder}"],
                 "rebuild_code_change_s": round(rebuild, 2),
@@ -247,8 +314,13 @@ def _measure(
                 row["cold_over_best_practice"] = round(cold[f"ours-{builder}"] / cold[best_name], 4)
             per_builder[builder] = row
         results["builders"] = per_builder
-        repro = [b for b in builders if b in REPRODUCIBLE]
-        others = {n: s for n, s in cold.items() if not (n.startswith("ours-") and n[5:] in repro)}
+        reproducible = {"buildah"} | (
+            {"buildkit"} if results["stack"]["buildkit_reproducible"] else set()  # type: ignore[index]
+        )
+        # the fastest reproducible build of ours, against every build that is not reproducible
+        repro = sorted((b for b in builders if b in reproducible), key=lambda b: cold[f"ours-{b}"])
+        not_repro = {"best-buildkit-epoch"} | {f"ours-{b}" for b in reproducible}
+        others = {n: s for n, s in cold.items() if n not in not_repro}
         if repro and others:
             fastest = min(others, key=others.__getitem__)
             ours_fastest = min(
@@ -269,8 +341,8 @@ def _measure(
                     else {}
                 ),
             }
-    out = HERE / "results" / "build.json"
-    out.parent.mkdir(exist_ok=True)
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     mb = 1e6
     print(f"\ncold builds, median of {args.rounds} rounds:")
