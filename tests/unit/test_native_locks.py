@@ -483,6 +483,34 @@ def test_poetry_21_extra_in_a_marker(tmp_path: Path) -> None:
     assert "mpmath" in (path.read_text().split('name = "sympy"')[1])
 
 
+def test_poetry_21_markers_see_every_chosen_extra_at_once(tmp_path: Path) -> None:
+    """Poetry evaluates a recorded marker with all the chosen extras active together: ``extra
+    == "symbolic" and extra == "win"`` holds only with both chosen, and ``extra != "win"``
+    fails once win is chosen, whatever else is. Asking each extra alone (as pip does for a
+    package's extras) would take mpmath with neither test and keep numpy with both."""
+    pyproject = _PYPROJECT.replace('symbolic = ["sympy"]', 'symbolic = ["sympy"]\nwin = []')
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    path = tmp_path / "poetry.lock"
+    both = 'markers = "extra == \\"symbolic\\" and extra == \\"win\\""'
+    text = _poetry_lock(pyproject, "2.1")
+    mpmath = 'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = false\n'
+    mpmath += 'python-versions = ">=3.8"\ngroups = ["main"]\n'
+    numpy = 'name = "numpy"\nversion = "2.4.6"\ndescription = ""\noptional = false\n'
+    numpy += 'python-versions = ">=3.8"\ngroups = ["main"]\n'
+    text = text.replace(mpmath + 'markers = "extra == \\"symbolic\\""', mpmath + both)
+    text = text.replace(numpy, numpy + 'markers = "extra != \\"win\\""\n')
+    assert both in text and 'extra != \\"win\\"' in text
+    path.write_text(text)
+
+    def names(*extras: str) -> set[str]:
+        return {r.name for r in load_lock(path, Selection(extras=extras)).requirements}
+
+    assert names() == {"numpy"}
+    assert names("symbolic") == {"numpy", "sympy"}
+    assert names("win") == set()
+    assert names("symbolic", "win") == {"sympy", "mpmath"}
+
+
 def test_poetry_21_package_without_groups_is_refused(tmp_path: Path) -> None:
     path = _poetry21(tmp_path, lambda t: t.replace('groups = ["dev"]\n', "", 1))
     line = path.read_text().splitlines().index('name = "pytest"')  # its [[package]], 1-based

@@ -193,6 +193,26 @@ class Selection:
             self._held[key] = held
         return held
 
+    def marker_holds_together(self, text: str | None, extras: Iterable[str]) -> bool:
+        """Evaluate a marker for this platform with every chosen extra active at once, as
+        Poetry evaluates the markers a lock-version 2.1 file records: ``extra == "a" and
+        extra == "b"`` holds with both chosen, ``extra != "a"`` fails once ``a`` is
+        (:meth:`marker_holds` asks each extra alone, as pip installs a package's extras).
+        packaging >= 26.4 evaluates ``extra`` against a set."""
+        if text is None or not text.strip():
+            return True
+        chosen = frozenset(extras)
+        key = (text, ("\0together", *sorted(chosen)))
+        held = self._held.get(key)
+        if held is None:
+            environment: dict[str, str | frozenset[str]] = {**self.environment(), "extra": chosen}
+            try:
+                held = _marker(text).evaluate(environment)
+            except (UndefinedComparison, UndefinedEnvironmentName):
+                held = False
+            self._held[key] = held
+        return held
+
     @cached_property
     def _held(self) -> dict[tuple[str, tuple[str, ...]], bool]:
         return {}
