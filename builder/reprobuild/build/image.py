@@ -92,7 +92,7 @@ def choose_builder(engine: Engine, builder: Builder, note: Log, *, push: bool = 
     """The builder to use, checked once, before the base is pulled. ``auto`` picks the fastest
     builder whose output is a function of the inputs: the engine's BuildKit where
     :meth:`Engine.buildkit_reproducible` says it clamps file times (Engine 26 with the containerd
-    image store; there a cold build of the example took 0.5 x buildah's, docs: Benchmarks), else
+    image store; the faster of the two there, docs: Benchmarks, Engine 26), else
     buildah where it is installed and works, else what the engine offers (buildx, else
     classic), which is not reproducible. ``push``: the image is pushed by buildah, so auto
     prefers it. The choice and why are said in one line of the build log (and recorded in the
