@@ -117,6 +117,13 @@ CASES: dict[str, tuple[Change, str]] = {
     ),
     "created-not-a-time": (_set("created", "$(date)\n"), r"created '$(date)\n' is not a time"),
     "other-buildah": (_build_version("0.0.1"), "builder buildah '0.0.1' is not at hand"),
+    "other-engine-buildkit": (
+        _set(
+            "build",
+            {"builder": "buildkit", "builder_version": "$(touch /tmp/pwned)", "reproducible": True},
+        ),
+        "builder buildkit of Engine '$(touch /tmp/pwned)' is not at hand",
+    ),
     "other-reprobuild": (_set("builder_version", "0.0.0"), "reprobuild '0.0.0' built"),
     "not-reproducible": (
         _set("build", {"builder": "buildx", "builder_version": "1", "reproducible": False}),

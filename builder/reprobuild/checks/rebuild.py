@@ -126,22 +126,28 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
             "reproducibly; no apt packages) can be checked",
         )
     recorded = str(build.get("builder_version", ""))
+    # buildah's own version; for the engine's BuildKit, the engine's (it vendors BuildKit)
     if builder == "buildah":
-        have = buildah.version()
-        if have != recorded:
-            raise RebuildInputError(
-                f"builder buildah {recorded!r} is not at hand (this machine has buildah "
-                f"{have}); another version may write other bytes",
-                hint=f"run the check where buildah {recorded} is installed",
-            )
-    else:  # the engine's BuildKit: the engine's version, and its store and buildx as built
-        have = engine.server_version()
-        if have != recorded:
-            raise RebuildInputError(
-                f"builder buildkit of Engine {recorded!r} is not at hand (this engine is "
-                f"{have}); another version may write other bytes",
-                hint=f"run the check against Docker Engine {recorded}",
-            )
+        have, tool, here, where = (
+            buildah.version(),
+            "buildah",
+            "this machine has buildah",
+            f"where buildah {recorded} is installed",
+        )
+    else:
+        have, tool, here, where = (
+            engine.server_version(),
+            "buildkit of Engine",
+            "this engine is",
+            f"against Docker Engine {recorded}",
+        )
+    if have != recorded:
+        raise RebuildInputError(
+            f"builder {tool} {recorded!r} is not at hand ({here} {have}); another version may "
+            "write other bytes",
+            hint=f"run the check {where}",
+        )
+    if builder == "buildkit":
         possible, why = engine.buildkit_reproducible()
         if not possible:
             raise RebuildInputError(
