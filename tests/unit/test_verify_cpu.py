@@ -20,6 +20,7 @@ from reprobuild.checks.verify.emulation import (
     QEMU,
     cpu_models,
     emulator_env,
+    parse_cpu_help,
 )
 from reprobuild.checks.verify.launchers import sitecustomize_source
 from reprobuild.cli import main
@@ -48,6 +49,43 @@ def test_one_run_per_leg_in_order(qemu: str) -> None:
     native_only = verify_spec_from_args(IMAGE, PROGRAM, cpus="native,native")
     assert (native_only.runs, native_only.qemu) == (2, None)
     assert verify_spec_from_args(IMAGE, PROGRAM).cpus == ()
+
+
+# Excerpts of `qemu-x86_64-static -cpu help` as Debian's packages print it.
+QEMU_7_2 = """\
+Available CPUs:
+x86 486                   (alias configured by machine type)
+x86 Haswell               (alias configured by machine type)
+x86 Haswell-v1            Intel Core Processor (Haswell)
+x86 Nehalem               (alias configured by machine type)
+x86 max                   Enables all features supported by the accelerator in the current host
+
+Recognized CPUID flags:
+  3dnow 3dnowext 3dnowprefetch abm ace2 ace2-en acpi adx aes amd-no-ssb
+"""
+QEMU_10_0 = """\
+Available CPUs:
+  486                   (alias configured by machine type)
+  Haswell               (alias configured by machine type)
+  Haswell-v1            Intel Core Processor (Haswell)
+  Nehalem               (alias configured by machine type)
+  pentium-v1
+  max                   Enables all features supported by the accelerator in the current host
+
+Recognized CPUID flags:
+  3dnow 3dnowext 3dnowprefetch abm ace2 ace2-en acpi adx aes amd-no-ssb
+  amd-psfd amd-ssbd amd-stibp amx-bf16 amx-complex amx-fp16 amx-int8
+"""
+
+
+def test_cpu_help_of_qemu_7_and_10() -> None:
+    """Debian 12's qemu 7.2 prefixes each model with ``x86``; Debian 13's 10.0 indents them
+    under ``Available CPUs:`` and indents the CPUID flags too, which are not models."""
+    assert parse_cpu_help(QEMU_7_2) == ("486", "Haswell", "Haswell-v1", "Nehalem", "max")
+    assert parse_cpu_help(QEMU_10_0) == (
+        "486", "Haswell", "Haswell-v1", "Nehalem", "pentium-v1", "max",
+    )  # fmt: skip
+    assert parse_cpu_help("") == ()
 
 
 def test_an_unknown_model_is_one_line_naming_it_and_the_allowed(

@@ -26,7 +26,8 @@ QEMU = "qemu-x86_64-static"
 NATIVE = "native"
 """The leg that runs on this machine's own CPU, not emulated."""
 EMULATOR_IN_CONTAINER = f"{EMULATOR_DIR}/{QEMU}"
-_MODEL_LINE = re.compile(r"^x86\s+(\S+)")
+_MODEL_LINE = re.compile(r"^x86\s+(\S+)")  # qemu 7.2 (Debian 12): "x86 Haswell  ..."
+_INDENTED = re.compile(r"^\s+(\S+)")  # qemu 8 and later (Debian 13's 10.0): "  Haswell  ..."
 _VERSIONED = re.compile(r"-v\d+$")
 
 
@@ -50,12 +51,28 @@ def cpu_models(qemu: str) -> tuple[str, ...]:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise VerifyError(f"cannot run {qemu} -cpu help: {exc}") from None
-    models = tuple(
-        match.group(1) for line in done.stdout.splitlines() if (match := _MODEL_LINE.match(line))
-    )
-    if not models:  # qemu 7.2 lists them and exits with status 1
+    models = parse_cpu_help(done.stdout)
+    if not models:  # qemu lists them and exits with status 1
         raise VerifyError(f"{qemu} -cpu help listed no CPU models (exit status {done.returncode})")
     return models
+
+
+def parse_cpu_help(text: str) -> tuple[str, ...]:
+    """The models in ``qemu-x86_64 -cpu help``: qemu 7.2 starts each model's line with
+    ``x86``; qemu 8 and later list them indented under ``Available CPUs:``, up to the blank
+    line before ``Recognized CPUID flags:`` (whose indented lines are flags, not models)."""
+    models: list[str] = []
+    listing = False
+    for line in text.splitlines():
+        if match := _MODEL_LINE.match(line):
+            models.append(match.group(1))
+        elif line.strip() == "Available CPUs:":
+            listing = True
+        elif not line.strip() or not line[0].isspace():
+            listing = False
+        elif listing and (match := _INDENTED.match(line)):
+            models.append(match.group(1))
+    return tuple(models)
 
 
 def parse_cpus(text: str) -> tuple[str, ...]:
