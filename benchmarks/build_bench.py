@@ -121,8 +121,10 @@ def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
     name = f"localhost/bench-best:{uuid.uuid4().hex[:8]}"
     iid = scratch / "best.iid"
     try:
+        # within this machine's hard limits, as reprobuild's own buildah builds (buildah 1.39
+        # raises RLIMIT_NOFILE past them otherwise: "error setting rlimit type 7")
         timed(["buildah", "bud", "--layers", "--no-cache", "--pull=never", "-q", "-t", name,
-               "--iidfile", str(iid), str(context)])  # fmt: skip
+               *buildah.ulimits(), "--iidfile", str(iid), str(context)])  # fmt: skip
         # by ID: pushed by name, the archive would carry buildah's name into the engine too;
         # through a pipe that `docker load` reads while buildah writes, as ours goes
         image_id = iid.read_text().strip().removeprefix("sha256:")
