@@ -90,29 +90,34 @@ def build_info(
 
 def choose_builder(engine: Engine, builder: Builder, note: Log, *, push: bool = False) -> Builder:
     """The builder to use, checked once, before the base is pulled. ``auto`` picks the fastest
-    builder whose output is a function of the inputs: the engine's BuildKit where
-    :meth:`Engine.buildkit_reproducible` says it clamps file times (Engine 26 with the containerd
-    image store; the faster of the two there, docs: Benchmarks, Engine 26), else
-    buildah where it is installed and works, else what the engine offers (buildx, else
-    classic), which is not reproducible. ``push``: the image is pushed by buildah, so auto
-    prefers it. The choice and why are said in one line of the build log (and recorded in the
-    manifest's ``build``). An engine builder asked for by name must be there
+    builder whose output is a function of the inputs: buildah where it is installed and works;
+    else the engine's BuildKit where :meth:`Engine.buildkit_reproducible` says it clamps file
+    times (Engine 26 with the containerd image store; there it is the slower of the two, its
+    clamped archive costing more than buildah's whole build: docs, Benchmarks), unless the
+    image is to be pushed (buildah pushes); else what the engine offers (buildx, else
+    classic), which is not reproducible. The choice and why are said in the build log (and
+    recorded in the manifest's ``build``). An engine builder asked for by name must be there
     (:meth:`Engine.resolve_builder`)."""
     if builder == "buildah":
         return builder
     if builder == "auto":
         possible, why = engine.buildkit_reproducible()
-        if possible and not push:
-            note(f"builder: buildkit (auto: reproducible here and faster than buildah: {why})")
-            return "buildkit"
         if buildah.usable():
             note("builder: buildah (auto: reproducible, the same inputs give the same image ID)")
             if possible:
-                note("builder: not the engine's BuildKit, though reproducible here: --push "
-                     "pushes with buildah")  # fmt: skip
+                note(
+                    "builder: not the engine's BuildKit, though reproducible here too: buildah "
+                    "builds the same inputs faster (docs: Benchmarks, Engine 26)"
+                )
             else:
                 note(f"builder: not the engine's BuildKit, though faster: {why}")
             return "buildah"
+        if possible and not push:
+            note(
+                "builder: buildkit (auto: buildah is not installed or not usable here, and the "
+                f"engine's BuildKit is reproducible: {why})"
+            )
+            return "buildkit"
     chosen = engine.resolve_builder(builder)
     if builder == "auto":
         note(
