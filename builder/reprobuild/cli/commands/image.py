@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=BUILDERS,
         default="auto",
         help="auto (buildah where installed: the same inputs give the same image ID; else "
-        "buildx if installed, else classic; says which), buildah (daemonless), buildx, "
+        "the engine's BuildKit where it builds reproducibly; else buildx if installed, else "
+        "classic; says which and why), buildah (daemonless), buildx, "
         "buildkit (the engine's BuildKit: reproducible on Engine 26 with the containerd image "
         "store, says so), classic (the engine's own builder, not reproducible)",
     )
