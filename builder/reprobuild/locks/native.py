@@ -171,45 +171,28 @@ class Selection:
             text,
         )
 
-    def marker_holds(self, text: str | None, extras: Iterable[str] = ()) -> bool:
+    def marker_holds(
+        self, text: str | None, extras: Iterable[str] = (), *, together: bool = False
+    ) -> bool:
         """Evaluate a marker for this platform; ``extras`` are the values ``extra`` may take
-        (the marker holds when it holds for any of them, or for none when there are none).
-        A lock repeats a few markers many times: each is parsed and evaluated once."""
+        (the marker holds when it holds for any of them, or for none when there are none, as
+        pip installs a package's extras). ``together``: with every extra active at once, as
+        Poetry evaluates the markers a lock-version 2.1 file records (``extra == "a" and
+        extra == "b"`` holds with both, ``extra != "a"`` fails once ``a`` is chosen;
+        packaging >= 26.4 evaluates ``extra`` against a set). A lock repeats a few markers
+        many times: each is parsed and evaluated once."""
         if text is None or not text.strip():
             return True
         values = tuple(extras) or ("",)
-        key = (text, values)
+        key = (text, ("\0together", *sorted(set(extras))) if together else values)
         held = self._held.get(key)
         if held is None:
-            held = False
-            marker = _marker(text)
-            for value in values:
-                try:
-                    if marker.evaluate(self.environment(value)):
-                        held = True
-                        break
-                except (UndefinedComparison, UndefinedEnvironmentName):
-                    continue
-            self._held[key] = held
-        return held
-
-    def marker_holds_together(self, text: str | None, extras: Iterable[str]) -> bool:
-        """Evaluate a marker for this platform with every chosen extra active at once, as
-        Poetry evaluates the markers a lock-version 2.1 file records: ``extra == "a" and
-        extra == "b"`` holds with both chosen, ``extra != "a"`` fails once ``a`` is
-        (:meth:`marker_holds` asks each extra alone, as pip installs a package's extras).
-        packaging >= 26.4 evaluates ``extra`` against a set."""
-        if text is None or not text.strip():
-            return True
-        chosen = frozenset(extras)
-        key = (text, ("\0together", *sorted(chosen)))
-        held = self._held.get(key)
-        if held is None:
-            environment: dict[str, str | frozenset[str]] = {**self.environment(), "extra": chosen}
-            try:
-                held = _marker(text).evaluate(environment)
-            except (UndefinedComparison, UndefinedEnvironmentName):
-                held = False
+            environments: list[Mapping[str, str | frozenset[str]]]
+            if together:
+                environments = [{**self.environment(), "extra": frozenset(extras)}]
+            else:
+                environments = [self.environment(value) for value in values]
+            held = any(_evaluates(_marker(text), env) for env in environments)
             self._held[key] = held
         return held
 
@@ -219,6 +202,14 @@ class Selection:
 
     def python_allowed(self, spec: str) -> bool:
         return Version(self.full_version) in SpecifierSet(spec)
+
+
+def _evaluates(marker: Marker, environment: Mapping[str, str | frozenset[str]]) -> bool:
+    """``marker.evaluate``, False where a comparison is undefined for that environment."""
+    try:
+        return marker.evaluate(environment)
+    except (UndefinedComparison, UndefinedEnvironmentName):
+        return False
 
 
 @lru_cache(maxsize=4096)

@@ -343,7 +343,7 @@ def _by_recorded_groups(
     ``selection.groups``): those with one of them in ``groups`` whose marker for that group
     (``markers`` as one string for every group, or a table per group, a group missing from
     it unconditional) holds for the image's platform and the chosen extras, all of them at once
-    as Poetry evaluates it (:meth:`Selection.marker_holds_together`)."""
+    as Poetry evaluates it (``marker_holds(..., together=True)``)."""
     wanted = {canonicalize_name(g) for g in ("main", *selection.groups)}
     reached: dict[str, tuple[dict[str, Any], int]] = {}
     for name, entries in packages.items():
@@ -374,7 +374,7 @@ def _by_recorded_groups(
                 marker = check_marker(
                     marker, f"{label} (group {quoted(group)})", path, line or None
                 )
-                if selection.marker_holds_together(marker, selection.extras):
+                if selection.marker_holds(marker, selection.extras, together=True):
                     held = True
                     break
             if not held:
