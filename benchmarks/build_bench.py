@@ -82,15 +82,13 @@ CMD ["python", "train.py"]
 
 def describe_engine(engine: Engine) -> dict[str, object]:
     """What the figures were measured on: the engine, its image store, the builders."""
-    info = engine.client.info()
-    status = {str(k): str(v) for k, v in (info.get("DriverStatus") or [])}
-    containerd = status.get("driver-type") == "io.containerd.snapshotter.v1"
+    driver, containerd = engine.image_store()
     buildx = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True)
     possible, why = engine.buildkit_reproducible()
     debian = Path("/etc/debian_version")
     return {
         "engine": engine.server_version(),
-        "image_store": f"containerd ({info.get('Driver')})" if containerd else info.get("Driver"),
+        "image_store": f"containerd ({driver})" if containerd else driver,
         "buildx": buildx.stdout.split()[1] if buildx.returncode == 0 else None,
         "buildah": buildah.version() if shutil.which("buildah") else None,
         "debian": debian.read_text().strip() if debian.exists() else None,
@@ -142,7 +140,9 @@ def buildkit_epoch_into_engine(
 ) -> float:
     """The engine's BuildKit from SOURCE_DATE_EPOCH with file times clamped, written by the
     docker exporter to an archive and loaded (the engine's own exporter refuses
-    rewrite-timestamp), as ``--builder buildkit`` builds where it is reproducible."""
+    rewrite-timestamp), the route ``--builder buildkit`` takes where it is reproducible; with
+    the exporter's default gzip, as a hand-written build has it (ours writes its new layers
+    uncompressed)."""
     archive = scratch / "best-epoch.tar"
     start = time.perf_counter()
     try:

@@ -563,6 +563,17 @@ class Engine:
             self._buildkit_reproducible = self._ask_buildkit_reproducible()
         return self._buildkit_reproducible
 
+    def image_store(self) -> tuple[str, bool]:
+        """The engine's storage driver (``overlay2``, ``overlayfs``...) and whether it keeps
+        images in the containerd store (``features.containerd-snapshotter``)."""
+        try:
+            info = self.client.info()
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot read the engine's info: {_short(exc)}") from None
+        status = {str(k): str(v) for k, v in (info.get("DriverStatus") or [])}
+        driver = str(info.get("Driver") or "?")
+        return driver, status.get("driver-type") == "io.containerd.snapshotter.v1"
+
     def _ask_buildkit_reproducible(self) -> tuple[bool, str]:
         version = self.server_version()
         try:
@@ -574,14 +585,10 @@ class Engine:
                 f"Engine {version} vendors a BuildKit older than 0.13, which cannot clamp "
                 "file times to SOURCE_DATE_EPOCH"
             )
-        try:
-            info = self.client.info()
-        except docker.errors.DockerException as exc:
-            raise EngineError(f"cannot read the engine's info: {_short(exc)}") from None
-        status = {str(k): str(v) for k, v in (info.get("DriverStatus") or [])}
-        if status.get("driver-type") != "io.containerd.snapshotter.v1":
+        driver, containerd = self.image_store()
+        if not containerd:
             return False, (
-                f"Engine {version} keeps images in the {info.get('Driver', '?')} graph driver "
+                f"Engine {version} keeps images in the {driver} graph driver "
                 "store, whose exporter ignores rewrite-timestamp and where buildx's docker "
                 "driver writes no image archive"
             )
