@@ -378,9 +378,10 @@ def _poetry_lock(pyproject: str, lock_version: str) -> str:
     out = []
     files_table = ["", "[metadata.files]"]
     for name, version, wheel, deps, recorded in packages:
+        optional = "true" if extra in recorded else "false"  # as Poetry writes them
         out.append(
             f'[[package]]\nname = "{name}"\nversion = "{version}"\ndescription = ""\n'
-            'optional = false\npython-versions = ">=3.8"\n'
+            f'optional = {optional}\npython-versions = ">=3.8"\n'
             + (recorded if lock_version == "2.1" else "")
         )
         files = f'[\n    {{file = "{wheel}", hash = "sha256:{_h(wheel)}"}},\n]'
@@ -415,6 +416,51 @@ def test_poetry_lock_walks_the_graph(tmp_path: Path, lock_version: str) -> None:
     assert lock.notes and "demo itself is not installed" in lock.notes[0]
     full = load_lock(path, Selection(extras=("symbolic",), groups=("dev",)))
     assert {r.name for r in full.requirements} == {"numpy", "sympy", "mpmath", "pytest"}
+
+
+@pytest.mark.parametrize("lock_version", ["1.1", "2.0"])
+def test_poetry_1x_optional_dependency_locked_as_required(
+    tmp_path: Path, lock_version: str
+) -> None:
+    """sympy is optional in pyproject.toml, but when another group needs it too Poetry locks it
+    ``optional = false`` (robyn 0.44.0: jinja2, for its templating extra and commitizen in
+    dev), and Poetry's export then takes it with main, no extra asked: the lock's flag rules."""
+    (tmp_path / "pyproject.toml").write_text(_PYPROJECT)
+    path = tmp_path / "poetry.lock"
+    text = _poetry_lock(_PYPROJECT, lock_version)
+    assert text.count("optional = true") == 2  # sympy and mpmath, as Poetry locks them
+    path.write_text(text)
+    assert {r.name for r in load_lock(path).requirements} == {"numpy"}
+    path.write_text(text.replace("optional = true", "optional = false"))
+    assert {r.name for r in load_lock(path).requirements} == {"numpy", "sympy", "mpmath"}
+
+
+def test_poetry_1x_lock_reads_tool_poetry_not_project(tmp_path: Path) -> None:
+    """A [project] table beside [tool.poetry] (for maturin, say): Poetry 1.x ignores it, and
+    its content-hash does not cover it. A lock with that hash takes the project's dependencies
+    from [tool.poetry.dependencies] (robyn 0.44.0's maturin), one with Poetry 2's hash from
+    [project].dependencies, which Poetry 2 reads first."""
+    import tomllib
+
+    pyproject = '[project]\nname = "demo"\nversion = "0.1.0"\ndependencies = []\n\n' + _PYPROJECT
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    path = tmp_path / "poetry.lock"
+    text = _poetry_lock(pyproject, "1.1")
+    recorded = re.search(r'content-hash = "(\w+)"', text)
+    assert recorded is not None
+    data = tomllib.loads(pyproject)
+    poetry = data["tool"]["poetry"]
+    keys = ("dependencies", "source", "extras", "dev-dependencies")
+    poetry1 = {k: poetry.get(k) for k in keys} | {"group": poetry["group"]}
+    poetry2 = {
+        "project": {"dependencies": []},
+        "tool": {"poetry": {k: poetry[k] for k in (*keys, "group") if k in poetry}},
+    }
+    for form, expected in ((poetry1, {"numpy"}), (poetry2, set())):
+        digest = hashlib.sha256(json.dumps(form, sort_keys=True).encode()).hexdigest()
+        assert digest in content_hashes(data)
+        path.write_text(text.replace(recorded.group(1), digest))
+        assert {r.name for r in load_lock(path).requirements} == expected
 
 
 def _poetry21(tmp_path: Path, edit: Callable[[str], str]) -> Path:
@@ -469,9 +515,9 @@ def test_poetry_21_extra_in_a_marker(tmp_path: Path) -> None:
     path = _poetry21(
         tmp_path,
         lambda t: t.replace(
-            'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = false\n'
+            'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = true\n'
             'python-versions = ">=3.8"\ngroups = ["main"]\nmarkers = "extra == \\"symbolic\\""',
-            'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = false\n'
+            'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = true\n'
             'python-versions = ">=3.8"\ngroups = ["main"]\nmarkers = "extra == \\"symbolic\\" '
             'and sys_platform == \\"win32\\""',
         ),
@@ -493,7 +539,7 @@ def test_poetry_21_markers_see_every_chosen_extra_at_once(tmp_path: Path) -> Non
     path = tmp_path / "poetry.lock"
     both = 'markers = "extra == \\"symbolic\\" and extra == \\"win\\""'
     text = _poetry_lock(pyproject, "2.1")
-    mpmath = 'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = false\n'
+    mpmath = 'name = "mpmath"\nversion = "1.3.0"\ndescription = ""\noptional = true\n'
     mpmath += 'python-versions = ">=3.8"\ngroups = ["main"]\n'
     numpy = 'name = "numpy"\nversion = "2.4.6"\ndescription = ""\noptional = false\n'
     numpy += 'python-versions = ">=3.8"\ngroups = ["main"]\n'

@@ -14,7 +14,12 @@ A poetry.lock is read with the ``pyproject.toml`` beside it, as Poetry itself re
   project's own dependencies (``[tool.poetry.dependencies]`` or ``[project].dependencies``),
   the groups and extras asked for, keeping an edge only when its markers and ``python``
   constraint hold for the image's platform, and its optional dependencies only when an extra
-  asks for them;
+  asks for them; a project dependency declared optional is kept all the same when the lock
+  records its package as not optional (``optional = false``: another group needs it), as
+  Poetry's export takes the lock's flag;
+* a lock whose content-hash is Poetry 1.x's (``[project]`` not hashed) was written by a Poetry
+  that does not read ``[project]`` or ``[dependency-groups]``: its project's dependencies are
+  ``[tool.poetry]``'s only, whatever ``[project]`` says (it is there for other tools);
 * hashes come from each package's ``files`` (2.x) or ``[metadata.files]`` (1.1), wheels for
   the platform only; a ``legacy`` source (such as PyTorch's CPU index) is kept as an index.
 """
@@ -57,6 +62,7 @@ _SUPPORTED = ("1.1", "2.0", "2.1")
 _RECORDS_GROUPS = Version("2.1")  # Poetry's Locker.is_locked_groups_and_markers
 _LEGACY_KEYS = ("dependencies", "source", "extras", "dev-dependencies")
 _PROJECT_KEYS = ("requires-python", "dependencies", "optional-dependencies")
+_POETRY2_TABLES = ("project", "dependency-groups")  # read by Poetry 2 only
 _SOURCE_KINDS = {
     "git": "git repository",
     "directory": "local directory",
@@ -67,21 +73,37 @@ _SOURCE_KINDS = {
 
 def content_hashes(pyproject: dict[str, Any]) -> set[str]:
     """The content-hash Poetry 1.x and 2.x write for this pyproject (each form Poetry used)."""
+    return _poetry1_hashes(pyproject) | _poetry2_hashes(pyproject)
+
+
+def _digest(form: object) -> str:
+    return hashlib.sha256(json.dumps(form, sort_keys=True).encode()).hexdigest()
+
+
+def _poetry1_hashes(pyproject: dict[str, Any]) -> set[str]:
+    """Poetry 1.x's forms: ``[tool.poetry]``'s keys only (1.2 added ``group``)."""
     poetry = pyproject.get("tool", {}).get("poetry", {})
-    project = pyproject.get("project", {})
-    groups = pyproject.get("dependency-groups", {})
     legacy = {key: poetry.get(key) for key in _LEGACY_KEYS}
     forms: list[object] = [legacy]
     if poetry.get("group") is not None:
         forms.append({**legacy, "group": poetry.get("group")})
+    return {_digest(f) for f in forms}
+
+
+def _poetry2_hashes(pyproject: dict[str, Any]) -> set[str]:
+    """Poetry 2's forms when ``[project]`` has relevant keys (otherwise it hashes as 1.x)."""
+    poetry = pyproject.get("tool", {}).get("poetry", {})
+    project = pyproject.get("project", {})
+    groups = pyproject.get("dependency-groups", {})
     relevant_project = {k: project[k] for k in _PROJECT_KEYS if project.get(k) is not None}
-    if relevant_project:
-        tool = {k: poetry[k] for k in (*_LEGACY_KEYS, "group") if poetry.get(k) is not None}
-        form: dict[str, object] = {"project": relevant_project, "tool": {"poetry": tool}}
-        forms.append(form)
-        if groups:
-            forms.append({**form, "dependency-groups": groups})
-    return {hashlib.sha256(json.dumps(f, sort_keys=True).encode()).hexdigest() for f in forms}
+    if not relevant_project:
+        return set()
+    tool = {k: poetry[k] for k in (*_LEGACY_KEYS, "group") if poetry.get(k) is not None}
+    form: dict[str, object] = {"project": relevant_project, "tool": {"poetry": tool}}
+    forms: list[object] = [form]
+    if groups:
+        forms.append({**form, "dependency-groups": groups})
+    return {_digest(f) for f in forms}
 
 
 def poetry_allows(constraint: str, version: str) -> bool:
@@ -148,6 +170,9 @@ def parse_poetrylock(
             hint="run `poetry lock` (Poetry 2: `poetry lock`; 1.x: `poetry lock --no-update`) "
             "and commit both files",
         )
+    if recorded in _poetry1_hashes(pyproject) and recorded not in _poetry2_hashes(pyproject):
+        # Poetry 1.x wrote it, reading [tool.poetry] only: [project] is for other tools
+        pyproject = {k: v for k, v in pyproject.items() if k not in _POETRY2_TABLES}
     _check_python(metadata.get("python-versions"), selection, path, lines)
     raw = doc.get("package", [])
     if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
@@ -164,6 +189,10 @@ def parse_poetrylock(
             packages, selection.with_groups(default_groups(pyproject)), path
         )
     else:
+        # Poetry's export drops a project dependency declared optional only when the lock
+        # records its package as optional too (poetry-plugin-export's
+        # get_project_dependency_packages): one another group needs is `optional = false`
+        roots = [d for d in roots if not d[4] or _locked_as_required(packages, d[0])]
         walk = _Walk(selection, packages, path)
         walk.run(roots)
         reached = walk.reached
@@ -333,7 +362,11 @@ def _roots(pyproject: dict[str, Any], selection: Selection, path: Path) -> list[
         raise LockfileError(
             path.parent / "pyproject.toml", None, f"a dependency is not PEP 508: {exc}"
         ) from None
-    return [d for d in deps if not d[4]]  # optional ones only through an extra
+    return deps  # optional ones (d[4]) go in only through an extra, see parse_poetrylock
+
+
+def _locked_as_required(packages: dict[str, list[tuple[dict[str, Any], int]]], name: str) -> bool:
+    return any(e.get("optional") is False for e, _ in packages.get(canonicalize_name(name), []))
 
 
 def _by_recorded_groups(
