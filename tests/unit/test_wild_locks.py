@@ -35,6 +35,14 @@ WILD = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "wild"
         ("robyn-0.69.0/poetry.lock", Selection(), "export-main.txt"),
         ("robyn-0.69.0/poetry.lock", Selection(extras=("templating",)),
          "export-extra-templating.txt"),
+        # poetry.lock, lock-version 1.1 ([metadata.files]) as Poetry 1.2 wrote it, with groups
+        # (Poetry 1.2.2 + poetry-plugin-export 1.2.0, the Poetry that wrote it)
+        ("robyn-0.44.0/poetry.lock", Selection(), "export-main.txt"),
+        ("robyn-0.44.0/poetry.lock", Selection(extras=("templating",)),
+         "export-extra-templating.txt"),
+        ("robyn-0.44.0/poetry.lock", Selection(groups=("test",)), "export-group-test.txt"),
+        ("robyn-0.44.0/poetry.lock", Selection(groups=("dev",)), "export-group-dev.txt"),
+        ("robyn-0.44.0/poetry.lock", Selection(default_groups=True), "export-main.txt"),
     ],
 )  # fmt: skip
 def test_wild_lock_matches_the_tools_export(lock: str, selection: Selection, export: str) -> None:
@@ -52,6 +60,41 @@ def test_robyn_main_dependencies_come_from_project_not_tool_poetry() -> None:
     assert "maturin" in (WILD / "robyn-0.69.0" / "pyproject.toml").read_text()
     lock = load_lock(WILD / "robyn-0.69.0" / "poetry.lock")
     assert "maturin" not in {r.name for r in lock.requirements}
+
+
+def test_robyn_044_reads_as_poetry_1_does() -> None:
+    """robyn 0.44.0's lock-version 1.1 file was written by Poetry 1.2, whose content-hash
+    covers [tool.poetry] only: Poetry 1.x does not read [project], so maturin (in
+    [tool.poetry.dependencies], not in [project].dependencies) is a main dependency, and jinja2
+    (optional, for the templating extra) is locked `optional = false` because commitizen in
+    the dev group needs it, so Poetry's export takes it with main. Reading [project] and the
+    pyproject's optional flag, as for a Poetry 2 lock, left both out."""
+    folder = WILD / "robyn-0.44.0"
+    text = (folder / "pyproject.toml").read_text()
+    assert 'maturin = "0.14.12"' in text and "'jinja2 == 3.0.1'" not in text
+    assert 'jinja2 = { version = "3.0.1", optional = true }' in text
+    assert "[metadata.files]" in (folder / "poetry.lock").read_text().splitlines()
+    ours = {r.name: r.version for r in load_lock(folder / "poetry.lock").requirements}
+    assert ours["maturin"] == "0.14.12" and ours["jinja2"] == "3.0.1"
+    assert ours == exported_pins(folder / "export-main.txt")
+
+
+def test_qcs_sdk_040_fresh_but_locks_no_files() -> None:
+    """qcs-sdk-python 0.4.0: a lock-version 1.1 file Poetry 1.1.15 exports without a warning
+    (not stale, unlike 0.1.0's), with no main dependencies (its export is empty, and so is our
+    reading); its dev group is refused in one line, as Poetry 1.1 locked no files for attrs
+    and nine others (`attrs = []` in [metadata.files]): nothing to check a wheel against."""
+    path = WILD / "qcs-sdk-python-0.4.0" / "poetry.lock"
+    assert load_lock(path).requirements == ()
+    assert exported_pins(path.parent / "export-main.txt") == {}
+    with pytest.raises(LockfileError) as info:
+        load_lock(path, Selection(groups=("dev",)))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}:249: package attrs 22.1.0 has no wheel"), message
+    assert "(no files at all locked)" in message
+    assert "attrs==22.1.0" in (path.parent / "export-group-dev.txt").read_text()
+    assert "attrs = []" in path.read_text().splitlines()
 
 
 def test_robyn_group_matches_poetry_export() -> None:
@@ -116,6 +159,7 @@ def test_wild_lock_refused_in_one_line(lock: str, export: str, line: int, reason
     [
         ("outlines-1.3.3", "uv.lock", None),
         ("robyn-0.69.0", "poetry.lock", None),
+        ("robyn-0.44.0", "poetry.lock", None),
         ("pyannote-audio-4.0.7", "uv.lock", r"uv\.lock:1486: package julius"),
         ("black-20.8b1", "Pipfile.lock", r"Pipfile\.lock:67: package black"),
         ("polyfactory-2.12.0", "pdm.lock", r"pdm\.lock:8: was locked without"),
