@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import io
 import json
 import tarfile
 import threading
@@ -179,6 +180,9 @@ class _Engine:
     def untag(self, ref: str) -> None:
         self.calls.append(("untag", ref))
 
+    def image_store(self) -> tuple[str, bool]:
+        return "overlay2", False
+
 
 class _LoadingEngine(_Engine):
     """An engine whose load registers the image under its name, as docker load does."""
@@ -260,3 +264,194 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     held = _Engine(holds=True)
     build_image._into_engine(held, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
     assert pushed == [] and held.calls[-1] == ("tag", "sha256:" + "0" * 64, "team/app:v1")
+
+
+# ---- the containerd image store: an OCI layout, the manifest's digest as the image ID ----
+
+
+def test_store_names_are_containerd_s() -> None:
+    assert layerload.store_name("x:1") == "docker.io/library/x:1"
+    assert layerload.store_name("team/app") == "docker.io/team/app:latest"
+    assert layerload.store_name("127.0.0.1:5000/a/b:t") == "127.0.0.1:5000/a/b:t"
+    assert layerload.store_name("localhost/x:y") == "localhost/x:y"
+
+
+def test_the_tar_stream_is_a_tar_of_the_entries(tmp_path: Path) -> None:
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"x" * 1000)  # not a multiple of 512: padded
+    data = b"".join(layerload._tar_stream([("a.json", b"{}"), ("blobs/sha256/" + "f" * 64, blob)]))
+    assert len(data) % tarfile.RECORDSIZE == 0 or len(data) % tarfile.BLOCKSIZE == 0
+    out = tmp_path / "t.tar"
+    out.write_bytes(data)
+    with tarfile.open(out) as tar:
+        assert tar.getnames() == ["a.json", "blobs/sha256/" + "f" * 64]
+        assert tar.extractfile("a.json").read() == b"{}"  # type: ignore[union-attr]
+        assert tar.extractfile("blobs/sha256/" + "f" * 64).read() == b"x" * 1000  # type: ignore[union-attr]
+
+
+class _Pushed:
+    """What layerload._pushed returns: the manifest and the blobs a push sent."""
+
+    def __init__(self, manifest: bytes, blobs: dict[str, Path]) -> None:
+        self.manifest, self.blobs = manifest, blobs
+
+
+class _StoreEngine(_Engine):
+    """A containerd-store engine: an OCI layout's load names the manifest's digest."""
+
+    def __init__(self, images: dict[str, str] | None = None, fail: int = 0) -> None:
+        super().__init__()
+        self.names = {layerload.store_name(k): v for k, v in (images or {}).items()}
+        self.fail = fail
+        self.loaded: list[dict[str, bytes]] = []
+
+    def image_store(self) -> tuple[str, bool]:
+        return "overlayfs", True
+
+    def image_id(self, ref: str) -> str | None:
+        self.calls.append(("image_id", ref))
+        if ref.startswith("sha256:"):
+            return ref if ref in self.names.values() else None
+        return self.names.get(layerload.store_name(ref))
+
+    def tag(self, image: str, ref: str) -> None:
+        super().tag(image, ref)
+        self.names[layerload.store_name(ref)] = image
+
+    def untag(self, ref: str) -> None:
+        super().untag(ref)
+        self.names.pop(layerload.store_name(ref), None)
+
+    def load(self, archive: Iterable[bytes]) -> None:
+        data = b"".join(archive)
+        self.calls.append(("load",))
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+        self.loaded.append(files)
+        if self.fail:
+            self.fail -= 1
+            raise EngineError("cannot load the image archive into the engine: not found")
+        entry = json.loads(files["index.json"])["manifests"][0]
+        self.names[entry["annotations"]["io.containerd.image.name"]] = entry["digest"]
+
+
+def _oci_fixture(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, layers: dict[str, list[str]]
+) -> list[tuple[str, set[str]]]:
+    """buildah's images (ID -> diff IDs) and a push that sends the layers not held."""
+    from reprobuild.backends import buildah
+
+    pushes: list[tuple[str, set[str]]] = []
+
+    def pushed(image_id: str, held: set[str], folder: Path) -> _Pushed:
+        pushes.append((image_id, set(held)))
+        diff_ids = layers[image_id]
+        manifest = json.dumps({"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                               "config": {"digest": image_id},
+                               "layers": [{"digest": d} for d in diff_ids]}).encode()  # fmt: skip
+        blobs = {}
+        for digest in [image_id, *diff_ids]:
+            if digest not in held:
+                blobs[digest] = tmp_path / digest[7:]
+                blobs[digest].write_bytes(digest.encode())
+        return _Pushed(manifest, blobs)
+
+    monkeypatch.setattr(layerload, "_pushed", pushed)
+    monkeypatch.setattr(buildah, "config", lambda image: {"rootfs": {"diff_ids": layers[image]}})
+    return pushes
+
+
+NEW, OLD = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+
+
+def test_containerd_first_load_sends_every_layer_as_an_oci_layout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pushes = _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, C]})
+    engine, said = _StoreEngine(), list[str]()
+    got = layerload.load_oci(engine, NEW, "team/app:v1", None, said.append)
+    assert pushes == [(NEW, set())]
+    (files,) = engine.loaded
+    index = json.loads(files["index.json"])
+    (entry,) = index["manifests"]
+    manifest = files[f"blobs/sha256/{entry['digest'][7:]}"]
+    assert got == entry["digest"] == layerload.manifest_id(manifest)
+    assert entry["annotations"]["io.containerd.image.name"] == "docker.io/team/app:v1"
+    assert sorted(files) == sorted(
+        [
+            "oci-layout",
+            "index.json",
+            *(f"blobs/sha256/{d[7:]}" for d in (entry["digest"], NEW, A, B, C)),
+        ]
+    )
+    assert engine.image_id("team/app:v1") == got and said == []
+
+
+def test_containerd_rebuild_sends_only_what_the_previous_build_lacks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pushes = _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, D], OLD: [A, B, C]})
+    engine, said = _StoreEngine(), list[str]()
+    old_id = layerload.load_oci(engine, OLD, "team/app:v1", None, said.append)
+    pushes.clear()
+    got = layerload.load_oci(engine, NEW, "team/app:v2", OLD, said.append)
+    # the previous build's manifest alone (it is the engine's image), then the new image
+    assert pushes == [(OLD, {A, B, C}), (NEW, {A, B})]
+    assert sorted(engine.loaded[-1]) == sorted(
+        ["oci-layout", "index.json", f"blobs/sha256/{got[7:]}", f"blobs/sha256/{NEW[7:]}",
+         f"blobs/sha256/{D[7:]}"]
+    )  # fmt: skip
+    assert said == ["loaded 1 new layer(s) into the engine; it already held the other 2 of 3"]
+    assert old_id != got
+
+    # the same image again: only a tag
+    pushes.clear()
+    said.clear()
+    calls = len(engine.loaded)
+    assert layerload.load_oci(engine, NEW, "team/app:v3", NEW, said.append) == got
+    assert len(engine.loaded) == calls and engine.image_id("team/app:v3") == got
+
+
+def test_containerd_previous_build_not_in_the_engine_counts_for_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The previous build in buildah's storage, but the engine does not hold it as loaded by
+    load_oci (pulled, or loaded from a docker-archive: other blob digests): every layer goes."""
+    pushes = _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, D], OLD: [A, B, C]})
+    engine = _StoreEngine()
+    layerload.load_oci(engine, NEW, "team/app:v2", OLD, print)
+    assert pushes == [(OLD, {A, B, C}), (NEW, set())]
+
+
+def test_containerd_failed_shortcut_loads_every_layer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pushes = _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, D], OLD: [A, B, C]})
+    engine, said = _StoreEngine(), list[str]()
+    layerload.load_oci(engine, OLD, "team/app:v1", None, said.append)
+    pushes.clear()
+    engine.fail = 1
+    got = layerload.load_oci(engine, NEW, "team/app:v2", OLD, said.append)
+    assert pushes == [(OLD, {A, B, C}), (NEW, {A, B}), (NEW, set())]
+    assert said == [
+        "loading only the new layers did not work (cannot load the image archive into the "
+        "engine: not found); loading the whole image"
+    ]
+    assert engine.image_id("team/app:v2") == got
+
+    engine = _StoreEngine(fail=1)  # the whole image fails: the error goes up
+    with pytest.raises(EngineError, match="cannot load"):
+        layerload.load_oci(engine, NEW, "team/app:v4", None, print)
+    assert engine.image_id("team/app:v4") is None
+
+
+def test_containerd_failed_load_puts_the_name_back(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from reprobuild.build import image as build_image
+
+    _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, D]})
+    engine = _StoreEngine({"team/app:v1": "sha256:" + "9" * 64}, fail=1)
+    with pytest.raises(EngineError):
+        build_image._into_engine(engine, NEW, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+    assert engine.image_id("team/app:v1") == "sha256:" + "9" * 64

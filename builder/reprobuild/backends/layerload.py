@@ -17,6 +17,15 @@ Anything unexpected (an engine that lost a layer since, a push that fails) makes
 fall back to the whole archive: this is a shortcut, never the only way in. The registry speaks
 only the part of the distribution API a push uses, checks every blob against its digest and
 writes only under its own temporary directory.
+
+An engine with the containerd image store (Engine 26 with ``containerd-snapshotter``) keeps
+images as registry content: blobs by digest and a manifest, whose digest is the image ID. Its
+``docker load`` of a docker-archive needs every layer file (``failed to resolve layers``) and
+gzips each layer it has not seen compressed, so the image ID depends on containerd's gzip.
+There, :func:`load_oci` loads an OCI layout instead: the manifest buildah pushes (layers as
+plain tar, by their diff IDs), so the image ID is that manifest's digest whichever way the
+image got in, and only the layers the content store lacks travel (the engine keeps the
+others as blobs of an earlier image of ours, loaded the same way).
 """
 
 from __future__ import annotations
@@ -30,12 +39,13 @@ import secrets
 import tarfile
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from reprobuild._util import leftovers
 from reprobuild.backends import buildah
+from reprobuild.bases.refs import parse_ref
 from reprobuild.errors import EngineError
 
 Log = Callable[[str], None]
@@ -62,6 +72,10 @@ class _Registry(http.server.ThreadingHTTPServer):
     """The registry end of one ``buildah push``: blobs and manifests of one repository."""
 
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A push that drops its connection (buildah closes idle ones) is no error of ours:
+        the push's own exit status says whether it worked. No traceback on the build log."""
 
     def __init__(self, held: set[str], folder: Path) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -303,3 +317,139 @@ def load(
         f"{len(diff_ids)}"
     )
     return True
+
+
+def _pushed(image_id: str, held: set[str], folder: Path) -> _Registry:
+    """``buildah push`` of ``image_id`` (layers as plain tar) to a registry on 127.0.0.1 that
+    says it has the blobs ``held``: the registry, with the manifest and the blobs it received."""
+    registry = _Registry(held, folder)
+    server = threading.Thread(target=registry.serve_forever, name="reprobuild-registry")
+    server.daemon = True
+    server.start()
+    try:
+        buildah.push(image_id, f"docker://{registry.reference}", tls_verify=False, compress=False)
+    finally:
+        registry.shutdown()
+        registry.server_close()
+        server.join(10)
+    if not registry.manifest:
+        raise EngineError(f"pushing {image_id[:12]} gave no manifest")
+    return registry
+
+
+def manifest_id(manifest: bytes) -> str:
+    """The image ID the containerd store gives an image loaded with this manifest."""
+    return f"sha256:{hashlib.sha256(manifest).hexdigest()}"
+
+
+def store_name(name: str) -> str:
+    """``name`` as the containerd store keeps it (``x:1`` is ``docker.io/library/x:1``)."""
+    ref = parse_ref(name)
+    return f"{ref.registry}/{ref.repository}:{ref.tag or 'latest'}"
+
+
+def _tar_stream(
+    entries: Sequence[tuple[str, bytes | Path]], chunk: int = 1 << 20
+) -> Iterator[bytes]:
+    """A tar of ``entries`` (name, bytes or a file), as chunks written while they are read."""
+    for arcname, data in entries:
+        info = tarfile.TarInfo(arcname)
+        info.size = len(data) if isinstance(data, bytes) else data.stat().st_size
+        info.mode = 0o644
+        yield info.tobuf(format=tarfile.USTAR_FORMAT)
+        if isinstance(data, bytes):
+            yield data
+        else:
+            with data.open("rb") as handle:
+                yield from iter(lambda: handle.read(chunk), b"")
+        if info.size % tarfile.BLOCKSIZE:
+            yield bytes(tarfile.BLOCKSIZE - info.size % tarfile.BLOCKSIZE)
+    yield bytes(2 * tarfile.BLOCKSIZE)
+
+
+def _oci_entries(registry: _Registry, name: str) -> list[tuple[str, bytes | Path]]:
+    """The OCI layout ``docker load`` reads: the pushed manifest, named ``name`` in the index,
+    and every blob the push sent (the config and the layers the store lacks)."""
+    manifest = registry.manifest or b""
+    media = json.loads(manifest).get("mediaType") or "application/vnd.oci.image.manifest.v1+json"
+    full = store_name(name)
+    index = {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                "mediaType": media,
+                "digest": manifest_id(manifest),
+                "size": len(manifest),
+                "annotations": {
+                    "io.containerd.image.name": full,
+                    "org.opencontainers.image.ref.name": full.rsplit(":", 1)[1],
+                },
+            }
+        ],
+    }
+    entries: list[tuple[str, bytes | Path]] = [
+        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+        ("index.json", json.dumps(index).encode()),
+        (f"blobs/sha256/{manifest_id(manifest).removeprefix('sha256:')}", manifest),
+    ]
+    for digest, blob in sorted(registry.blobs.items()):
+        entries.append((f"blobs/sha256/{digest.removeprefix('sha256:')}", blob))
+    return entries
+
+
+def _manifest_held(engine: Any, previous: str | None) -> set[str]:
+    """The layers (diff IDs) the containerd store holds as plain-tar blobs: those of the
+    previous build (``previous``, in buildah's storage), when the engine holds it as loaded
+    by :func:`load_oci` (its ID is the digest of the manifest buildah pushes for it). An
+    image pulled from a registry or loaded from a docker-archive keeps its layers under
+    other digests, and a manifest naming blobs the store lacks would give an image that runs
+    but cannot be saved or pushed; so nothing else counts."""
+    if not previous:
+        return set()
+    diff_ids = {
+        str(d) for d in (buildah.config(previous).get("rootfs") or {}).get("diff_ids") or []
+    }
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("layers")) as tmp:
+        registry = _pushed(previous, diff_ids, Path(tmp))  # sends the config alone
+    return diff_ids if engine.image_id(manifest_id(registry.manifest or b"")) else set()
+
+
+def load_oci(engine: Any, image_id: str, name: str, previous: str | None, log: Log) -> str:
+    """Load buildah's ``image_id`` into an engine with the containerd image store as ``name``;
+    the image ID it gets there (the pushed manifest's digest). Only the layers the store
+    lacks travel (:func:`_manifest_held`); when that fails, every layer does. EngineError or
+    OSError when the load failed."""
+    diff_ids = [
+        str(d) for d in (buildah.config(image_id).get("rootfs") or {}).get("diff_ids") or []
+    ]
+    try:
+        held = _manifest_held(engine, previous) & set(diff_ids)
+    except (EngineError, OSError) as exc:
+        log(f"cannot tell which layers the engine holds ({exc}); loading them all")
+        held = set()
+    for attempt in (held, set()) if held else (held,):
+        with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("layers")) as tmp:
+            registry = _pushed(image_id, attempt, Path(tmp))
+            wanted = manifest_id(registry.manifest or b"")
+            if engine.image_id(wanted) is not None:
+                log(f"the engine already holds {wanted[:19]}: tagging it {name}")
+                engine.tag(wanted, name)
+                return wanted
+            try:
+                engine.load(_tar_stream(_oci_entries(registry, name)))
+                got = engine.image_id(name)
+                if got != wanted:
+                    raise EngineError(f"the engine did not get {wanted[:19]} under {name} ({got})")
+            except (EngineError, OSError) as exc:
+                if not attempt:
+                    raise
+                log(f"loading only the new layers did not work ({exc}); loading the whole image")
+                continue
+        sent = len(registry.blobs) - 1  # the config
+        if attempt:
+            log(
+                f"loaded {sent} new layer(s) into the engine; it already held the other "
+                f"{len(diff_ids) - sent} of {len(diff_ids)}"
+            )
+        return wanted
+    raise AssertionError("unreachable")
