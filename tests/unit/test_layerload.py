@@ -276,24 +276,97 @@ def test_store_names_are_containerd_s() -> None:
     assert layerload.store_name("localhost/x:y") == "localhost/x:y"
 
 
-def test_the_tar_stream_is_a_tar_of_the_entries(tmp_path: Path) -> None:
-    blob = tmp_path / "blob"
-    blob.write_bytes(b"x" * 1000)  # not a multiple of 512: padded
-    data = b"".join(layerload._tar_stream([("a.json", b"{}"), ("blobs/sha256/" + "f" * 64, blob)]))
-    assert len(data) % tarfile.RECORDSIZE == 0 or len(data) % tarfile.BLOCKSIZE == 0
-    out = tmp_path / "t.tar"
-    out.write_bytes(data)
-    with tarfile.open(out) as tar:
-        assert tar.getnames() == ["a.json", "blobs/sha256/" + "f" * 64]
-        assert tar.extractfile("a.json").read() == b"{}"  # type: ignore[union-attr]
-        assert tar.extractfile("blobs/sha256/" + "f" * 64).read() == b"x" * 1000  # type: ignore[union-attr]
+def _docker_archive(blobs: dict[str, bytes]) -> bytes:
+    """A docker-archive as buildah writes it: ``<hex>.json`` config, ``<hex>.tar`` layers."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for digest, data in blobs.items():
+            suffix = ".json" if data.startswith(b"{") else ".tar"
+            info = tarfile.TarInfo(digest[7:] + suffix)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo("manifest.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"[]"))
+    return out.getvalue()
 
 
-class _Pushed:
-    """What layerload._pushed returns: the manifest and the blobs a push sent."""
+def _sha(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
-    def __init__(self, manifest: bytes, blobs: dict[str, Path]) -> None:
-        self.manifest, self.blobs = manifest, blobs
+
+class _Image:
+    """A buildah image: config, plain layers, the manifest buildah stores at commit."""
+
+    def __init__(self, *layers: bytes, app: str = "v1") -> None:
+        self.layers = list(layers)
+        self.diff_ids = [_sha(layer) for layer in layers]
+        self.config = json.dumps({"app": app, "rootfs": {"diff_ids": self.diff_ids}}).encode()
+        self.id = _sha(self.config)
+        self.manifest = json.dumps({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"digest": self.id, "size": len(self.config)},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d,
+                        "size": len(x)} for d, x in zip(self.diff_ids, layers, strict=True)],
+        }, separators=(",", ":")).encode()  # fmt: skip
+
+    def archive(self) -> bytes:
+        return _docker_archive(
+            {self.id: self.config, **dict(zip(self.diff_ids, self.layers, strict=True))}
+        )
+
+
+def _unpack(stream: Iterable[bytes]) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+
+
+def test_the_oci_layout_is_the_archive_s_blobs_the_manifest_and_a_named_index() -> None:
+    image = _Image(b"base layer" * 100, b"app layer")
+    files = _unpack(layerload.oci_layout([image.archive()], image.manifest, "team/app:v1", set()))
+    mid = layerload.manifest_id(image.manifest)
+    assert sorted(files) == sorted(
+        [
+            "oci-layout",
+            "index.json",
+            *(f"blobs/sha256/{d[7:]}" for d in (mid, image.id, *image.diff_ids)),
+        ]
+    )
+    assert files[f"blobs/sha256/{mid[7:]}"] == image.manifest
+    assert files[f"blobs/sha256/{image.diff_ids[0][7:]}"] == b"base layer" * 100
+    (entry,) = json.loads(files["index.json"])["manifests"]
+    assert entry["digest"] == mid and entry["size"] == len(image.manifest)
+    assert entry["annotations"]["io.containerd.image.name"] == "docker.io/team/app:v1"
+
+    # held layers are read past, not sent
+    files = _unpack(
+        layerload.oci_layout([image.archive()], image.manifest, "x:1", {image.diff_ids[0]})
+    )
+    assert f"blobs/sha256/{image.diff_ids[0][7:]}" not in files
+    assert f"blobs/sha256/{image.diff_ids[1][7:]}" in files
+
+
+def test_the_oci_layout_refuses_a_blob_that_is_not_its_digest_or_one_missing() -> None:
+    image = _Image(b"base", b"app")
+    forged = _docker_archive(
+        {image.id: image.config, image.diff_ids[0]: b"BASE", image.diff_ids[1]: b"app"}
+    )
+    with pytest.raises(EngineError, match="not sha256:"):
+        _unpack(layerload.oci_layout([forged], image.manifest, "x:1", set()))
+    short = _docker_archive({image.id: image.config, image.diff_ids[0]: b"base"})
+    with pytest.raises(EngineError, match="lacked 1 blob"):
+        _unpack(layerload.oci_layout([short], image.manifest, "x:1", set()))
+
+
+def test_a_manifest_with_compressed_layers_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reprobuild.backends import buildah
+
+    image = _Image(b"base")
+    pulled = image.manifest.replace(b"layer.v1.tar", b"layer.v1.tar+gzip")
+    monkeypatch.setattr(buildah, "stored_manifest", lambda i: pulled)
+    monkeypatch.setattr(buildah, "config", lambda i: json.loads(image.config))
+    with pytest.raises(EngineError, match="does not name its plain layers"):
+        layerload.stored_manifest(image.id)
 
 
 class _StoreEngine(_Engine):
@@ -323,10 +396,8 @@ class _StoreEngine(_Engine):
         self.names.pop(layerload.store_name(ref), None)
 
     def load(self, archive: Iterable[bytes]) -> None:
-        data = b"".join(archive)
+        files = _unpack(archive)
         self.calls.append(("load",))
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
         self.loaded.append(files)
         if self.fail:
             self.fail -= 1
@@ -335,104 +406,75 @@ class _StoreEngine(_Engine):
         self.names[entry["annotations"]["io.containerd.image.name"]] = entry["digest"]
 
 
-def _oci_fixture(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, layers: dict[str, list[str]]
-) -> list[tuple[str, set[str]]]:
-    """buildah's images (ID -> diff IDs) and a push that sends the layers not held."""
+def _in_buildah(monkeypatch: pytest.MonkeyPatch, *images: _Image) -> list[str]:
+    """buildah's storage holding ``images``; the archives it writes, recorded."""
     from reprobuild.backends import buildah
 
-    pushes: list[tuple[str, set[str]]] = []
+    by_id = {key: image for image in images for key in (image.id, image.id[7:])}  # buildah: hex
+    streamed: list[str] = []
 
-    def pushed(image_id: str, held: set[str], folder: Path) -> _Pushed:
-        pushes.append((image_id, set(held)))
-        diff_ids = layers[image_id]
-        manifest = json.dumps({"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                               "config": {"digest": image_id},
-                               "layers": [{"digest": d} for d in diff_ids]}).encode()  # fmt: skip
-        blobs = {}
-        for digest in [image_id, *diff_ids]:
-            if digest not in held:
-                blobs[digest] = tmp_path / digest[7:]
-                blobs[digest].write_bytes(digest.encode())
-        return _Pushed(manifest, blobs)
+    @contextlib.contextmanager
+    def archive_stream(image: str, name: str, **options: object) -> Iterator[Iterator[bytes]]:
+        streamed.append(image)
+        yield iter([by_id[image].archive()])
 
-    monkeypatch.setattr(layerload, "_pushed", pushed)
-    monkeypatch.setattr(buildah, "config", lambda image: {"rootfs": {"diff_ids": layers[image]}})
-    return pushes
+    monkeypatch.setattr(buildah, "archive_stream", archive_stream)
+    monkeypatch.setattr(buildah, "stored_manifest", lambda i: by_id[i].manifest)
+    monkeypatch.setattr(buildah, "config", lambda i: json.loads(by_id[i].config))
+    return streamed
 
 
-NEW, OLD = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+OLD, NEW = _Image(b"base", b"wheels", b"app v1"), _Image(b"base", b"wheels", b"app v2", app="v2")
 
 
-def test_containerd_first_load_sends_every_layer_as_an_oci_layout(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    pushes = _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, C]})
+def test_containerd_first_load_sends_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    streamed = _in_buildah(monkeypatch, NEW)
     engine, said = _StoreEngine(), list[str]()
-    got = layerload.load_oci(engine, NEW, "team/app:v1", None, said.append)
-    assert pushes == [(NEW, set())]
+    got = layerload.load_oci(engine, NEW.id, "team/app:v1", None, said.append)
+    assert got == layerload.manifest_id(NEW.manifest) and streamed == [NEW.id]
     (files,) = engine.loaded
-    index = json.loads(files["index.json"])
-    (entry,) = index["manifests"]
-    manifest = files[f"blobs/sha256/{entry['digest'][7:]}"]
-    assert got == entry["digest"] == layerload.manifest_id(manifest)
-    assert entry["annotations"]["io.containerd.image.name"] == "docker.io/team/app:v1"
-    assert sorted(files) == sorted(
-        [
-            "oci-layout",
-            "index.json",
-            *(f"blobs/sha256/{d[7:]}" for d in (entry["digest"], NEW, A, B, C)),
-        ]
-    )
+    assert {f"blobs/sha256/{d[7:]}" for d in NEW.diff_ids} <= set(files)
     assert engine.image_id("team/app:v1") == got and said == []
 
 
 def test_containerd_rebuild_sends_only_what_the_previous_build_lacks(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pushes = _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, D], OLD: [A, B, C]})
+    _in_buildah(monkeypatch, OLD, NEW)
     engine, said = _StoreEngine(), list[str]()
-    old_id = layerload.load_oci(engine, OLD, "team/app:v1", None, said.append)
-    pushes.clear()
-    got = layerload.load_oci(engine, NEW, "team/app:v2", OLD, said.append)
-    # the previous build's manifest alone (it is the engine's image), then the new image
-    assert pushes == [(OLD, {A, B, C}), (NEW, {A, B})]
-    assert sorted(engine.loaded[-1]) == sorted(
-        ["oci-layout", "index.json", f"blobs/sha256/{got[7:]}", f"blobs/sha256/{NEW[7:]}",
-         f"blobs/sha256/{D[7:]}"]
-    )  # fmt: skip
+    old_id = layerload.load_oci(engine, OLD.id, "team/app:v1", None, said.append)
+    got = layerload.load_oci(engine, NEW.id, "team/app:v2", OLD.id, said.append)
+    layers = {name for name in engine.loaded[-1] if name.startswith("blobs/")}
+    assert layers == {f"blobs/sha256/{d[7:]}" for d in (got, NEW.id, NEW.diff_ids[2])}
     assert said == ["loaded 1 new layer(s) into the engine; it already held the other 2 of 3"]
     assert old_id != got
 
-    # the same image again: only a tag
-    pushes.clear()
+    # the same image again: only the tag, nothing streamed
     said.clear()
-    calls = len(engine.loaded)
-    assert layerload.load_oci(engine, NEW, "team/app:v3", NEW, said.append) == got
-    assert len(engine.loaded) == calls and engine.image_id("team/app:v3") == got
+    loads = len(engine.loaded)
+    assert layerload.load_oci(engine, NEW.id, "team/app:v3", NEW.id, said.append) == got
+    assert len(engine.loaded) == loads and engine.image_id("team/app:v3") == got
+    assert said == [f"the engine already holds {got[:19]}: tagging it team/app:v3"]
 
 
 def test_containerd_previous_build_not_in_the_engine_counts_for_nothing(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The previous build in buildah's storage, but the engine does not hold it as loaded by
-    load_oci (pulled, or loaded from a docker-archive: other blob digests): every layer goes."""
-    pushes = _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, D], OLD: [A, B, C]})
-    engine = _StoreEngine()
-    layerload.load_oci(engine, NEW, "team/app:v2", OLD, print)
-    assert pushes == [(OLD, {A, B, C}), (NEW, set())]
+    """The previous build in buildah's storage, but the engine does not hold it as load_oci
+    loads it (pulled, or loaded from a docker-archive: other blob digests): every layer goes."""
+    _in_buildah(monkeypatch, OLD, NEW)
+    engine = _StoreEngine({"team/app:v1": "sha256:" + "9" * 64})
+    layerload.load_oci(engine, NEW.id, "team/app:v2", OLD.id, print)
+    assert {f"blobs/sha256/{d[7:]}" for d in NEW.diff_ids} <= set(engine.loaded[-1])
 
 
-def test_containerd_failed_shortcut_loads_every_layer(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    pushes = _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, D], OLD: [A, B, C]})
+def test_containerd_failed_shortcut_loads_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    streamed = _in_buildah(monkeypatch, OLD, NEW)
     engine, said = _StoreEngine(), list[str]()
-    layerload.load_oci(engine, OLD, "team/app:v1", None, said.append)
-    pushes.clear()
+    layerload.load_oci(engine, OLD.id, "team/app:v1", None, said.append)
     engine.fail = 1
-    got = layerload.load_oci(engine, NEW, "team/app:v2", OLD, said.append)
-    assert pushes == [(OLD, {A, B, C}), (NEW, {A, B}), (NEW, set())]
+    got = layerload.load_oci(engine, NEW.id, "team/app:v2", OLD.id, said.append)
+    assert streamed == [OLD.id, NEW.id, NEW.id]
     assert said == [
         "loading only the new layers did not work (cannot load the image archive into the "
         "engine: not found); loading the whole image"
@@ -441,17 +483,15 @@ def test_containerd_failed_shortcut_loads_every_layer(
 
     engine = _StoreEngine(fail=1)  # the whole image fails: the error goes up
     with pytest.raises(EngineError, match="cannot load"):
-        layerload.load_oci(engine, NEW, "team/app:v4", None, print)
+        layerload.load_oci(engine, NEW.id, "team/app:v4", None, print)
     assert engine.image_id("team/app:v4") is None
 
 
-def test_containerd_failed_load_puts_the_name_back(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_containerd_failed_load_puts_the_name_back(monkeypatch: pytest.MonkeyPatch) -> None:
     from reprobuild.build import image as build_image
 
-    _oci_fixture(monkeypatch, tmp_path, {NEW: [A, B, D]})
+    _in_buildah(monkeypatch, NEW)
     engine = _StoreEngine({"team/app:v1": "sha256:" + "9" * 64}, fail=1)
     with pytest.raises(EngineError):
-        build_image._into_engine(engine, NEW, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+        build_image._into_engine(engine, NEW.id[7:], "team/app:v1", print, **BASE)  # type: ignore[arg-type]
     assert engine.image_id("team/app:v1") == "sha256:" + "9" * 64

@@ -110,6 +110,19 @@ def image_id(name: str) -> str | None:
     return out.strip()
 
 
+def stored_manifest(image: str) -> bytes:
+    """The manifest buildah stored for ``image`` (for an image it committed: the layers as
+    plain tar, by their diff IDs), byte for byte."""
+    out = _capture([require(), "inspect", "--type", "image", image], "buildah inspect")
+    try:
+        found = json.loads(out)["Manifest"]
+    except (ValueError, KeyError, TypeError):
+        found = None
+    if not isinstance(found, str) or not found:
+        raise EngineError(f"cannot read the manifest of {image} from buildah")
+    return found.encode()
+
+
 def config(image: str) -> dict[str, Any]:
     """The OCI config of ``image`` in buildah's storage (labels, ``rootfs.diff_ids``)."""
     out = _capture([require(), "inspect", "--type", "image", image], "buildah inspect")

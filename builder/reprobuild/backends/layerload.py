@@ -22,10 +22,11 @@ An engine with the containerd image store (Engine 26 with ``containerd-snapshott
 images as registry content: blobs by digest and a manifest, whose digest is the image ID. Its
 ``docker load`` of a docker-archive needs every layer file (``failed to resolve layers``) and
 gzips each layer it has not seen compressed, so the image ID depends on containerd's gzip.
-There, :func:`load_oci` loads an OCI layout instead: the manifest buildah pushes (layers as
-plain tar, by their diff IDs), so the image ID is that manifest's digest whichever way the
-image got in, and only the layers the content store lacks travel (the engine keeps the
-others as blobs of an earlier image of ours, loaded the same way).
+There, :func:`load_oci` loads an OCI layout instead, made on the fly from buildah's
+docker-archive (plain tar: nothing compresses anywhere) with the manifest buildah stored when
+it committed the image (layers by their diff IDs): the image ID is that manifest's digest
+whichever way the image got in, and only the layers the content store lacks go to the engine
+(it keeps the others as blobs of the previous build, loaded the same way).
 """
 
 from __future__ import annotations
@@ -319,22 +320,34 @@ def load(
     return True
 
 
-def _pushed(image_id: str, held: set[str], folder: Path) -> _Registry:
-    """``buildah push`` of ``image_id`` (layers as plain tar) to a registry on 127.0.0.1 that
-    says it has the blobs ``held``: the registry, with the manifest and the blobs it received."""
-    registry = _Registry(held, folder)
-    server = threading.Thread(target=registry.serve_forever, name="reprobuild-registry")
-    server.daemon = True
-    server.start()
+_PLAIN_LAYERS = (
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.docker.image.rootfs.diff.tar",
+)
+_ARCHIVE_BLOB = re.compile(r"([0-9a-f]{64})(?:\.tar|\.json|/layer\.tar)")
+
+
+def stored_manifest(image_id: str) -> tuple[bytes, list[str]]:
+    """The manifest buildah wrote when it committed ``image_id`` (layers as plain tar, each
+    by its diff ID) and the layers' diff IDs in order. EngineError for anything else (an
+    image pulled into buildah keeps its registry's compressed manifest)."""
+    manifest = buildah.stored_manifest(image_id)
     try:
-        buildah.push(image_id, f"docker://{registry.reference}", tls_verify=False, compress=False)
-    finally:
-        registry.shutdown()
-        registry.server_close()
-        server.join(10)
-    if not registry.manifest:
-        raise EngineError(f"pushing {image_id[:12]} gave no manifest")
-    return registry
+        doc = json.loads(manifest)
+        config = doc["config"]["digest"]
+        layers = [(str(layer["mediaType"]), str(layer["digest"])) for layer in doc["layers"]]
+    except (ValueError, KeyError, TypeError):
+        raise EngineError(f"cannot read buildah's manifest of {image_id[:12]}") from None
+    diff_ids = [
+        str(d) for d in (buildah.config(image_id).get("rootfs") or {}).get("diff_ids") or []
+    ]
+    if (
+        config != f"sha256:{image_id.removeprefix('sha256:')}"
+        or [digest for _, digest in layers] != diff_ids
+        or any(media not in _PLAIN_LAYERS for media, _ in layers)
+    ):
+        raise EngineError(f"buildah's manifest of {image_id[:12]} does not name its plain layers")
+    return manifest, diff_ids
 
 
 def manifest_id(manifest: bytes) -> str:
@@ -348,36 +361,76 @@ def store_name(name: str) -> str:
     return f"{ref.registry}/{ref.repository}:{ref.tag or 'latest'}"
 
 
-def _tar_stream(
-    entries: Sequence[tuple[str, bytes | Path]], chunk: int = 1 << 20
+def _entry(arcname: str, size: int) -> bytes:
+    info = tarfile.TarInfo(arcname)
+    info.size, info.mode = size, 0o644
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def _pad(size: int) -> bytes:
+    return bytes(-size % tarfile.BLOCKSIZE)
+
+
+class _Chunks(io.RawIOBase):
+    """A file over chunks of bytes (the archive buildah writes into a pipe)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks, self._left = iter(chunks), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, out: Any) -> int:
+        while not self._left:
+            try:
+                self._left = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(out), len(self._left))
+        out[:n], self._left = self._left[:n], self._left[n:]
+        return n
+
+
+def oci_layout(
+    archive: Iterable[bytes], manifest: bytes, name: str, held: set[str], chunk: int = 1 << 20
 ) -> Iterator[bytes]:
-    """A tar of ``entries`` (name, bytes or a file), as chunks written while they are read."""
-    for arcname, data in entries:
-        info = tarfile.TarInfo(arcname)
-        info.size = len(data) if isinstance(data, bytes) else data.stat().st_size
-        info.mode = 0o644
-        yield info.tobuf(format=tarfile.USTAR_FORMAT)
-        if isinstance(data, bytes):
-            yield data
-        else:
-            with data.open("rb") as handle:
-                yield from iter(lambda: handle.read(chunk), b"")
-        if info.size % tarfile.BLOCKSIZE:
-            yield bytes(tarfile.BLOCKSIZE - info.size % tarfile.BLOCKSIZE)
-    yield bytes(2 * tarfile.BLOCKSIZE)
-
-
-def _oci_entries(registry: _Registry, name: str) -> list[tuple[str, bytes | Path]]:
-    """The OCI layout ``docker load`` reads: the pushed manifest, named ``name`` in the index,
-    and every blob the push sent (the config and the layers the store lacks)."""
-    manifest = registry.manifest or b""
-    media = json.loads(manifest).get("mediaType") or "application/vnd.oci.image.manifest.v1+json"
+    """The OCI layout ``docker load`` reads into the containerd store, as chunks, from the
+    docker-archive buildah writes (``archive``): its config and layers as blobs, each checked
+    against its digest as it passes, the ``held`` layers left out (read past, not sent), then
+    ``manifest`` and an index naming it ``name``. EngineError, ending the stream, when a blob
+    is not its digest or a layer the manifest names did not come."""
+    doc = json.loads(manifest)
+    wanted = {doc["config"]["digest"]} | {str(layer["digest"]) for layer in doc["layers"]}
+    sent: set[str] = set()
+    stream = io.BufferedReader(_Chunks(archive), chunk)
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            found = _ARCHIVE_BLOB.fullmatch(member.name)
+            if not member.isfile() or found is None:
+                continue
+            digest = f"sha256:{found.group(1)}"
+            if digest in held or digest in sent or digest not in wanted:
+                continue
+            data = tar.extractfile(member)
+            assert data is not None
+            yield _entry(f"blobs/sha256/{found.group(1)}", member.size)
+            hasher = hashlib.sha256()
+            while block := data.read(chunk):
+                hasher.update(block)
+                yield block
+            if f"sha256:{hasher.hexdigest()}" != digest:
+                raise EngineError(f"buildah's archive gave a blob that is not {digest[:19]}")
+            yield _pad(member.size)
+            sent.add(digest)
+    missing = wanted - held - sent
+    if missing:
+        raise EngineError(f"buildah's archive lacked {len(missing)} blob(s) of the image")
     full = store_name(name)
     index = {
         "schemaVersion": 2,
         "manifests": [
             {
-                "mediaType": media,
+                "mediaType": doc.get("mediaType") or "application/vnd.oci.image.manifest.v1+json",
                 "digest": manifest_id(manifest),
                 "size": len(manifest),
                 "annotations": {
@@ -387,69 +440,64 @@ def _oci_entries(registry: _Registry, name: str) -> list[tuple[str, bytes | Path
             }
         ],
     }
-    entries: list[tuple[str, bytes | Path]] = [
-        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
-        ("index.json", json.dumps(index).encode()),
+    small = [
         (f"blobs/sha256/{manifest_id(manifest).removeprefix('sha256:')}", manifest),
+        ("index.json", json.dumps(index).encode()),
+        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
     ]
-    for digest, blob in sorted(registry.blobs.items()):
-        entries.append((f"blobs/sha256/{digest.removeprefix('sha256:')}", blob))
-    return entries
+    for arcname, body in small:
+        yield _entry(arcname, len(body)) + body + _pad(len(body))
+    yield bytes(2 * tarfile.BLOCKSIZE)
 
 
 def _manifest_held(engine: Any, previous: str | None) -> set[str]:
     """The layers (diff IDs) the containerd store holds as plain-tar blobs: those of the
-    previous build (``previous``, in buildah's storage), when the engine holds it as loaded
-    by :func:`load_oci` (its ID is the digest of the manifest buildah pushes for it). An
-    image pulled from a registry or loaded from a docker-archive keeps its layers under
-    other digests, and a manifest naming blobs the store lacks would give an image that runs
-    but cannot be saved or pushed; so nothing else counts."""
+    previous build (``previous``, in buildah's storage) when the engine holds it as loaded
+    by :func:`load_oci` (its ID is the digest of buildah's manifest of it). An image pulled
+    from a registry or loaded from a docker-archive keeps its layers under other digests,
+    and a manifest naming blobs the store lacks would give an image that runs but cannot be
+    saved or pushed; so nothing else counts."""
     if not previous:
         return set()
-    diff_ids = {
-        str(d) for d in (buildah.config(previous).get("rootfs") or {}).get("diff_ids") or []
-    }
-    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("layers")) as tmp:
-        registry = _pushed(previous, diff_ids, Path(tmp))  # sends the config alone
-    return diff_ids if engine.image_id(manifest_id(registry.manifest or b"")) else set()
+    manifest, diff_ids = stored_manifest(previous)
+    return set(diff_ids) if engine.image_id(manifest_id(manifest)) else set()
 
 
 def load_oci(engine: Any, image_id: str, name: str, previous: str | None, log: Log) -> str:
     """Load buildah's ``image_id`` into an engine with the containerd image store as ``name``;
-    the image ID it gets there (the pushed manifest's digest). Only the layers the store
-    lacks travel (:func:`_manifest_held`); when that fails, every layer does. EngineError or
-    OSError when the load failed."""
-    diff_ids = [
-        str(d) for d in (buildah.config(image_id).get("rootfs") or {}).get("diff_ids") or []
-    ]
+    the image ID it gets there: the digest of buildah's own manifest of it (layers as plain
+    tar), so the same inputs give the same ID however the image got in. An image the store
+    holds only gets the tag; else only the layers the store lacks travel
+    (:func:`_manifest_held`), and when that fails, every layer. EngineError or OSError when
+    the load failed."""
+    manifest, diff_ids = stored_manifest(image_id)
+    wanted = manifest_id(manifest)
+    if engine.image_id(wanted) is not None:
+        log(f"the engine already holds {wanted[:19]}: tagging it {name}")
+        engine.tag(wanted, name)
+        return wanted
     try:
         held = _manifest_held(engine, previous) & set(diff_ids)
     except (EngineError, OSError) as exc:
         log(f"cannot tell which layers the engine holds ({exc}); loading them all")
         held = set()
     for attempt in (held, set()) if held else (held,):
-        with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("layers")) as tmp:
-            registry = _pushed(image_id, attempt, Path(tmp))
-            wanted = manifest_id(registry.manifest or b"")
-            if engine.image_id(wanted) is not None:
-                log(f"the engine already holds {wanted[:19]}: tagging it {name}")
-                engine.tag(wanted, name)
-                return wanted
-            try:
-                engine.load(_tar_stream(_oci_entries(registry, name)))
-                got = engine.image_id(name)
-                if got != wanted:
-                    raise EngineError(f"the engine did not get {wanted[:19]} under {name} ({got})")
-            except (EngineError, OSError) as exc:
-                if not attempt:
-                    raise
-                log(f"loading only the new layers did not work ({exc}); loading the whole image")
-                continue
-        sent = len(registry.blobs) - 1  # the config
+        try:
+            with buildah.archive_stream(image_id, name) as chunks:
+                engine.load(oci_layout(chunks, manifest, name, attempt))
+            got = engine.image_id(name)
+            if got != wanted:
+                raise EngineError(f"the engine did not get {wanted[:19]} under {name} ({got})")
+        except (EngineError, OSError) as exc:
+            if not attempt:
+                raise
+            log(f"loading only the new layers did not work ({exc}); loading the whole image")
+            continue
         if attempt:
+            new = len(set(diff_ids) - attempt)
             log(
-                f"loaded {sent} new layer(s) into the engine; it already held the other "
-                f"{len(diff_ids) - sent} of {len(diff_ids)}"
+                f"loaded {new} new layer(s) into the engine; it already held the other "
+                f"{len(diff_ids) - new} of {len(diff_ids)}"
             )
         return wanted
     raise AssertionError("unreachable")
