@@ -6,6 +6,7 @@ real push and load are in tests/engine/test_buildah.py."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import http.client
 import io
@@ -412,13 +413,38 @@ def _in_buildah(monkeypatch: pytest.MonkeyPatch, *images: _Image) -> list[str]:
 
     by_id = {key: image for image in images for key in (image.id, image.id[7:])}  # buildah: hex
     streamed: list[str] = []
+    pushed = streamed  # a push into a layout is recorded as "push:ID"
 
     @contextlib.contextmanager
     def archive_stream(image: str, name: str, **options: object) -> Iterator[Iterator[bytes]]:
         streamed.append(image)
         yield iter([by_id[image].archive()])
 
+    def push(image: str, destination: str, **options: object) -> str:
+        """Into an OCI layout as buildah's does: a blob already there is skipped, the others
+        are written gzipped."""
+        layout = Path(destination.removeprefix("oci:").rsplit(":", 1)[0])
+        blobs, one = layout / "blobs" / "sha256", by_id[image]
+        (blobs / one.id[7:]).write_bytes(one.config)
+        layers = []
+        for diff_id, data in zip(one.diff_ids, one.layers, strict=True):
+            if (blobs / diff_id[7:]).exists():
+                layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                               "digest": diff_id, "size": 0})  # fmt: skip
+                continue
+            packed = gzip.compress(data)
+            (blobs / _sha(packed)[7:]).write_bytes(packed)
+            layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                           "digest": _sha(packed), "size": len(packed)})  # fmt: skip
+        manifest = json.dumps({"config": {"digest": one.id}, "layers": layers}).encode()
+        (blobs / _sha(manifest)[7:]).write_bytes(manifest)
+        index = {"manifests": [{"digest": _sha(manifest)}]}
+        (layout / "index.json").write_text(json.dumps(index))
+        pushed.append(f"push:{image}")
+        return _sha(manifest)
+
     monkeypatch.setattr(buildah, "archive_stream", archive_stream)
+    monkeypatch.setattr(buildah, "push", push)
     monkeypatch.setattr(buildah, "stored_manifest", lambda i: by_id[i].manifest)
     monkeypatch.setattr(buildah, "config", lambda i: json.loads(by_id[i].config))
     return streamed
@@ -440,13 +466,17 @@ def test_containerd_first_load_sends_every_layer(monkeypatch: pytest.MonkeyPatch
 def test_containerd_rebuild_sends_only_what_the_previous_build_lacks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _in_buildah(monkeypatch, OLD, NEW)
+    streamed = _in_buildah(monkeypatch, OLD, NEW)
     engine, said = _StoreEngine(), list[str]()
     old_id = layerload.load_oci(engine, OLD.id, "team/app:v1", None, said.append)
     got = layerload.load_oci(engine, NEW.id, "team/app:v2", OLD.id, said.append)
+    # the first build: buildah's whole archive; the rebuild: a push of the new layer alone,
+    # gzipped by buildah and sent to the engine unpacked, as its diff ID
+    assert streamed == [OLD.id, f"push:{NEW.id}"]
+    assert engine.loaded[-1][f"blobs/sha256/{NEW.diff_ids[2][7:]}"] == b"app v2"
     layers = {name for name in engine.loaded[-1] if name.startswith("blobs/")}
     assert layers == {f"blobs/sha256/{d[7:]}" for d in (got, NEW.id, NEW.diff_ids[2])}
-    assert said == ["loaded 1 new layer(s) into the engine; it already held the other 2 of 3"]
+    assert said == ["loaded 1 new layer(s) into the engine; it already held the first 2 of 3"]
     assert old_id != got
 
     # the same image again: only the tag, nothing streamed
@@ -474,7 +504,7 @@ def test_containerd_failed_shortcut_loads_every_layer(monkeypatch: pytest.Monkey
     layerload.load_oci(engine, OLD.id, "team/app:v1", None, said.append)
     engine.fail = 1
     got = layerload.load_oci(engine, NEW.id, "team/app:v2", OLD.id, said.append)
-    assert streamed == [OLD.id, NEW.id, NEW.id]
+    assert streamed == [OLD.id, f"push:{NEW.id}", NEW.id]
     assert said == [
         "loading only the new layers did not work (cannot load the image archive into the "
         "engine: not found); loading the whole image"
@@ -495,3 +525,40 @@ def test_containerd_failed_load_puts_the_name_back(monkeypatch: pytest.MonkeyPat
     with pytest.raises(EngineError):
         build_image._into_engine(engine, NEW.id[7:], "team/app:v1", print, **BASE)  # type: ignore[arg-type]
     assert engine.image_id("team/app:v1") == "sha256:" + "9" * 64
+
+
+def test_containerd_rebuild_with_large_new_layers_streams_the_archive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """New layers over SMALL_NEW_BYTES (a lock change): buildah would gzip them into a layout;
+    its plain archive is streamed instead, the held layers read past and not sent."""
+    streamed = _in_buildah(monkeypatch, OLD, NEW)
+    monkeypatch.setattr(layerload, "SMALL_NEW_BYTES", 0)
+    engine, said = _StoreEngine(), list[str]()
+    layerload.load_oci(engine, OLD.id, "team/app:v1", None, said.append)
+    got = layerload.load_oci(engine, NEW.id, "team/app:v2", OLD.id, said.append)
+    assert streamed == [OLD.id, NEW.id]
+    layers = {name for name in engine.loaded[-1] if name.startswith("blobs/")}
+    assert layers == {f"blobs/sha256/{d[7:]}" for d in (got, NEW.id, NEW.diff_ids[2])}
+
+
+def test_new_blobs_refuses_a_layer_that_is_not_its_diff_id(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    image = _Image(b"base", b"app")
+    _in_buildah(monkeypatch, image)
+    from reprobuild.backends import buildah
+
+    real_push = buildah.push
+
+    def tampered(image_id: str, destination: str, **options: object) -> str:
+        digest = real_push(image_id, destination, **options)
+        layout = Path(destination.removeprefix("oci:").rsplit(":", 1)[0]) / "blobs" / "sha256"
+        for blob in layout.iterdir():
+            if blob.read_bytes()[:2] == b"\x1f\x8b":  # the gzipped new layer
+                blob.write_bytes(gzip.compress(b"APP"))
+        return digest
+
+    monkeypatch.setattr(buildah, "push", tampered)
+    with pytest.raises(EngineError, match="is not sha256:"):
+        layerload.new_blobs(image.id, image.diff_ids, {image.diff_ids[0]}, tmp_path)
