@@ -552,7 +552,7 @@ def test_new_blobs_refuses_a_layer_that_is_not_its_diff_id(
     real_push = buildah.push
 
     def tampered(image_id: str, destination: str, **options: object) -> str:
-        digest = real_push(image_id, destination, **options)
+        digest = real_push(image_id, destination, **options)  # type: ignore[arg-type]
         layout = Path(destination.removeprefix("oci:").rsplit(":", 1)[0]) / "blobs" / "sha256"
         for blob in layout.iterdir():
             if blob.read_bytes()[:2] == b"\x1f\x8b":  # the gzipped new layer
