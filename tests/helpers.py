@@ -101,7 +101,22 @@ def published_image(
 
     repo = f"{REGISTRY}/reprobuild-test/{stem}"
     tag = uuid.uuid4().hex[:16]
-    docker_client.images.build(fileobj=context, custom_context=True, tag=f"{repo}:{tag}", rm=True)
+    status = dict(docker_client.info().get("DriverStatus") or [])
+    if status.get("driver-type") == "io.containerd.snapshotter.v1":
+        # the API's classic builder leaves uncompressed layers in the containerd store, pushed
+        # as such under a Docker schema 2 manifest, which buildah cannot build on (the hint in
+        # buildah.bud); BuildKit's layers are gzipped, as any base in a registry
+        subprocess.run(
+            ["docker", "build", "-q", "-t", f"{repo}:{tag}", "-"],
+            input=context.getvalue(),
+            check=True,
+            capture_output=True,
+            env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        )
+    else:
+        docker_client.images.build(
+            fileobj=context, custom_context=True, tag=f"{repo}:{tag}", rm=True
+        )
     tagged = True
     try:
         for line in docker_client.images.push(repo, tag=tag, stream=True, decode=True):

@@ -266,13 +266,19 @@ def test_a_code_only_change_loads_only_the_new_layers(
         (root / "hello.py").read_text() + f"print('changed {uuid.uuid4().hex}')\n"
     )
     log = build(second)
-    found = re.search(r"loaded (\d+) new layer\(s\) into the engine; it already held the first "
-                      r"(\d+) of (\d+)", log)  # fmt: skip
+    # the graph-driver store holds a chain (the first N layers); the containerd store holds
+    # blobs, so a layer above the changed one that is the same (the stamp's) is held too
+    found = re.search(r"loaded (\d+) new layer\(s\) into the engine; it already held the "
+                      r"(first|other) (\d+) of (\d+)", log)  # fmt: skip
     assert found, log[-3000:]
-    new, held, total = (int(g) for g in found.groups())
+    new, held, total = (int(found.group(i)) for i in (1, 3, 4))
     assert total == len(layers) and held + new == total and 1 <= new <= 3
     image = docker_client.images.get(second)
-    assert image.attrs["RootFS"]["Layers"][:held] == layers[:held]
+    now = image.attrs["RootFS"]["Layers"]
+    if found.group(2) == "first":
+        assert now[:held] == layers[:held]
+    else:
+        assert len(set(now) & set(layers)) == held
     assert b"changed" in docker_client.containers.run(second, remove=True)
     assert build(clean, "--no-cache") and docker_client.images.get(clean).id == image.id
     # no engine image of this lock: the whole archive, as before. Other tests build "tiny" too

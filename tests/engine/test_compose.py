@@ -88,7 +88,9 @@ def test_train_runs_from_the_generated_file(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"{file}\n"
     data = yaml.safe_load(file.read_text())
-    assert data["services"]["train"]["image"] == image_id  # built here: no repo digest, its ID
+    # built here: no repo digest, its ID; the containerd store lists a digest reference for
+    # every tag (NAME@<image ID>, the manifest's digest), which pins the same image
+    assert data["services"]["train"]["image"] in (image_id, f"{tag.rsplit(':', 1)[0]}@{image_id}")
     assert f"({tag})" in file.read_text()
     (tmp_path / "job" / "data").mkdir()
     (tmp_path / "job" / "data" / "x.txt").write_text("data\n")

@@ -9,6 +9,9 @@ import json
 import resource
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from reprobuild.backends import buildah
 
@@ -47,3 +50,37 @@ def test_follows_a_lowered_hard_limit() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert parse(json.loads(out.stdout)) == {"nofile": (300, 300), "nproc": (200, 200)}
+
+
+def test_a_base_buildah_cannot_build_on_gets_a_hint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """buildah's own message for a schema 2 base with uncompressed layers (pushed from Engine
+    26's containerd store after a classic build) says nothing of what to do; bud adds it."""
+    from reprobuild.backends import buildah
+    from reprobuild.errors import BuildError
+
+    tail = (
+        "Error: creating build container: preparing image configuration: resetting recorded "
+        'compression for "containers-storage:[overlay@/var/lib/containers/storage]@f45d": '
+        'preparing updated manifest, layer "sha256:0982": unsupported MIME type for compression: '
+        "application/vnd.docker.image.rootfs.diff.tar"
+    )
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise BuildError("buildah build failed: Error: creating build container", log_tail=tail)
+
+    monkeypatch.setattr(buildah, "_stream", failing)
+    monkeypatch.setattr(buildah, "require", lambda: "buildah")
+    with pytest.raises(BuildError) as caught:
+        buildah.bud(tmp_path, None, epoch=0)
+    assert caught.value.hint is not None and "uncompressed layers" in caught.value.hint
+    assert "docker buildx build --push" in caught.value.hint
+
+    def other(*args: object, **kwargs: object) -> None:
+        raise BuildError("buildah build failed: exit 1", log_tail="RUN false: exit status 1")
+
+    monkeypatch.setattr(buildah, "_stream", other)
+    with pytest.raises(BuildError) as caught:
+        buildah.bud(tmp_path, None, epoch=0)
+    assert caught.value.hint is None

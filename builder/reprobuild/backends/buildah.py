@@ -30,7 +30,7 @@ from reprobuild.backends import procstream
 from reprobuild.backends.engine import RunResult
 from reprobuild.backends.procstream import run_captured, run_streamed
 from reprobuild.bases.refs import ImageRef
-from reprobuild.errors import EngineError
+from reprobuild.errors import BuildError, EngineError
 
 Log = Callable[[str], None]
 NETWORK_DEADLINE_S = 900.0  # a pull or a push that takes longer is stopped (overall, not idle)
@@ -155,6 +155,11 @@ def pull(ref: ImageRef, log: Log = _quiet) -> None:
         )
 
 
+# buildah (containers/image) on a base whose Docker schema 2 manifest lists uncompressed
+# layers: schema 2 has no media type for them, so it cannot write the new image's manifest
+UNCOMPRESSED_SCHEMA2 = "unsupported MIME type for compression"
+
+
 def bud(
     context: Path,
     tag: str | None,
@@ -191,6 +196,19 @@ def bud(
         argv += ["--iidfile", str(iid), *(["-t", tag] if tag else []), str(context)]
         try:
             _stream(argv, "buildah build", log, Path(tmp), gentle=True)
+        except BuildError as exc:
+            if iid.is_file():
+                remove_images([tag or iid.read_text().strip().removeprefix("sha256:")])
+            if UNCOMPRESSED_SCHEMA2 in exc.log_tail and exc.hint is None:
+                raise BuildError(
+                    str(exc),
+                    log_tail=exc.log_tail,
+                    hint="the base's manifest is Docker schema 2 with uncompressed layers (an "
+                    "image the classic builder made in Engine 26's containerd store, then "
+                    "pushed), which buildah cannot build on: push the base from a BuildKit "
+                    "build (`docker buildx build --push`), or use `--builder buildkit`",
+                ) from None
+            raise
         except BaseException:
             # Stopped (or failed) after buildah wrote the image: it is no one's.
             if iid.is_file():
