@@ -74,7 +74,7 @@ def test_a_base_buildah_cannot_build_on_gets_a_hint(
     monkeypatch.setattr(buildah, "require", lambda: "buildah")
     with pytest.raises(BuildError) as caught:
         buildah.bud(tmp_path, None, epoch=0)
-    assert caught.value.hint is not None and "uncompressed layers" in caught.value.hint
+    assert caught.value.hint is not None and "media types" in caught.value.hint
     assert "docker buildx build --push" in caught.value.hint
 
     def other(*args: object, **kwargs: object) -> None:

@@ -155,8 +155,10 @@ def pull(ref: ImageRef, log: Log = _quiet) -> None:
         )
 
 
-# buildah (containers/image) on a base whose Docker schema 2 manifest lists uncompressed
-# layers: schema 2 has no media type for them, so it cannot write the new image's manifest
+# buildah (containers/image) on a base whose manifest names its layers with media types it
+# cannot carry into the new image's manifest (seen with bases the classic builder made in
+# Engine 26's containerd store, once pushed: uncompressed Docker layers, or Docker layer types
+# under another manifest type)
 UNCOMPRESSED_SCHEMA2 = "unsupported MIME type for compression"
 
 
@@ -203,10 +205,10 @@ def bud(
                 raise BuildError(
                     str(exc),
                     log_tail=exc.log_tail,
-                    hint="the base's manifest is Docker schema 2 with uncompressed layers (an "
-                    "image the classic builder made in Engine 26's containerd store, then "
-                    "pushed), which buildah cannot build on: push the base from a BuildKit "
-                    "build (`docker buildx build --push`), or use `--builder buildkit`",
+                    hint="the base's manifest names its layers with media types buildah "
+                    "cannot carry into a new image (as a base the classic builder made in "
+                    "Engine 26's containerd store does, once pushed): push the base from a "
+                    "BuildKit build (`docker buildx build --push`), or use `--builder buildkit`",
                 ) from None
             raise
         except BaseException:
