@@ -50,14 +50,13 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import docker
 
 from reprobuild.backends import buildah
 from reprobuild.backends.engine import Engine, legacy_buildkit_client
+from reprobuild.backends.layerload import Chunks
 from reprobuild.project.config import load_config
 
 HERE = Path(__file__).resolve().parent
@@ -170,26 +169,6 @@ def purelib_bytes(client: docker.DockerClient, tag: str, python: str) -> int:
     return int(out.split()[0])
 
 
-class _Stream(io.RawIOBase):
-    """A file over the chunks ``docker save`` streams."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self.chunks, self.left = chunks, b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, out: Any) -> int:
-        while not self.left:
-            try:
-                self.left = next(self.chunks)
-            except StopIteration:
-                return 0
-        n = min(len(out), len(self.left))
-        out[:n], self.left = self.left[:n], self.left[n:]
-        return n
-
-
 def added_file_bytes(client: docker.DockerClient, tag: str, base: str) -> int:
     """The bytes of the regular files in the layers ``tag`` has above ``base``'s, counted in
     the layers as ``docker save`` writes them: what the image adds, in the floor's units
@@ -199,7 +178,7 @@ def added_file_bytes(client: docker.DockerClient, tag: str, base: str) -> int:
     skip = len(client.images.get(base).attrs["RootFS"]["Layers"])
     sizes: dict[str, int] = {}
     order: list[str] = []
-    stream = io.BufferedReader(_Stream(iter(client.images.get(tag).save(named=False))), 1 << 20)
+    stream = io.BufferedReader(Chunks(client.images.get(tag).save(named=False)), 1 << 20)
     with tarfile.open(fileobj=stream, mode="r|") as outer:
         for member in outer:
             if not member.isfile():

@@ -377,7 +377,7 @@ def _pad(size: int) -> bytes:
     return bytes(-size % tarfile.BLOCKSIZE)
 
 
-class _Chunks(io.RawIOBase):
+class Chunks(io.RawIOBase):
     """A file over chunks of bytes (the archive buildah writes into a pipe)."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
@@ -408,7 +408,7 @@ def oci_layout(
     doc = json.loads(manifest)
     wanted = {doc["config"]["digest"]} | {str(layer["digest"]) for layer in doc["layers"]}
     sent: set[str] = set()
-    stream = io.BufferedReader(_Chunks(archive), chunk)
+    stream = io.BufferedReader(Chunks(archive), chunk)
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
             found = _ARCHIVE_BLOB.fullmatch(member.name)
