@@ -23,6 +23,7 @@ import requests
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
+from reprobuild.backends.engine import Engine
 from reprobuild.locks.lockfile import Selection
 
 if TYPE_CHECKING:
@@ -101,8 +102,7 @@ def published_image(
 
     repo = f"{REGISTRY}/reprobuild-test/{stem}"
     tag = uuid.uuid4().hex[:16]
-    status = dict(docker_client.info().get("DriverStatus") or [])
-    if status.get("driver-type") == "io.containerd.snapshotter.v1":
+    if Engine(docker_client).image_store()[1]:
         # the API's classic builder leaves uncompressed layers in the containerd store, pushed
         # as such under a Docker schema 2 manifest, which buildah cannot build on (the hint in
         # buildah.bud); BuildKit's layers are gzipped, as any base in a registry

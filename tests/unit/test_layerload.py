@@ -364,8 +364,7 @@ def test_a_manifest_with_compressed_layers_is_not_used(monkeypatch: pytest.Monke
 
     image = _Image(b"base")
     pulled = image.manifest.replace(b"layer.v1.tar", b"layer.v1.tar+gzip")
-    monkeypatch.setattr(buildah, "stored_manifest", lambda i: pulled)
-    monkeypatch.setattr(buildah, "config", lambda i: json.loads(image.config))
+    monkeypatch.setattr(buildah, "stored_manifest", lambda i: (pulled, json.loads(image.config)))
     with pytest.raises(EngineError, match="does not name its plain layers"):
         layerload.stored_manifest(image.id)
 
@@ -445,8 +444,9 @@ def _in_buildah(monkeypatch: pytest.MonkeyPatch, *images: _Image) -> list[str]:
 
     monkeypatch.setattr(buildah, "archive_stream", archive_stream)
     monkeypatch.setattr(buildah, "push", push)
-    monkeypatch.setattr(buildah, "stored_manifest", lambda i: by_id[i].manifest)
-    monkeypatch.setattr(buildah, "config", lambda i: json.loads(by_id[i].config))
+    monkeypatch.setattr(
+        buildah, "stored_manifest", lambda i: (by_id[i].manifest, json.loads(by_id[i].config))
+    )
     return streamed
 
 

@@ -110,17 +110,19 @@ def image_id(name: str) -> str | None:
     return out.strip()
 
 
-def stored_manifest(image: str) -> bytes:
+def stored_manifest(image: str) -> tuple[bytes, dict[str, Any]]:
     """The manifest buildah stored for ``image`` (for an image it committed: the layers as
-    plain tar, by their diff IDs), byte for byte."""
+    plain tar, by their diff IDs), byte for byte, and the image's OCI config, from one
+    ``buildah inspect``."""
     out = _capture([require(), "inspect", "--type", "image", image], "buildah inspect")
     try:
-        found = json.loads(out)["Manifest"]
+        found = json.loads(out)
+        manifest, config = found["Manifest"], found["OCIv1"]
     except (ValueError, KeyError, TypeError):
-        found = None
-    if not isinstance(found, str) or not found:
+        manifest = config = None
+    if not isinstance(manifest, str) or not manifest or not isinstance(config, dict):
         raise EngineError(f"cannot read the manifest of {image} from buildah")
-    return found.encode()
+    return manifest.encode(), config
 
 
 def config(image: str) -> dict[str, Any]:
@@ -159,7 +161,7 @@ def pull(ref: ImageRef, log: Log = _quiet) -> None:
 # cannot carry into the new image's manifest (seen with bases the classic builder made in
 # Engine 26's containerd store, once pushed: uncompressed Docker layers, or Docker layer types
 # under another manifest type)
-UNCOMPRESSED_SCHEMA2 = "unsupported MIME type for compression"
+UNCARRIED_LAYER_TYPE = "unsupported MIME type for compression"
 
 
 def bud(
@@ -198,10 +200,15 @@ def bud(
         argv += ["--iidfile", str(iid), *(["-t", tag] if tag else []), str(context)]
         try:
             _stream(argv, "buildah build", log, Path(tmp), gentle=True)
-        except BuildError as exc:
+        except BaseException as exc:
+            # Stopped (or failed) after buildah wrote the image: it is no one's.
             if iid.is_file():
                 remove_images([tag or iid.read_text().strip().removeprefix("sha256:")])
-            if UNCOMPRESSED_SCHEMA2 in exc.log_tail and exc.hint is None:
+            if (
+                isinstance(exc, BuildError)
+                and UNCARRIED_LAYER_TYPE in exc.log_tail
+                and exc.hint is None
+            ):
                 raise BuildError(
                     str(exc),
                     log_tail=exc.log_tail,
@@ -210,11 +217,6 @@ def bud(
                     "Engine 26's containerd store does, once pushed): push the base from a "
                     "BuildKit build (`docker buildx build --push`), or use `--builder buildkit`",
                 ) from None
-            raise
-        except BaseException:
-            # Stopped (or failed) after buildah wrote the image: it is no one's.
-            if iid.is_file():
-                remove_images([tag or iid.read_text().strip().removeprefix("sha256:")])
             raise
         return iid.read_text().strip().removeprefix("sha256:")
 

@@ -337,16 +337,14 @@ def stored_manifest(image_id: str) -> tuple[bytes, list[str]]:
     """The manifest buildah wrote when it committed ``image_id`` (layers as plain tar, each
     by its diff ID) and the layers' diff IDs in order. EngineError for anything else (an
     image pulled into buildah keeps its registry's compressed manifest)."""
-    manifest = buildah.stored_manifest(image_id)
+    manifest, image_config = buildah.stored_manifest(image_id)
     try:
         doc = json.loads(manifest)
         config = doc["config"]["digest"]
         layers = [(str(layer["mediaType"]), str(layer["digest"])) for layer in doc["layers"]]
     except (ValueError, KeyError, TypeError):
         raise EngineError(f"cannot read buildah's manifest of {image_id[:12]}") from None
-    diff_ids = [
-        str(d) for d in (buildah.config(image_id).get("rootfs") or {}).get("diff_ids") or []
-    ]
+    diff_ids = [str(d) for d in (image_config.get("rootfs") or {}).get("diff_ids") or []]
     if (
         config != f"sha256:{image_id.removeprefix('sha256:')}"
         or [digest for _, digest in layers] != diff_ids
