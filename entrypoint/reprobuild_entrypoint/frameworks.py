@@ -15,6 +15,7 @@ tests/unit/test_runtime_frameworks.py proves it with NumPy augmentation in two w
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import warnings
@@ -205,7 +206,7 @@ def _torch_portable(torch: ModuleType, level: str) -> dict[str, Any]:
     return out
 
 
-_SQRT_NOTE = "float32 CPU sqrt computed in float64 and rounded: exact, not oneMKL VML"
+_SQRT_NOTE = "float32 CPU sqrt correctly rounded (IEEE through NumPy, or float64): not oneMKL VML"
 
 
 def _exact_sqrt(torch: ModuleType) -> str:
@@ -214,29 +215,34 @@ def _exact_sqrt(torch: ModuleType) -> str:
     on an AMD EPYC, at every ``ATEN_CPU_CAPABILITY``, also with ``MKL_CBWR=COMPATIBLE``;
     ``pow(x, 0.5)`` and ``_foreach_sqrt`` go the same way).
 
-    The replacement takes the square root in float64 and rounds it to float32. That is the
-    correctly rounded float32 square root whatever float64 sqrt is used, as long as that one is
-    within 4 float64 ulps: the exact root of a float32 is never closer than 2**-50 (relative)
-    to a float32 rounding midpoint, and VML's float64 sqrt (HA mode) is within 1 ulp. Correctly
-    rounded means the same bits on every CPU. Measured: 0 of 1.2 * 10**6 values (normal,
-    subnormal, huge, 0, -0, inf) differ from NumPy's (IEEE ``sqrtps``) result; it costs about
-    3x the float32 sqrt itself (31 against 10 ms for 4 * 10**6 values), a small part of an
-    optimizer step. Autograd sees float64 ops, so gradients through it are exact too.
+    The replacement gives the correctly rounded square root, which is the same bits on every
+    CPU, one of two ways:
 
-    Patched, as the program sees them: ``torch.sqrt``, ``Tensor.sqrt``, ``Tensor.sqrt_`` and
-    ``torch._foreach_sqrt(_)`` (default Adam, AdamW, Adagrad, RMSprop); other dtypes, other
-    devices and ``pow(x, 0.5)`` pass through unchanged.
+    - where no gradient is wanted (an optimizer step runs under ``no_grad``), NumPy's
+      ``np.sqrt`` on the tensor's memory: IEEE ``sqrtps``/``sqrtss``, correctly rounded at every
+      SIMD level, in one pass (no copy of the input);
+    - where autograd records the op, or under ``torch.compile``, or without NumPy, the square
+      root in float64 rounded to float32. That is the correctly rounded float32 root whatever
+      float64 sqrt is used, as long as that one is within 4 float64 ulps: the exact root of a
+      float32 is never closer than 2**-50 (relative) to a float32 rounding midpoint, and VML's
+      float64 sqrt (HA mode) is within 1 ulp. Autograd sees float64 ops, so gradients through
+      it are exact too. It costs about 3x the float32 sqrt itself.
+
+    Both give the same bits (0 of 1.2 * 10**6 values, normal, subnormal, huge, 0, -0, inf,
+    differ from NumPy's). Patched, as the program sees them: ``torch.sqrt``, ``Tensor.sqrt``,
+    ``Tensor.sqrt_`` and ``torch._foreach_sqrt(_)`` (default Adam, AdamW, Adagrad, RMSprop);
+    other dtypes, other devices and ``pow(x, 0.5)`` pass through unchanged.
     """
     if getattr(torch.sqrt, "__reprobuild__", False):
         return _SQRT_NOTE
     float32 = torch.float32
-    float64 = torch.float64
     tensor_cls = torch.Tensor
     original_sqrt = torch.sqrt
     original_method = tensor_cls.sqrt
     original_inplace = tensor_cls.sqrt_
     original_foreach = torch._foreach_sqrt
     original_foreach_inplace = torch._foreach_sqrt_
+    _ieee = _correctly_rounded_sqrt(torch, original_sqrt)
 
     def _ours(tensor: Any) -> bool:
         return (
@@ -250,7 +256,7 @@ def _exact_sqrt(torch: ModuleType) -> str:
             if out is not None:
                 kwargs["out"] = out
             return original_sqrt(input, *args, **kwargs)
-        result = original_sqrt(input.to(float64)).to(float32)
+        result = _ieee(input)
         if out is None:
             return result
         out.resize_(result.shape)
@@ -260,18 +266,18 @@ def _exact_sqrt(torch: ModuleType) -> str:
     def method(self: Any) -> Any:
         if not _ours(self):
             return original_method(self)
-        return original_sqrt(self.to(float64)).to(float32)
+        return _ieee(self)
 
     def inplace(self: Any) -> Any:
         if not _ours(self):
             return original_inplace(self)
-        return self.copy_(original_sqrt(self.to(float64)))
+        return self.copy_(_ieee(self))  # copy_: autograd and the version counter see the write
 
     def foreach(tensors: Any) -> Any:
         tensors = list(tensors)
         if not all(_ours(t) for t in tensors):
             return original_foreach(tensors)
-        return [original_sqrt(t.to(float64)).to(float32) for t in tensors]
+        return [_ieee(t) for t in tensors]
 
     def foreach_inplace(tensors: Any) -> None:
         tensors = list(tensors)
@@ -279,7 +285,7 @@ def _exact_sqrt(torch: ModuleType) -> str:
             original_foreach_inplace(tensors)
             return
         for t in tensors:
-            t.copy_(original_sqrt(t.to(float64)))
+            t.copy_(_ieee(t))
 
     replacements: tuple[tuple[Any, Any], ...] = (
         (sqrt, original_sqrt),
@@ -298,6 +304,44 @@ def _exact_sqrt(torch: ModuleType) -> str:
     setattr(torch, "_foreach_sqrt", foreach)  # noqa: B010
     setattr(torch, "_foreach_sqrt_", foreach_inplace)  # noqa: B010
     return _SQRT_NOTE
+
+
+def _correctly_rounded_sqrt(torch: ModuleType, original_sqrt: Any) -> Any:
+    """``root(tensor)``: the correctly rounded square root of a float32 CPU tensor, as a new
+    tensor shaped and strided like it (see :func:`_exact_sqrt` for the two ways)."""
+    float32, float64 = torch.float32, torch.float64
+    plain = (torch.Tensor, torch.nn.Parameter)
+    compiler = getattr(torch, "compiler", None)
+    compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
+    numpy: list[Any] = []  # [numpy module or None], filled on first use
+
+    def through_numpy(tensor: Any) -> Any:
+        if not numpy:
+            try:
+                numpy.append(importlib.import_module("numpy"))
+            except ImportError:
+                numpy.append(None)
+        np = numpy[0]
+        if np is None:
+            return None
+        try:
+            source = tensor.detach().numpy()
+            result = torch.empty_like(tensor, requires_grad=False)
+            with np.errstate(invalid="ignore"):  # sqrt(-1) is NaN, silently, as in torch
+                np.sqrt(source, out=result.numpy())
+        except (RuntimeError, TypeError, ValueError):
+            return None  # a view NumPy cannot take (a neg or conj bit, say)
+        return result
+
+    def root(tensor: Any) -> Any:
+        recorded = torch.is_grad_enabled() and tensor.requires_grad
+        if not recorded and type(tensor) in plain and not compiling():
+            result = through_numpy(tensor)
+            if result is not None:
+                return result
+        return original_sqrt(tensor.to(float64)).to(float32)
+
+    return root
 
 
 def _torch_threads(settings: Settings) -> tuple[int, str]:

@@ -339,7 +339,7 @@ def cpu_dispatch() -> dict[str, Any]:
                 else None
             )
             exact = getattr(torch.sqrt, "__reprobuild__", False)
-            out["float32_sqrt"] = "exact (float64, rounded)" if exact else "oneMKL VML"
+            out["float32_sqrt"] = "exact (correctly rounded)" if exact else "oneMKL VML"
         except Exception as exc:
             out["torch_error"] = f"{type(exc).__name__}: {exc}"
     np = sys.modules.get("numpy")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,21 @@ def test_shipped_catalog_matches_images_catalog_yaml() -> None:
     source = (REPO / "images" / "catalog.yaml").read_text("utf-8")
     assert default_catalog_text() == source
     assert load_catalog(REPO / "images" / "catalog.yaml") == load_catalog()
+
+
+def test_the_wheels_catalog_is_read_without_jsonschema_and_a_named_one_with_it() -> None:
+    """The wheel's catalog was checked against the schema above; a build does not import
+    jsonschema for it again (1.9 s with jsonschema[format-nongpl] installed). A catalog named
+    by path still goes through the schema."""
+    program = (
+        "import sys; from pathlib import Path; from reprobuild.bases import catalog\n"
+        "assert catalog._shipped('catalog.yaml'), 'tests run the installed wheel'\n"
+        "catalog.load_catalog(); assert 'jsonschema' not in sys.modules\n"
+        f"catalog.load_catalog(Path({str(REPO / 'images' / 'catalog.yaml')!r}))\n"
+        "assert 'jsonschema' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_shipped_catalog_is_in_canonical_form() -> None:

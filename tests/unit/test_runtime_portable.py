@@ -113,14 +113,22 @@ def test_portable_float32_sqrt_is_exact_and_the_record_says_what_dispatched(
         "y = x[:4].clone().requires_grad_(); y.sqrt().sum().backward()\n"
         "assert y.grad is not None and y.grad.dtype == torch.float32\n"
         "wide = x.double(); assert torch.sqrt(wide).dtype == torch.float64\n"
-        "print(*[int((t != exact).sum()) for t in (a, b, c, d, e[0], out)])\n"
+        # the float64 way, taken where autograd records the op
+        "g = x.clone().requires_grad_().sqrt().detach()\n"
+        # a transposed view: same strides back, and the same bits
+        "square = x.view(1000, 1000).t(); tr = square.sqrt()\n"
+        "assert tr.stride() == square.stride(), tr.stride()\n"
+        "tr = tr.t().reshape(-1)\n"
+        "import warnings; warnings.simplefilter('error')  # NaN for -1, no NumPy warning\n"
+        "assert torch.sqrt(torch.tensor([-1.0])).isnan().all()\n"
+        "print(*[int((t != exact).sum()) for t in (a, b, c, d, e[0], out, g, tr)])\n"
     )
     records = tmp_path / "records"
     records.mkdir()
     extra = {"REPRO_RUN_DIR": str(records), "REPRO_RUN_ID": "portable-sqrt"}
     portable = run_program(site_dir, program, "portable", extra=extra)
     assert portable.returncode == 0, portable.stderr
-    assert portable.stdout.split() == ["0"] * 6
+    assert portable.stdout.split() == ["0"] * 8
     native = run_program(site_dir, program, "native")
     assert native.returncode == 0, native.stderr
     # oneMKL VML's float32 sqrt, what a native run keeps: not correctly rounded.

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import jsonschema
 import yaml
 
 from reprobuild._util.boundedread import read_small_file
@@ -25,6 +24,9 @@ from reprobuild._util.fsutil import write_atomic
 from reprobuild._util.yamlload import Marks, load_yaml, load_yaml_marked, undecodable_at
 from reprobuild.bases.refs import ImageRef, parse_pinned
 from reprobuild.errors import CatalogError, ImageRefError, UnknownBaseError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 SCHEMA_VERSION = 2
 # The shipped catalog is a few KiB; a catalog file past this is not one.
@@ -114,6 +116,12 @@ def _data_text(name: str) -> str:
     return (Path(__file__).resolve().parents[3] / "images" / name).read_text("utf-8")
 
 
+def _shipped(name: str) -> bool:
+    """Whether images/NAME is read from the installed wheel, where the build checked it,
+    rather than from a source tree that may be being edited."""
+    return resources.files("reprobuild").joinpath(f"data/{name}").is_file()
+
+
 def default_catalog_text() -> str:
     return _data_text("catalog.yaml")
 
@@ -148,7 +156,12 @@ def load_catalog(path: Path | None = None) -> Catalog:
             f"{where}:{at}: {problem}" if at else f"{where}: {problem}"
         ),
     )
-    return parse_catalog(data, where, marks)
+    # The wheel's own catalog went through the schema when the wheel was tested
+    # (tests/unit/test_catalog.py); importing jsonschema costs 0.2 s, and 1.9 s where
+    # jsonschema[format-nongpl] is installed (its rfc3987-syntax builds grammars at import),
+    # on every build. A catalog named by path, or a source tree's, is checked in full.
+    shipped = path is None and _shipped("catalog.yaml")
+    return parse_catalog(data, where, marks, schema_checked=shipped)
 
 
 def _path_of(error: jsonschema.ValidationError) -> str:
@@ -171,8 +184,21 @@ def _message(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def parse_catalog(data: Any, where: str, marks: Marks | None = None) -> Catalog:
-    """Validate a loaded catalog; ``marks`` (from the loader) put each message at its line."""
+def _schema_error(data: Any) -> jsonschema.ValidationError | None:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    error: jsonschema.ValidationError | None = jsonschema.exceptions.best_match(
+        validator.iter_errors(data)
+    )
+    return error
+
+
+def parse_catalog(
+    data: Any, where: str, marks: Marks | None = None, *, schema_checked: bool = False
+) -> Catalog:
+    """Validate a loaded catalog; ``marks`` (from the loader) put each message at its line.
+    ``schema_checked``: the data is known to follow the schema (the wheel's own catalog)."""
 
     def at(*keys: Any) -> str:
         line = marks.line(*keys) if marks is not None else None
@@ -184,8 +210,7 @@ def parse_catalog(data: Any, where: str, marks: Marks | None = None) -> Catalog:
             f"{at('schema_version')}: schema_version must be {SCHEMA_VERSION}, got {version!r}",
             hint="this reprobuild reads catalog schema 2 (images/catalog.schema.json)",
         )
-    validator = jsonschema.Draft202012Validator(schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    error = None if schema_checked else _schema_error(data)
     if error is not None:
         raise CatalogError(
             f"{at(*error.absolute_path)}: {_path_of(error)}: {_message(error)}",

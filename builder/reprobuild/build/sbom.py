@@ -170,16 +170,20 @@ def make_sbom(manifest: Manifest, lock: Lock, facts: dict[str, Any], epoch: int)
     for component in components:
         bom.components.add(component)
     bom.register_dependency(image, components)
-    first = _dump(bom)
-    digest = hashlib.sha256(first).digest()
-    bom.serial_number = uuid.UUID(bytes=digest[:16], version=5)
-    return _dump(bom)
+    data = json.loads(_serialize(bom))  # once: cyclonedx's serializer is most of the SBOM's time
+    digest = hashlib.sha256(_canonical(data)).digest()
+    data["serialNumber"] = uuid.UUID(bytes=digest[:16], version=5).urn
+    return _canonical(data)
 
 
-def _dump(bom: Any) -> bytes:
+def _serialize(bom: Any) -> str:
     from cyclonedx.output.json import JsonV1Dot6
 
-    data = json.loads(JsonV1Dot6(bom).output_as_string())
+    text: str = JsonV1Dot6(bom).output_as_string()
+    return text
+
+
+def _canonical(data: Any) -> bytes:
     return (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
