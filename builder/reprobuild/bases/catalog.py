@@ -110,9 +110,8 @@ class Catalog:
 
 def _data_text(name: str) -> str:
     """A file shipped inside the wheel (a copy of images/NAME), or the source tree's."""
-    packaged = resources.files("reprobuild").joinpath(f"data/{name}")
-    if packaged.is_file():
-        return packaged.read_text("utf-8")
+    if _shipped(name):
+        return resources.files("reprobuild").joinpath(f"data/{name}").read_text("utf-8")
     return (Path(__file__).resolve().parents[3] / "images" / name).read_text("utf-8")
 
 
