@@ -143,6 +143,7 @@ def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]
     utils_det = getattr(getattr(torch, "utils", None), "deterministic", None)
     if utils_det is not None and hasattr(utils_det, "fill_uninitialized_memory"):
         entry["fill_uninitialized_memory"] = bool(utils_det.fill_uninitialized_memory)
+    entry["onemkl_vml"] = _settle_vml(torch)
     threads, source = _torch_threads(settings)
     torch.set_num_threads(threads)
     entry["num_threads_set"] = threads
@@ -159,6 +160,27 @@ def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]
         from reprobuild_entrypoint import excepthook
 
         excepthook.install(launched=launched)
+
+
+def _settle_vml(torch: ModuleType) -> str:
+    """One call into oneMKL's vector math (VML) on this thread, before any parallel one.
+
+    Measured (torch 2.13.0+cpu with its oneMKL, Intel Xeon; issue 31): a process's first
+    *parallel* VML call gave other bits in one of its chunks in some fresh processes, every
+    later call the same bits. ``torch.sin`` of 2,400 float64 values, which ATen splits into
+    2,048-value chunks on two threads: 6 of 30 processes at 2 threads, 2 of 40 at 4 (8,208
+    values); ``torch.sin``, ``exp``, ``tanh``... all go to VML, so the first large one in a
+    program, model or data, could make a run differ from the next. After one small call of any
+    VML function first (16 values: below ATen's grain, so on the calling thread; ``cos`` or a
+    float32 ``sin`` did as well as a float64 ``sin``): none of 40 processes differed, each
+    way. oneMKL's one-time set-up races when two threads enter VML at once. A first parallel
+    matrix product or dot product showed no such race (30 processes)."""
+    backend = getattr(getattr(torch, "backends", None), "mkl", None)
+    if backend is None or not backend.is_available():
+        return "not used (torch without oneMKL)"
+    for dtype in (torch.float32, torch.float64):
+        torch.sin(torch.zeros(16, dtype=dtype))
+    return "set up on the main thread before any parallel call"
 
 
 def _torch_deterministic(torch: ModuleType, warn_only: bool) -> str:

@@ -206,6 +206,32 @@ def test_torch_follows_a_user_set_thread_count(site_dir: Path) -> None:
     assert data["record"]["num_threads_source"] == "OMP_NUM_THREADS (user-set)"
 
 
+FIRST_PARALLEL_VML = """
+    import hashlib, json, torch
+    from reprobuild_entrypoint import frameworks
+    x = torch.linspace(-50, 50, 2400, dtype=torch.float64)  # two of ATen's 2,048-value chunks
+    first, later = torch.sin(x), torch.sin(x)
+    print(json.dumps({
+        "first": hashlib.sha256(first.numpy().tobytes()).hexdigest(),
+        "later": hashlib.sha256(later.numpy().tobytes()).hexdigest(),
+        "vml": frameworks.RECORD["torch"]["onemkl_vml"],
+    }))
+"""
+
+
+def test_a_first_parallel_vml_call_gives_the_bits_of_every_later_one(site_dir: Path) -> None:
+    """oneMKL's vector math (behind torch.sin, exp, tanh on CPU) sets itself up on its first
+    call, and two threads entering at once raced: without the hook's one serial call first,
+    a process's first parallel sin gave other bits in one chunk in 6 of 30 fresh processes at
+    2 threads on a 2-CPU host (issue 31). Each process here is a fresh one; with two CPUs or
+    more, 20 of them would have shown the race about 99 times in 100."""
+    env = container_env(REPRO_THREADS="2")
+    runs = [output(run(site_dir, FIRST_PARALLEL_VML, env)) for _ in range(20)]
+    assert {r["vml"] for r in runs} == {"set up on the main thread before any parallel call"}
+    assert all(r["first"] == r["later"] for r in runs), [r["first"][:8] for r in runs]
+    assert len({r["first"] for r in runs}) == 1
+
+
 def test_torch_untouched_under_off(site_dir: Path) -> None:
     env = container_env(REPRO_DETERMINISM="off")
     source = "import json, torch\nprint(json.dumps(torch.are_deterministic_algorithms_enabled()))"
