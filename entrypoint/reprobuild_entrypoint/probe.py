@@ -1,6 +1,8 @@
 """Report what an image holds, as one JSON document on stdout.
 
-Run by reprobuild after the build (``python -m reprobuild_entrypoint.probe``); needs no GPU.
+Run by reprobuild after the build, in the process that also reads the SBOM's facts
+(``reprobuild.build.image.PROBE``); ``python -m reprobuild_entrypoint.probe`` prints it alone.
+Needs no GPU.
 """
 
 from __future__ import annotations

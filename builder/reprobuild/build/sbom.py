@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name
 
@@ -30,58 +30,34 @@ from reprobuild._util import jsonload
 from reprobuild.bases.refs import parse_ref
 from reprobuild.build.manifest import Manifest
 from reprobuild.errors import EngineError, ReprobuildError
-from reprobuild_entrypoint.contract import MODE_VAR
 
 if TYPE_CHECKING:
     from cyclonedx.model.component import Component
 
-    from reprobuild.backends.engine import RunResult
     from reprobuild.locks.lockfile import Lock
 
 SBOM_PATH = "/opt/reprobuild/sbom.cdx.json"
 # An image is untrusted input: an SBOM file larger than this is refused before parsing.
 MAX_SBOM_BYTES = 64 * 1024 * 1024
-# The facts script's output (dpkg's status of a large base is a few MB).
+# The probe's output with the SBOM's facts (dpkg's status of a large base is a few MB).
 MAX_FACTS_BYTES = 96 * 1024 * 1024
-PYTHON = "/opt/venv/bin/python"
 # The GPU stack facts a base declares (bases.gpustack.declared's keys) that are components.
 GPU_COMPONENTS = ("cuda", "cudnn", "nccl")
 _HASHES = {"sha256": "SHA-256", "sha384": "SHA-384", "sha512": "SHA-512"}
 _DEB_FIELD = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):[ \t]*(.*)$")
 
 
-class Runner(Protocol):
-    def run(
-        self,
-        image: str,
-        command: list[str],
-        *,
-        entrypoint: list[str] | None = None,
-        environment: dict[str, str] | None = None,
-    ) -> RunResult: ...
-
-
-def image_facts(engine: Runner, image: str) -> dict[str, Any]:
-    """Run :mod:`reprobuild.build.sbomfacts` in the built image (the runtime off: it
-    configures nothing while the script reads metadata) and return its checked output."""
+def facts_source() -> str:
+    """The source of :mod:`reprobuild.build.sbomfacts`, to run in a built image."""
     from reprobuild.build import sbomfacts
 
-    source = Path(sbomfacts.__file__).read_text(encoding="utf-8")
-    result = engine.run(
-        image,
-        [],
-        entrypoint=[PYTHON, "-I", "-c", source],
-        environment={MODE_VAR: "off", "REPRO_QUIET": "1"},
-    )
-    if result.exit_code != 0:
-        raise EngineError(
-            f"reading the SBOM's facts failed in the built image (exit {result.exit_code}): "
-            f"{result.stderr.decode(errors='replace').strip()[-300:]}"
-        )
-    what = "the SBOM facts of the built image"
-    facts = jsonload.loads(result.stdout, what, max_bytes=MAX_FACTS_BYTES, error=EngineError)
+    return Path(sbomfacts.__file__).read_text(encoding="utf-8")
+
+
+def checked_facts(facts: object) -> dict[str, Any]:
+    """The facts the image reported, as parsed JSON: refused unless an object."""
     if not isinstance(facts, dict):
-        raise EngineError(f"{what} are not a JSON object")
+        raise EngineError("the SBOM facts of the built image are not a JSON object")
     return facts
 
 

@@ -1,8 +1,9 @@
-"""Run inside a built image by its venv's python (its source is passed with ``-c``): print, as
-one JSON object, what the SBOM needs that the probe does not report: dpkg's status (the
-Debian packages of the base), /etc/os-release (the distribution those packages are from) and
-each installed Python distribution's licence metadata. Standard library only; the host
-parses and judges all of it (an image is untrusted input)."""
+"""Run inside a built image by its venv's python, in the probe's process (its source is passed
+as an argument and run there: :data:`reprobuild.build.image.PROBE`): :func:`facts` is what the
+SBOM needs that the probe does not report: dpkg's status (the Debian packages of the base),
+/etc/os-release (the distribution those packages are from) and each installed Python
+distribution's licence metadata. Standard library only; the host parses and judges all of it
+(an image is untrusted input)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,13 @@ def _python() -> list[dict[str, object]]:
     return out
 
 
-def main() -> None:
+def facts() -> dict[str, object]:
     os_release = _read("/etc/os-release") or _read("/usr/lib/os-release")
-    facts = {"dpkg": _dpkg(), "os_release": os_release, "python": _python()}
-    json.dump(facts, sys.stdout, sort_keys=True)
+    return {"dpkg": _dpkg(), "os_release": os_release, "python": _python()}
+
+
+def main() -> None:
+    json.dump(facts(), sys.stdout, sort_keys=True)
 
 
 if __name__ == "__main__":
