@@ -13,8 +13,12 @@
   them (an attribution run: ``off`` with oneMKL held to the thread count it was given).
 - ``BENCH_TORCH_NOFILL=1``: strict without ``torch.utils.deterministic.fill_uninitialized_memory``
   (an attribution run: what that setting of the runtime costs).
+- ``BENCH_MKL_LOCAL=N``: after torch is configured, oneMKL alone held to N threads
+  (``mkl_set_num_threads_local``, which libtorch_cpu exports) while torch's own kernels keep
+  the count they were given (an attribution run: which library's threads cost the time).
 """
 
+import ctypes
 import os
 from collections.abc import Callable
 
@@ -41,6 +45,12 @@ def seed(set_seed: Callable[[int], object]) -> None:
 
 
 def torch_options(torch: object) -> None:
-    """After ``import torch`` (and so after the runtime configured it): BENCH_TORCH_NOFILL."""
+    """After ``import torch`` (and so after the runtime configured it): BENCH_TORCH_NOFILL,
+    BENCH_MKL_LOCAL."""
     if os.environ.get("BENCH_TORCH_NOFILL") == "1":
         torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
+    mkl = os.environ.get("BENCH_MKL_LOCAL", "")
+    if mkl:
+        folder = os.path.dirname(torch.__file__)  # type: ignore[attr-defined]
+        library = ctypes.CDLL(os.path.join(folder, "lib", "libtorch_cpu.so"))
+        library.MKL_Set_Num_Threads_Local(ctypes.c_int(int(mkl)))

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 _bench_env.seed(torch.manual_seed)
+_bench_env.torch_options(torch)  # BENCH_MKL_LOCAL (attribution runs only)
 SEQUENCES, LENGTH, STEPS = 24, int(os.environ.get("BENCH_LBFGS_LENGTH", "100")), 2
 t = torch.arange(LENGTH, dtype=torch.float64)
 phase = torch.randint(-80, 80, (SEQUENCES, 1)).double()
