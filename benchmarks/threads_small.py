@@ -69,7 +69,9 @@ def run(
     lines = done.stdout.splitlines()
     bits = "\n".join(line for line in lines if not line.startswith(("train_s", "time")))
     train = [float(line.split()[1]) for line in lines if line.startswith("train_s ")]
-    return wall, train[0] if train else wall, bits
+    if not train:
+        raise SystemExit(f"{script} threads {threads} {policy} printed no train_s line")
+    return wall, train[0], bits
 
 
 def main() -> None:
@@ -100,8 +102,8 @@ def main() -> None:
                 outputs.setdefault(key, set()).add(bits)
                 print(f"round {number + 1}: {key}: {wall:.2f} s", file=sys.stderr, flush=True)
 
-    def ratio(a: str, b: str) -> float:
-        return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+    def ratio(a: str, b: str, table: dict[str, list[float]] = times) -> float:
+        return statistics.median(x / y for x, y in zip(table[a], table[b], strict=True))
 
     lb = "torch_lbfgs threads="
     best = min(
@@ -126,9 +128,8 @@ def main() -> None:
         "ratios": {
             "lbfgs default(4) spin / best": ratio(f"{lb}4 spin", best),
             "lbfgs default(4) passive / best": ratio(f"{lb}4 passive", best),
-            "lbfgs default(4) passive / 1 passive, training only": statistics.median(
-                x / y
-                for x, y in zip(trains[f"{lb}4 passive"], trains[f"{lb}1 passive"], strict=True)
+            "lbfgs default(4) passive / 1 passive, training only": ratio(
+                f"{lb}4 passive", f"{lb}1 passive", trains
             ),
             "lbfgs 4 passive / 4 spin": ratio(f"{lb}4 passive", f"{lb}4 spin"),
             "lbfgs 2 passive / 2 spin": ratio(f"{lb}2 passive", f"{lb}2 spin"),

@@ -568,9 +568,11 @@ def _manifest(
         )
     what = "the probe output of the built image"
     out = jsonload.loads(result.stdout, what, max_bytes=sbom.MAX_FACTS_BYTES, error=EngineError)
-    if not isinstance(out, dict) or not isinstance(out.get("probe"), dict):
-        raise EngineError(f"{what} is not a JSON object with a probe")
-    probe, facts = out["probe"], sbom.checked_facts(out.get("sbom"))
+    if not isinstance(out, dict) or not all(
+        isinstance(out.get(k), dict) for k in ("probe", "sbom")
+    ):
+        raise EngineError(f"{what} is not a JSON object with a probe and the SBOM's facts")
+    probe, facts = out["probe"], out["sbom"]
     dists = tuple(
         sorted(
             Distribution(d["name"], d["version"], "lock" if d.get("in_venv", True) else "base")

@@ -29,7 +29,7 @@ from reprobuild import __version__
 from reprobuild._util import jsonload
 from reprobuild.bases.refs import parse_ref
 from reprobuild.build.manifest import Manifest
-from reprobuild.errors import EngineError, ReprobuildError
+from reprobuild.errors import ReprobuildError
 
 if TYPE_CHECKING:
     from cyclonedx.model.component import Component
@@ -52,13 +52,6 @@ def facts_source() -> str:
     from reprobuild.build import sbomfacts
 
     return Path(sbomfacts.__file__).read_text(encoding="utf-8")
-
-
-def checked_facts(facts: object) -> dict[str, Any]:
-    """The facts the image reported, as parsed JSON: refused unless an object."""
-    if not isinstance(facts, dict):
-        raise EngineError("the SBOM facts of the built image are not a JSON object")
-    return facts
 
 
 def dpkg_packages(texts: list[str]) -> list[dict[str, str]]:

@@ -8,9 +8,7 @@ distribution's licence metadata. Standard library only; the host parses and judg
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
-import sys
 
 LIMIT = 32 * 1024 * 1024  # dpkg's status of a large base is a few MB
 
@@ -52,11 +50,3 @@ def _python() -> list[dict[str, object]]:
 def facts() -> dict[str, object]:
     os_release = _read("/etc/os-release") or _read("/usr/lib/os-release")
     return {"dpkg": _dpkg(), "os_release": os_release, "python": _python()}
-
-
-def main() -> None:
-    json.dump(facts(), sys.stdout, sort_keys=True)
-
-
-if __name__ == "__main__":
-    main()
