@@ -31,6 +31,11 @@ WILD = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "wild"
         ("outlines-1.3.3/uv.lock", Selection(extras=("transformers",)),
          "export-extra-transformers.txt"),
         ("outlines-1.3.3/uv.lock", Selection(default_groups=True), "export-default-groups.txt"),
+        # uv.lock with conflicting extras (uv 0.13.9 export): torch 2.9.1 locked four times,
+        # told apart by uv's conflict markers, which hold against the set of extras chosen
+        ("nanochat-92d63d4/uv.lock", Selection(extras=("cpu",)), "export-extra-cpu.txt"),
+        ("nanochat-92d63d4/uv.lock", Selection(extras=("gpu",)), "export-extra-gpu.txt"),
+        ("nanochat-92d63d4/uv.lock", Selection(), "export-main.txt"),
         # poetry.lock, lock-version 2.1 (Poetry 2.5.1 + poetry-plugin-export 1.10.1)
         ("robyn-0.69.0/poetry.lock", Selection(), "export-main.txt"),
         ("robyn-0.69.0/poetry.lock", Selection(extras=("templating",)),
@@ -51,6 +56,29 @@ def test_wild_lock_matches_the_tools_export(lock: str, selection: Selection, exp
     theirs = exported_pins(path.parent / export)
     assert ours == theirs
     assert len(ours) > 10
+
+
+def test_nanochat_extras_choose_one_torch_each() -> None:
+    """nanochat's cpu extra takes torch 2.9.1+cpu from the PyTorch CPU index and no CUDA
+    wheel; its gpu extra 2.9.1+cu128 from the cu128 index; no extra, PyPI's 2.9.1 with its
+    nvidia-* wheels. Evaluating each conflict marker one extra value at a time (as pip does a
+    package's extras) let `extra != 'extra-8-nanochat-cpu'` hold for the value `cpu`, and
+    both PyPI's torch and the CPU index's applied."""
+    path = WILD / "nanochat-92d63d4" / "uv.lock"
+    cpu = load_lock(path, Selection(extras=("cpu",)))
+    gpu = load_lock(path, Selection(extras=("gpu",)))
+    plain = load_lock(path)
+    pins = {
+        name: {r.name: r.version for r in lock.requirements}
+        for name, lock in (("cpu", cpu), ("gpu", gpu), ("plain", plain))
+    }
+    assert pins["cpu"]["torch"] == "2.9.1+cpu"
+    assert not any(n.startswith("nvidia-") for n in pins["cpu"])
+    assert cpu.options.extra_index_urls == ("https://download.pytorch.org/whl/cpu",)
+    assert pins["gpu"]["torch"] == "2.9.1+cu128"
+    assert gpu.options.extra_index_urls == ("https://download.pytorch.org/whl/cu128",)
+    assert pins["plain"]["torch"] == "2.9.1" and "nvidia-cudnn-cu12" in pins["plain"]
+    assert plain.options.extra_index_urls == ()
 
 
 def test_robyn_main_dependencies_come_from_project_not_tool_poetry() -> None:

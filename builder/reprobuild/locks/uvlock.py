@@ -5,7 +5,10 @@ project (the package whose source is ``{ editable = "." }`` or ``{ virtual = "."
 its dependencies, the optional dependencies of the extras asked for and the dependency groups
 asked for, keeps an edge only when its marker holds for the image's platform (a conflicting
 extra such as ``cpu`` against ``cu126`` is the marker value ``extra-<n>-<project>-cpu``), and so
-reaches the one version each fork leaves. Each package keeps its registry as an index, so
+reaches the one version each fork leaves. Those conflict markers are evaluated as uv evaluates
+them: against the *set* of conflict items chosen (``extra != 'extra-8-nanochat-cpu'`` fails once
+``cpu`` is chosen, whichever other value ``extra`` could take), not one value at a time as pip
+evaluates a package's extras. Each package keeps its registry as an index, so
 PyTorch's CPU index travels to the host-side wheel fetch.
 """
 
@@ -252,7 +255,7 @@ class _Walk:
                 )
             label = f"package {parent.name}: dependency {dep['name']}"
             marker = check_marker(dep.get("marker"), label, self.path, parent.line or None)
-            if not self.selection.marker_holds(marker, self.marker_extras):
+            if not self.selection.marker_holds(marker, self.marker_extras, together=True):
                 continue
             target = self._target(dep, parent)
             extras = dep.get("extra") or []
