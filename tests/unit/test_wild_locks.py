@@ -219,6 +219,40 @@ def test_cli_init_and_render_on_a_copy(
     assert pins == exported_pins(project / "export-main.txt")
 
 
+@pytest.mark.parametrize(
+    ("extra", "export", "kind"),
+    [
+        ((), "export-main.txt", "gpu"),  # PyPI's torch 2.9.1 with its nvidia-* wheels
+        (("--extra", "gpu"), "export-extra-gpu.txt", "gpu"),  # 2.9.1+cu128, the cu128 index
+        (("--extra", "cpu"), "export-extra-cpu.txt", "cpu"),  # 2.9.1+cpu, no CUDA wheel
+    ],
+)
+def test_nanochat_init_then_render_with_no_flag(
+    tmp_path: Path, extra: tuple[str, ...], export: str, kind: str
+) -> None:
+    """The front door as a newcomer walks through it: `init` (with or without an extra),
+    then `render DIR` with no flag. A lock that carries CUDA as wheels gets the plain Python
+    base as its GPU image's base (the wheels are its CUDA), and render builds that image with
+    no --gpu; before, init wanted an NGC base for CPython 3.11 and refused."""
+    project = tmp_path / "nanochat"
+    shutil.copytree(WILD / "nanochat-92d63d4", project)
+    proc = run_cli("init", str(project), "--command", "python train.py", *extra)
+    assert proc.returncode == 0, proc.stderr
+    config = load_config(project)
+    if kind == "gpu":
+        assert config.gpu_only and config.base_cpu is None
+        assert config.base_gpu == "python-3.11-slim-bookworm"
+        assert "carries CUDA as wheels" in proc.stderr
+    else:
+        assert config.base_cpu == "python-3.11-slim-bookworm" and not config.gpu_only
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    text = (tmp_path / "ctx" / "requirements.lock").read_text()
+    pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+) --hash=sha256:", text, re.MULTILINE))
+    assert pins == exported_pins(project / export)
+    assert f"REPROBUILD_VARIANT={kind}" in (tmp_path / "ctx" / "Dockerfile").read_text()
+
+
 @pytest.mark.parametrize("lock", sorted(str(p.relative_to(WILD)) for p in WILD.glob("*/*.lock")))
 def test_pruning_foreign_wheels_keeps_lines_and_toml(lock: str) -> None:
     """Blanking other platforms' wheel lines (what the readers do first) on real locks:

@@ -126,6 +126,7 @@ def project_tag(config: ProjectConfig, *, gpu: bool, variant_name: str | None = 
     engine): what ``reprobuild image DIR [--gpu | --variant NAME]`` tags its build with."""
     if variant_name is not None:
         config, gpu = select_variant(config, variant_name, gpu=gpu)
+    gpu = gpu or config.gpu_only
     base = config.base_gpu if gpu else config.base_cpu
     lock = read_lock(config, lock_path_for(config, gpu=gpu), catalog_python(config, base, None))
     return default_tag(config.name, variant_name or variant_of(gpu), lock.sha256, lock.choice)
@@ -167,6 +168,8 @@ def plan_build(
     config = load_config(directory)
     if variant_name is not None:
         config, gpu = select_variant(config, variant_name, gpu=gpu)
+    elif base is None:  # a project that builds only a GPU image needs no --gpu
+        gpu = gpu or config.gpu_only
     variant = variant_of(gpu)
     lock_path = lock_path_for(config, gpu=gpu)
     base_value = base or (config.base_gpu if gpu else config.base_cpu)

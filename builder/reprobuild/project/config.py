@@ -145,6 +145,13 @@ class ProjectConfig:
             implicit.append(Variant("gpu", True, self.gpu_lock, self.base_gpu, DEFAULT_RUNNER_GPU))
         return tuple(implicit)
 
+    @property
+    def gpu_only(self) -> bool:
+        """True when the project builds a GPU image and nothing else (``gpu_lock`` and
+        ``base.gpu`` set, no ``base.cpu``, no ``matrix:``): what ``reprobuild init`` writes
+        for a lock that carries CUDA, so ``render``/``image`` with no flag build that."""
+        return not self.matrix and not self.base_cpu and bool(self.gpu_lock and self.base_gpu)
+
     def where(self, *keys: Any) -> str:
         """``reprobuild.yaml:LINE`` of the value at ``keys`` (e.g. ``"base", "cpu"``)."""
         return self.at(*keys) if self.at is not None else str(self.config_path)

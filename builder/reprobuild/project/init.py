@@ -172,18 +172,29 @@ def init_project(
                 + ": the choice is in reprobuild.yaml's select"
             )
     result.notes.extend(notes)
-    gpu = options.gpu or _needs_gpu(names, indexes)
-    base = options.base or services.base_for(python, gpu)
+    # A lock that carries CUDA as wheels (nvidia-*, torch from a /whl/cuXYZ index) brings its
+    # own GPU stack: it builds on the plain Python base, and the image runs on CPU and under
+    # `docker run --gpus all`. Only a lock without one takes an NGC base (with --gpu).
+    cuda_wheels = _needs_gpu(names, indexes)
+    gpu = options.gpu or cuda_wheels
+    base = options.base or services.base_for(python, gpu and not cuda_wheels)
     if base is None:
         raise InitError(
             f"no catalog base carries CPython {python}"
-            + (" with a GPU stack" if gpu else "")
+            + (" with a GPU stack" if gpu and not cuda_wheels else "")
             + f", which {lock_name} needs",
             hint="give one: reprobuild init --base REF@sha256:<digest> (an image with "
             f"CPython {python})",
         )
+    if cuda_wheels:
+        result.notes.append(
+            f"{lock_name} carries CUDA as wheels: the image is built on the plain Python base "
+            f"{base} and runs on CPU and under `docker run --gpus all`"
+        )
     includes = _includes(root, exclude={CONFIG_NAME, lock_name, *LOCK_NAMES})
-    yaml_text = _config_text(root, lock_name, base, gpu, command, includes, python, options)
+    yaml_text = _config_text(
+        root, lock_name, base, (gpu, cuda_wheels), command, includes, python, options
+    )
     if text is not None:
         _link_new(root, RESOLVED_NAME, text)
         result.written.append(root / RESOLVED_NAME)
@@ -394,12 +405,13 @@ def _config_text(
     root: Path,
     lock: str,
     base: str,
-    gpu: bool,
+    kind: tuple[bool, bool],
     command: tuple[str, ...],
     includes: list[str],
     python: str,
     options: InitOptions,
 ) -> str:
+    gpu, cuda_wheels = kind  # a GPU image; its CUDA from the lock's wheels
     name = _NAME_RE.sub("-", root.resolve().name.lower()).strip("-._") or "project"
     quoted_command = ", ".join(_yaml_str(word) for word in command)
     lines = [
@@ -408,11 +420,17 @@ def _config_text(
         f"lock: {_yaml_str(lock)}" + "  # every package pinned and sha256-checked",
     ]
     if gpu:
-        lines.append(f"gpu_lock: {_yaml_str(lock)}  # the lock takes CUDA wheels")
+        lines.append(
+            f"gpu_lock: {_yaml_str(lock)}  # the GPU image's lock"
+            + (" (it carries CUDA as wheels)" if cuda_wheels else "")
+        )
     lines.append("base:")
     lines.append(f"  {'gpu' if gpu else 'cpu'}: {_yaml_str(base)}  # CPython {python}")
-    if gpu:
-        lines.append("# build with `reprobuild image --gpu .`")
+    if cuda_wheels:
+        lines.append(
+            "# a plain Python base: CUDA, cuDNN and NCCL come from the lock's wheels; the image "
+            "runs on CPU and under `docker run --gpus all`"
+        )
     lines += [
         "seed: 0",
         "determinism: strict              # strict | warn | off",
