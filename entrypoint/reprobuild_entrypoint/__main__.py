@@ -108,19 +108,25 @@ def gpu_check(
         }
         return result
     requirement = drivercheck.image_requirement(manifest, environ)
-    allow_cpu = _flag(environ, "REPRO_ALLOW_CPU")
+    # An image whose CUDA comes from the lock's wheels on a plain Python base runs on CPU as
+    # well: no GPU is then a fact to record, not a refusal (an NGC image still refuses).
+    section = manifest.get("gpu")
+    from_wheels = isinstance(section, dict) and section.get("stack") == "wheels"
+    allow_cpu = _flag(environ, "REPRO_ALLOW_CPU") or from_wheels
     verdict = drivercheck.check(
         host["driver_version"],
         requirement,
         gpu_count=host["count"],
         mode=settings.mode,
         allow_cpu=allow_cpu,
+        cpu_reason="its CUDA comes from the lock's wheels" if from_wheels else "REPRO_ALLOW_CPU",
     )
     result.status, result.message = verdict.status, verdict.message
     result.record = {
         "enforced": True,
         "mode": settings.mode,
         "allow_cpu": allow_cpu,
+        "cuda_from_wheels": from_wheels,
         "requirement": None if requirement is None else requirement._asdict(),
         "host_driver": host["driver_version"],
         "gpu_count": host["count"],

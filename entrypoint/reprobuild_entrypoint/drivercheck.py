@@ -167,10 +167,12 @@ def check(
     gpu_count: int | None,
     mode: str,
     allow_cpu: bool,
+    cpu_reason: str = "REPRO_ALLOW_CPU",
 ) -> CheckResult:
     """The verdict; see the module docstring. ``gpu_count`` None means unknown (the driver was
     found but not the devices): it is not taken for "no GPU". ``mode`` is the run's
-    determinism mode; ``allow_cpu`` is ``REPRO_ALLOW_CPU``."""
+    determinism mode; ``allow_cpu`` is ``REPRO_ALLOW_CPU`` (or an image whose CUDA comes from
+    its wheels, which runs on CPU too), ``cpu_reason`` why it is allowed."""
     finding, problem = _finding(host_driver, requirement, gpu_count)
     if finding == OK or problem is None:
         return CheckResult(OK, OK, None)
@@ -178,7 +180,7 @@ def check(
         return CheckResult(OK, finding, problem)
     if finding == "no_gpu":
         if allow_cpu:
-            return CheckResult(OK, finding, f"{problem}; running without one (REPRO_ALLOW_CPU)")
+            return CheckResult(OK, finding, f"{problem}; running without one ({cpu_reason})")
         if mode == "strict":
             return CheckResult(REFUSE, finding, f"{problem}; REPRO_ALLOW_CPU=1 runs it without one")
         return CheckResult(WARN, finding, f"{problem}; running without one (mode warn)")

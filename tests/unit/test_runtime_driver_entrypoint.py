@@ -196,6 +196,27 @@ def test_no_gpu_runs_with_repro_allow_cpu(tmp_path: Path) -> None:
     assert "mode strict, threads 4, no GPU, " in summary
 
 
+def test_no_gpu_runs_an_image_whose_cuda_comes_from_its_wheels(tmp_path: Path) -> None:
+    """An image built on a plain Python base with CUDA from the lock's wheels runs on CPU too:
+    strict mode records no GPU and runs; an NGC image (stack "base") still refuses."""
+    runs = tmp_path / "runs"
+    section = {**GPU_SECTION, "stack": "wheels"}
+    manifest = {"schema_version": 1, "variant": "gpu", "gpu": section}
+    env = gpu_image(
+        tmp_path, "nvidia-smi-no-driver.txt", smi_status=9, manifest=manifest,
+        REPRO_RUN_DIR=str(runs),
+    )  # fmt: skip
+    result = run(env)
+    assert result.returncode == 0 and result.stdout == "program ran\n", result.stderr
+    assert "no GPU" in result.stderr.splitlines()[-1]
+    check = record_of(runs)["gpu_check"]
+    assert check["cuda_from_wheels"] is True and check["allow_cpu"] is True
+    assert "its CUDA comes from the lock's wheels" in check["message"]
+    ngc = {"schema_version": 1, "variant": "gpu", "gpu": {**GPU_SECTION, "stack": "base"}}
+    refused = run(gpu_image(tmp_path, "nvidia-smi-no-driver.txt", smi_status=9, manifest=ngc))
+    assert refused.returncode == HOST_REFUSED
+
+
 def test_no_gpu_warns_in_warn_mode(tmp_path: Path) -> None:
     env = gpu_image(tmp_path, "nvidia-smi-no-driver.txt", smi_status=9, REPRO_DETERMINISM="warn")
     result = run(env)
@@ -237,6 +258,7 @@ def test_run_record_host_gpu_section(tmp_path: Path) -> None:
         "enforced": True,
         "mode": "strict",
         "allow_cpu": False,
+        "cuda_from_wheels": False,
         "requirement": {
             "cuda": "12.4",
             "driver_min": "550.54.14",

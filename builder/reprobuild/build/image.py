@@ -580,7 +580,7 @@ def _manifest(
         )
     )
     check_installed(spec.lock, tuple(d for d in dists if d.origin == "lock"))
-    stack, gpu_facts = _gpu_stack(engine, image, probe) if gpu else ({}, None)
+    stack, gpu_facts = _gpu_stack(engine, image, probe, dists) if gpu else ({}, None)
     manifest = Manifest(
         builder_version=spec.builder_version,
         name=spec.name,
@@ -606,26 +606,37 @@ def _manifest(
 
 
 def _gpu_stack(
-    engine: Prober, image: str, probe: dict[str, Any]
+    engine: Prober, image: str, probe: dict[str, Any], dists: tuple[Distribution, ...]
 ) -> tuple[dict[str, Any], dict[str, str] | None]:
     """CUDA, cuDNN, NCCL and framework versions as the base declares them (its ENV and
-    labels) and as the frameworks report them (the --stack probe; no GPU needed), plus
-    the minimum host driver the CUDA version needs, for the in-image host check."""
+    labels), as the frameworks report them (the --stack probe; no GPU needed) and as the
+    lock's CUDA wheels installed in the image say, plus the minimum host driver the CUDA
+    version needs, for the in-image host check. ``gpu.stack`` says where CUDA came from:
+    ``base`` (an NGC base declares it) or ``wheels`` (the lock's own, on a plain base: such
+    an image runs on CPU too)."""
     from reprobuild_entrypoint.drivercheck import required_driver
 
     frameworks = probe.get("frameworks", {})
     config = engine.inspect(image).get("Config") or {}
     declared = stacklib.declared(stacklib.parse_env(config.get("Env")), config.get("Labels") or {})
     reported = stacklib.reported(frameworks)
+    wheels = stacklib.from_wheels([(d.name, d.version) for d in dists if d.origin == "lock"])
     stack: dict[str, Any] = {"declared": declared, "reported": reported}
+    if wheels:
+        stack["wheels"] = wheels
     constraint = probe.get("pip_constraint") or {}
     if constraint.get("sha256"):
         stack["pip_constraint"] = {"path": constraint["path"], "sha256": constraint["sha256"]}
     stack["labels"] = stacklib.stack_labels(stack)
-    cuda = declared.get("cuda") or reported.get("torch.cuda") or reported.get("tensorflow.cuda")
+    cuda = (
+        declared.get("cuda")
+        or reported.get("torch.cuda")
+        or reported.get("tensorflow.cuda")
+        or wheels.get("cuda", {}).get("value")
+    )
     if not cuda:
         return stack, None
-    gpu = {"cuda": cuda}
+    gpu = {"cuda": cuda, "stack": "base" if declared.get("cuda") else "wheels"}
     requirement = required_driver(cuda)
     if requirement is not None:
         facts = {
