@@ -1,0 +1,74 @@
+"""CUDA from the lock's own wheels on a plain Python base (issue 38): `init` writes a GPU
+image on the plain base, `image` builds it with no flag, the manifest names the CUDA the
+wheels carry, and the image runs on this GPU-less machine, deterministically.
+
+The lock (tests/data/projects/cuda-wheels) is a small stand-in for PyPI's torch and its
+nvidia-* wheels: two CUDA 13 toolkit components (CUPTI, NVTX) from this machine's wheel index
+beside numpy. It takes the same path as torch's 3.7 GB: nvidia-* wheels hash-checked from the
+lock, no NGC base, the stack probed in the built image."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import docker.errors
+import pytest
+
+from helpers import DATA, MakeTag, build_json, run_cli
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+pytestmark = [pytest.mark.engine, pytest.mark.registry]
+
+TRAIN = """\
+import importlib.metadata as md
+import numpy as np
+
+rng = np.random.default_rng(0)
+w = rng.standard_normal((48, 48))
+for step in range(4):
+    w = np.tanh(w @ w.T / 48.0)
+    print(f"step {step} loss {float((w * w).mean()):.17g}")
+print("cupti", md.version("nvidia-cuda-cupti"))
+"""
+
+
+def test_cuda_wheels_build_on_the_plain_base_and_run_without_a_gpu(
+    base_ref: str, tmp_path: Path, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    project = tmp_path / "cuda-wheels"
+    shutil.copytree(DATA / "projects" / "cuda-wheels", project)
+    (project / "train.py").write_text(TRAIN)
+    proc = run_cli("init", str(project), "--base", base_ref)
+    assert proc.returncode == 0, proc.stderr
+    assert "carries CUDA as wheels" in proc.stderr
+    config = (project / "reprobuild.yaml").read_text()
+    assert f"  gpu: {base_ref}" in config and "  cpu:" not in config, config
+    tag = unique_tag("cuda-wheels")
+    try:
+        build_json(str(project), "--tag", tag)  # no --gpu: the project builds one image
+        manifest = json.loads(run_cli("inspect", tag, "--json").stdout)["manifest"]
+        assert manifest["variant"] == "gpu"
+        assert manifest["gpu"]["stack"] == "wheels"
+        assert manifest["gpu"]["cuda"] == "13.0"
+        assert manifest["gpu"]["driver_min"]  # CUDA 13.0's floor, from the driver table
+        wheels = manifest["stack"]["wheels"]
+        assert wheels["cuda"]["source"] in (
+            "wheel nvidia-cuda-cupti 13.0.85",
+            "wheel nvidia-nvtx 13.0.85",
+        )
+        assert manifest["stack"]["labels"]["io.reprobuild.cuda"] == "13.0"
+        labels = docker_client.images.get(tag).labels
+        assert labels["io.reprobuild.driver.min"] == manifest["gpu"]["driver_min"]
+        # No GPU here: the image runs on CPU (strict mode; no REPRO_ALLOW_CPU), twice alike.
+        verify = run_cli("verify", tag, "--", "python", "train.py", cwd=tmp_path, timeout=900)
+        assert verify.returncode == 0, verify.stderr
+        assert verify.stdout.startswith("identical: 2 runs of `python train.py`"), verify.stdout
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(tag, force=True)
