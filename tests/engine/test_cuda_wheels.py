@@ -72,3 +72,16 @@ def test_cuda_wheels_build_on_the_plain_base_and_run_without_a_gpu(
     finally:
         with contextlib.suppress(docker.errors.ImageNotFound):
             docker_client.images.remove(tag, force=True)
+
+
+def test_loading_and_saving_images_waits_as_long_as_the_engine_takes() -> None:
+    """A CUDA-wheel image is several GB: the engine answers a load only once every layer is
+    unpacked, which took over docker-py's default 60 s read timeout on a loaded 2-CPU host
+    (Engine 26.1.5). Image transfers go through a client with no read timeout; every other
+    call keeps the default, so a hung engine is still noticed."""
+    from reprobuild.backends.engine import Engine
+
+    engine = Engine()
+    assert engine.client.api.timeout == 60
+    assert engine.transfer_client.api.timeout is None
+    assert engine.transfer_client.ping()

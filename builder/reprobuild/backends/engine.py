@@ -186,6 +186,8 @@ class Engine:
         self._client = client
         self._connections = connections  # a streaming run holds ~3 connections open at once
         self._buildkit_reproducible: tuple[bool, str] | None = None
+        self._transfer: docker.DockerClient | None = None
+        self._injected = client is not None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -201,6 +203,19 @@ class Engine:
                 ) from None
             self._client = client
         return self._client
+
+    @property
+    def transfer_client(self) -> docker.DockerClient:
+        """A client whose requests wait as long as the engine takes: for moving whole images
+        (load, save). A CUDA-wheel image is several GB, and the engine answers a load only
+        when it has unpacked every layer: docker-py's default 60 s read timeout failed such
+        a load on a loaded 2-CPU host (Engine 26.1.5). Every other call keeps the default."""
+        if self._transfer is None:
+            client = self.client  # the engine answers (or the one error says it does not)
+            if self._injected:  # a client handed in (tests) is used as it is
+                return client
+            self._transfer = docker.from_env(timeout=None, max_pool_size=2)
+        return self._transfer
 
     # ---- images ----------------------------------------------------------------------------
     def image_id(self, ref: str) -> str | None:
@@ -267,7 +282,7 @@ class Engine:
         """``docker save`` of one image into the file ``dest``."""
         try:
             with dest.open("wb") as out:
-                for chunk in self.client.images.get(image).save(named=False):
+                for chunk in self.transfer_client.images.get(image).save(named=False):
                     out.write(chunk)
         except (docker.errors.DockerException, requests.RequestException) as exc:
             raise EngineError(f"cannot save image {image!r}: {_short(exc)}") from None
@@ -280,9 +295,9 @@ class Engine:
         try:
             if isinstance(archive, Path):
                 with archive.open("rb") as data:
-                    self.client.images.load(data)
+                    self.transfer_client.images.load(data)
             else:
-                self.client.images.load(archive)
+                self.transfer_client.images.load(archive)
         except (OSError, docker.errors.DockerException, requests.RequestException) as exc:
             raise EngineError(f"cannot load {what} into the engine: {_short(exc)}") from None
 
