@@ -235,3 +235,102 @@ def test_cli_init_then_render(tmp_path: Path) -> None:
     assert rendered.returncode == 0, rendered.stderr
     text = (tmp_path / "ctx" / "requirements.lock").read_text()
     assert "sympy==1.14.0 --hash=sha256:" in text
+
+
+# ---------------------------------------------------------------------- naming the lock
+
+GOOD = NATIVE.parent / "good"
+WILD = NATIVE.parent / "wild"
+
+
+def _hashed_lock_text() -> str:
+    """A real hashed requirements lock (the example's), to copy under other names."""
+    return (
+        Path(__file__).resolve().parents[2] / "images" / "digits-torch" / "requirements.lock"
+    ).read_text()
+
+
+def _bare_project(tmp_path: Path) -> Path:
+    project = tmp_path / "proj"
+    project.mkdir(parents=True)
+    (project / "train.py").write_text("print('train')\n")
+    return project
+
+
+def test_cli_init_lock_names_a_requirements_lock_of_any_name(tmp_path: Path) -> None:
+    """`--lock requirements_lock_3_12.txt`: used in place, written as `lock:`, and render
+    takes it with no flag (before: 'no lock or requirements found')."""
+    project = _bare_project(tmp_path)
+    (project / "requirements_lock_3_12.txt").write_text(_hashed_lock_text())
+    (project / "other.txt").write_text("numpy\n")  # unhashed: not a lock, never chosen
+    proc = run_cli("init", str(project), "--lock", "requirements_lock_3_12.txt")
+    assert proc.returncode == 0, proc.stderr
+    config = load_config(project)
+    assert config.lock == project / "requirements_lock_3_12.txt"
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+
+
+def test_cli_init_finds_the_one_hashed_txt_and_asks_when_there_are_several(
+    tmp_path: Path,
+) -> None:
+    project = _bare_project(tmp_path)
+    (project / "eval.txt").write_text(_hashed_lock_text())
+    proc = run_cli("init", str(project))
+    assert proc.returncode == 0, proc.stderr
+    assert load_config(project).lock == project / "eval.txt"
+    other = _bare_project(tmp_path / "two")
+    for name in ("eval.txt", "train-lock.txt"):
+        (other / name).write_text(_hashed_lock_text())
+    before = sorted(p.name for p in other.iterdir())
+    refused = run_cli("init", str(other))
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"error: {other}: several hashed requirements files (eval.txt, train-lock.txt): init "
+        "cannot tell which one is the lock",
+        f"hint: name it: reprobuild init --lock eval.txt {other}",
+    ]
+    assert sorted(p.name for p in other.iterdir()) == before
+
+
+def test_cli_init_lock_reads_a_renamed_native_lock_by_its_content(tmp_path: Path) -> None:
+    """nanochat's uv.lock kept as locks/uv-any.lock beside its pyproject.toml's copy: read as a
+    uv.lock (its content says so), extras and all, and render takes `lock:` as written."""
+    project = _bare_project(tmp_path)
+    shutil.copy(WILD / "nanochat-92d63d4" / "pyproject.toml", project / "pyproject.toml")
+    (project / "locks").mkdir()
+    shutil.copy(WILD / "nanochat-92d63d4" / "uv.lock", project / "locks" / "uv-any.lock")
+    shutil.copy(WILD / "nanochat-92d63d4" / "pyproject.toml", project / "locks" / "pyproject.toml")
+    proc = run_cli(
+        "init", str(project), "--lock", "locks/uv-any.lock", "--extra", "cpu",
+        "--command", "python train.py",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    config = load_config(project)
+    assert config.lock == project / "locks" / "uv-any.lock"
+    assert config.select.extras == ("cpu",)
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    assert "torch==2.9.1+cpu --hash=sha256:" in (tmp_path / "ctx" / "requirements.lock").read_text()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("../outside.txt", r"--lock '\.\./outside\.txt' is not a plain path inside the project"),
+        ("/etc/hostname", r"--lock '/etc/hostname' is not a relative path"),
+        ("missing.txt", r"--lock 'missing\.txt': .*missing\.txt does not exist or is not a file"),
+        ("a;b$(x).txt", r"--lock 'a;b\$\(x\)\.txt' is not a plain path inside the project"),
+        ("link.txt", r"--lock 'link\.txt': .*link\.txt is a symlink"),
+    ],
+)
+def test_cli_init_lock_refuses_bad_values(tmp_path: Path, value: str, expected: str) -> None:
+    project = _bare_project(tmp_path)
+    (tmp_path / "outside.txt").write_text(_hashed_lock_text())
+    (project / "link.txt").symlink_to(tmp_path / "outside.txt")
+    before = sorted(p.name for p in project.iterdir())
+    proc = run_cli("init", str(project), "--lock", value)
+    assert proc.returncode != 0 and proc.stdout == ""
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and re.search(expected, errors[0]), proc.stderr
+    assert sorted(p.name for p in project.iterdir()) == before

@@ -20,18 +20,22 @@ import pytest
 
 from reprobuild.errors import LockfileError
 from reprobuild.locks.lockfile import (
+    SNIFF_BYTES,
     IndexOptions,
     Lock,
     Requirement,
+    format_of_file,
     is_pylock_name,
     load_lock,
     parse_lock_bytes,
     parse_pylock,
     parse_requirements,
+    sniff_format,
 )
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "lockfiles"
 GOOD = DATA / "good"
+NATIVE = DATA / "native"
 BAD = DATA / "bad"
 RENDERED = DATA / "rendered"
 
@@ -357,7 +361,10 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         load_lock(path)
 
 
-def test_format_is_chosen_by_file_name(tmp_path: Path) -> None:
+def test_format_is_chosen_by_file_name_else_by_content(tmp_path: Path) -> None:
+    """A lock under its tool's name is read as that; under any other name (`lock:` and
+    `init --lock` take any), its content says which format it is; text that is none of them
+    is read as a requirements file, and refused where it is not one."""
     assert is_pylock_name(Path("pylock.toml"))
     assert is_pylock_name(Path("x/pylock.dev.toml"))
     assert not is_pylock_name(Path("pylock..toml"))
@@ -365,8 +372,19 @@ def test_format_is_chosen_by_file_name(tmp_path: Path) -> None:
     assert not is_pylock_name(Path("pylock.txt"))
     other = tmp_path / "locks.toml"
     other.write_text((GOOD / "pylock.toml").read_text())
-    with pytest.raises(LockfileError, match=r"locks\.toml:\d+: "):
-        load_lock(other)  # not a pylock name: read as requirements, and refused
+    lock = load_lock(other)
+    assert lock.format == "pylock"
+    assert lock.requirements == load_lock(GOOD / "pylock.toml").requirements
+    for folder, fmt in (("poetry-1.1", "poetry"), ("poetry-2.1", "poetry"), ("pdm", "pdm"),
+                        ("pipenv", "pipfile"), ("uv-extras", "uv")):  # fmt: skip
+        (native,) = [p for p in (NATIVE / folder).iterdir() if p.name.endswith(".lock")]
+        assert format_of_file(native) == fmt
+        assert sniff_format(native.read_bytes()[:SNIFF_BYTES]) == fmt, native
+    not_a_lock = tmp_path / "notes.toml"
+    not_a_lock.write_text('title = "x"\n')
+    assert format_of_file(not_a_lock) == "requirements"
+    with pytest.raises(LockfileError, match=r"notes\.toml:1: "):
+        load_lock(not_a_lock)
 
 
 def test_pylock_inline_packages_array_names_the_line(tmp_path: Path) -> None:

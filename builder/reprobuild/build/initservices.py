@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reprobuild.bases.catalog import load_catalog
-from reprobuild.locks.lockfile import Selection, load_lock
+from reprobuild.locks.lockfile import Selection, format_of_file, load_lock
 from reprobuild.project.init import Services
 
 
@@ -35,4 +35,6 @@ def base_for(python: str, gpu: bool) -> str | None:
 def init_services() -> Services:
     from uv import find_uv_bin
 
-    return Services(read_lock=read_lock, base_for=base_for, uv=str(find_uv_bin()))
+    return Services(
+        read_lock=read_lock, base_for=base_for, lock_format=format_of_file, uv=str(find_uv_bin())
+    )

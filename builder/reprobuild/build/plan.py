@@ -24,7 +24,7 @@ from reprobuild.locks.lockfile import (
     Lock,
     LockChoice,
     Selection,
-    format_of,
+    format_of_file,
     load_lock,
 )
 from reprobuild.project.config import ProjectConfig, load_config, select_variant
@@ -58,7 +58,7 @@ def lock_selection(config: ProjectConfig, lock_path: Path, base_python: str | No
             f"select.python {chosen.python} is not the base's CPython {base_xy}",
             hint=f"set select.python to {base_xy}, or choose a base with CPython {chosen.python}",
         )
-    if chosen.chooses and format_of(lock_path) not in NATIVE_NAMES.values():
+    if chosen.chooses and format_of_file(lock_path) not in NATIVE_NAMES.values():
         raise ConfigError(
             config.where("select"),
             f"select chooses extras or groups, but {lock_path.name} is not a native lock "

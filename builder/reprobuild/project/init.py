@@ -87,6 +87,8 @@ class InitOptions:
     gpu: bool = False
     base: str | None = None
     command: tuple[str, ...] = ()
+    # The lock, relative to the project (--lock): any file name; its format from its content.
+    lock: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,9 @@ class Services:
     ``read_lock(path, python, extras, groups)`` validates a lock for that selection and
     returns ``(hash-checked requirements text, package names, index URLs, notes)``, raising
     :class:`~reprobuild.errors.ReprobuildError` on a refusal. ``base_for(python, gpu)`` names a
-    catalog base carrying that Python, or ``None``. ``uv`` is the pinned resolver's binary.
+    catalog base carrying that Python, or ``None``. ``lock_format(path)`` names a lock's
+    format (``uv``, ``poetry``, ``pipfile``, ``pdm``, ``pylock`` or ``requirements``) from its
+    name, else its content. ``uv`` is the pinned resolver's binary.
     """
 
     read_lock: Callable[
@@ -104,6 +108,7 @@ class Services:
         tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]],
     ]
     base_for: Callable[[str, bool], str | None]
+    lock_format: Callable[[Path], str] = lambda path: _format_by_name(path.name)
     uv: str = "uv"
 
 
@@ -133,7 +138,7 @@ def init_project(
         )
     _check_options(options)
     result = InitResult(config=config)
-    lock_name, resolve_from = _find_lock(root)
+    lock_name, resolve_from = _find_lock(root, options.lock, services)
     command = _command(root, options.command)
     python_candidates = (options.python,) if options.python else PYTHONS
     text: str | None = None
@@ -155,16 +160,17 @@ def init_project(
         probe.unlink(missing_ok=True)
     else:
         assert lock_name is not None
-        python, _rendered, names, indexes, notes = _pick_python(
-            root / lock_name, python_candidates, options, services
-        )
-        if lock_name not in NATIVE_NAMES and (options.extras or options.groups):
+        native = services.lock_format(root / lock_name) in NATIVE_FORMATS
+        if not native and (options.extras or options.groups):
             raise InitError(
                 f"{root / lock_name}: --extra and --group choose from a native lock "
                 f"({', '.join(NATIVE_NAMES)}); {lock_name} has its pins chosen already",
                 hint="drop --extra/--group, or relock with the extras and groups you want",
             )
-        if lock_name in NATIVE_NAMES and (options.extras or options.groups or python != PYTHONS[0]):
+        python, _rendered, names, indexes, notes = _pick_python(
+            root / lock_name, python_candidates, options, services
+        )
+        if native and (options.extras or options.groups or python != PYTHONS[0]):
             result.notes.append(
                 f"{lock_name} read for CPython {python}"
                 + (f", extras {', '.join(options.extras)}" if options.extras else "")
@@ -192,8 +198,9 @@ def init_project(
             f"{base} and runs on CPU and under `docker run --gpus all`"
         )
     includes = _includes(root, exclude={CONFIG_NAME, lock_name, *LOCK_NAMES})
+    native = resolve_from is None and services.lock_format(root / lock_name) in NATIVE_FORMATS
     yaml_text = _config_text(
-        root, lock_name, base, (gpu, cuda_wheels), command, includes, python, options
+        root, lock_name, base, (gpu, cuda_wheels, native), command, includes, python, options
     )
     if text is not None:
         _link_new(root, RESOLVED_NAME, text)
@@ -240,8 +247,10 @@ def _refuse_existing(path: Path) -> None:
         )
 
 
-def _find_lock(root: Path) -> tuple[str | None, str | None]:
+def _find_lock(root: Path, given: str | None, services: Services) -> tuple[str | None, str | None]:
     """(lock used in place, or None; file to resolve from, or None)."""
+    if given is not None:
+        return _given_lock(root, given, services)
     for name in LOCK_NAMES:
         if (root / name).is_file():
             return name, None
@@ -250,20 +259,75 @@ def _find_lock(root: Path) -> tuple[str | None, str | None]:
     for name in REQUIREMENT_NAMES:
         path = root / name
         if path.is_file():
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise InitError(f"{path}: cannot read: {exc}") from None
-            if "--hash=" in text:
+            if _hashed(path):
                 return name, None
             return None, name
+    # A hashed requirements file under another name (requirements_lock_3_12.txt, eval.txt
+    # from pip-compile): used when it is the only one, named when there are several.
+    hashed = [p.name for p in sorted(root.glob("*.txt")) if p.is_file() and _hashed(p)]
+    if len(hashed) == 1:
+        return hashed[0], None
+    if len(hashed) > 1:
+        raise InitError(
+            f"{root}: several hashed requirements files ({', '.join(hashed[:5])}"
+            + (", ..." if len(hashed) > 5 else "")
+            + "): init cannot tell which one is the lock",
+            hint=f"name it: reprobuild init --lock {hashed[0]} {root}",
+        )
     if (root / "pyproject.toml").is_file():
         return None, "pyproject.toml"
     raise InitError(
         f"{root}: no lock or requirements found (looked for {', '.join(LOCK_NAMES)}, "
-        f"{', '.join(REQUIREMENT_NAMES)}, pyproject.toml)",
-        hint="add a requirements.txt listing the packages the project imports",
+        f"{', '.join(REQUIREMENT_NAMES)}, hashed *.txt, pyproject.toml)",
+        hint="name the lock (reprobuild init --lock FILE), or add a requirements.txt listing "
+        "the packages the project imports",
     )
+
+
+def _hashed(path: Path) -> bool:
+    """True for a requirements file with hashes (read whole: hashes may start late)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InitError(f"{path}: cannot read: {exc}") from None
+    return "--hash=" in text
+
+
+def _given_lock(root: Path, given: str, services: Services) -> tuple[str | None, str | None]:
+    """``--lock FILE``: a file inside the project, used in place (any native lock, a
+    ``pylock.toml`` or a hashed requirements file, whatever its name) or resolved (an
+    unhashed requirements file)."""
+    allowed = "a lockfile inside the project directory, e.g. --lock requirements_lock_3_12.txt"
+    if not given or given.startswith("/") or "\\" in given:
+        raise InitError(f"--lock {given!r} is not a relative path: give {allowed}")
+    parts = Path(given).parts
+    if ".." in parts or not re.fullmatch(r"[A-Za-z0-9._+/-]+", given):
+        raise InitError(
+            f"--lock {given!r} is not a plain path inside the project (letters, digits, "
+            f"'.', '_', '+', '-', '/'; no '..'): give {allowed}"
+        )
+    path = root / given
+    if path.is_symlink() or not path.is_file():
+        what = "is a symlink" if path.is_symlink() else "does not exist or is not a file"
+        raise InitError(f"--lock {given!r}: {path} {what}: give {allowed}")
+    name = Path(given).as_posix()
+    if services.lock_format(path) != "requirements" or _hashed(path):
+        return name, None
+    return None, name
+
+
+_FORMATS_BY_NAME = {
+    "uv.lock": "uv",
+    "poetry.lock": "poetry",
+    "pdm.lock": "pdm",
+    "Pipfile.lock": "pipfile",
+    "pylock.toml": "pylock",
+}
+NATIVE_FORMATS = frozenset({"uv", "poetry", "pdm", "pipfile"})
+
+
+def _format_by_name(name: str) -> str:
+    return _FORMATS_BY_NAME.get(name, "requirements")
 
 
 def _pick_python(
@@ -405,13 +469,13 @@ def _config_text(
     root: Path,
     lock: str,
     base: str,
-    kind: tuple[bool, bool],
+    kind: tuple[bool, bool, bool],
     command: tuple[str, ...],
     includes: list[str],
     python: str,
     options: InitOptions,
 ) -> str:
-    gpu, cuda_wheels = kind  # a GPU image; its CUDA from the lock's wheels
+    gpu, cuda_wheels, native = kind  # a GPU image; its CUDA from the lock's wheels; uv.lock...
     name = _NAME_RE.sub("-", root.resolve().name.lower()).strip("-._") or "project"
     quoted_command = ", ".join(_yaml_str(word) for word in command)
     lines = [
@@ -441,7 +505,7 @@ def _config_text(
     else:
         lines[-1] = "include: []"
     lines.append(f"command: [{quoted_command}]")
-    if lock in NATIVE_NAMES:
+    if native:
         lines += [
             f"select:                          # what {lock} installs on this base",
             f'  python: "{python}"',

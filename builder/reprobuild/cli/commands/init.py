@@ -19,6 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "directory", nargs="?", default=".", type=_path, help="project directory (default: .)"
     )
     parser.add_argument(
+        "--lock",
+        metavar="FILE",
+        type=_text,
+        help="the lock, relative to DIR, whatever its name (e.g. requirements_lock_3_12.txt or "
+        "a renamed uv.lock: its format is read from its content); default: found by name",
+    )
+    parser.add_argument(
         "--python", type=_text, help="the image's Python, X.Y (default: what the lock needs)"
     )
     parser.add_argument(
@@ -57,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         gpu=args.gpu,
         base=args.base,
         command=words,
+        lock=args.lock,
     )
     result = init_project(args.directory, options, init_services(), log=err)
     for path in result.written:
