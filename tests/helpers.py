@@ -218,16 +218,16 @@ TRICKY_ENV_VALUES: dict[str, str] = {
 }
 
 
-def exported_pins(path: Path) -> dict[str, str]:
+def exported_pins(path: Path, python: str = "3.11") -> dict[str, str]:
     """``name==version ; marker`` lines of a tool's export file, markers evaluated for the
-    image."""
-    return parse_export(path.read_text(), path.name)
+    image (CPython ``python`` on linux x86_64)."""
+    return parse_export(path.read_text(), path.name, python)
 
 
-def parse_export(text: str, label: str = "the export") -> dict[str, str]:
+def parse_export(text: str, label: str = "the export", python: str = "3.11") -> dict[str, str]:
     """``name==version ; marker`` lines of a tool's export (``uv export``, ``poetry export``,
     ``pipenv requirements``, ``pdm export``), markers evaluated for the image."""
-    env = Selection().environment()
+    env = Selection(python=python).environment()
     out: dict[str, str] = {}
     for line in text.splitlines():
         line = line.strip()

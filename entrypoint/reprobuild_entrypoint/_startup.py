@@ -31,6 +31,8 @@ An unexpected failure here stops the interpreter (status 1) in strict mode and i
 warning otherwise.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 
@@ -50,7 +52,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from reprobuild_entrypoint.settings import Settings
 
-_settings: "Settings | None" = None
+_settings: Settings | None = None
 
 
 def _say(message: str) -> None:
@@ -143,7 +145,7 @@ def _boot() -> None:
         atexit.register(_write_record)
 
 
-def _check_cpu_level(resolved: "Settings") -> None:
+def _check_cpu_level(resolved: Settings) -> None:
     """A portable run pinned above this CPU: strict stops here with one line (status 3), the
     libraries would die with SIGILL; warn says so and runs native."""
     from reprobuild_entrypoint import cpulevel
@@ -159,7 +161,7 @@ def _check_cpu_level(resolved: "Settings") -> None:
     cpulevel.fall_back(resolved, refusal)
 
 
-def _check_cpus(resolved: "Settings") -> None:
+def _check_cpus(resolved: Settings) -> None:
     if os.environ.get(CPUS_CHECKED):
         return
     from reprobuild_entrypoint import cpus

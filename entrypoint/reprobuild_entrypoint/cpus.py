@@ -11,6 +11,8 @@ container can use. Parsers are pure; the readers answer None rather than fail, a
 nothing beyond ``os``: this runs at interpreter start.
 """
 
+from __future__ import annotations
+
 import os
 
 CGROUP_ROOT = "/sys/fs/cgroup"

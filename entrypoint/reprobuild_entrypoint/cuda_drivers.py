@@ -31,6 +31,8 @@ prints them. Updating: append the new rows of Table 3 from the newest release no
 floors in Table 2, and set :data:`SOURCE` to the page read.
 """
 
+from __future__ import annotations
+
 SOURCE = (
     "NVIDIA, 'CUDA Toolkit 13.2 Update 2 - Release Notes', section 2.2 'CUDA Driver': "
     "Table 2 'CUDA Toolkit and Minimum Required Driver Version for CUDA Minor Version "

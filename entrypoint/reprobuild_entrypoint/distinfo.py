@@ -16,6 +16,8 @@ node. ``restart_count`` says which attempt a record belongs to.
 Pure where it can be (:func:`distributed_info` takes the environment); standard library only.
 """
 
+from __future__ import annotations
+
 import os
 import re
 
@@ -44,11 +46,11 @@ COMM_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_GLOO_", "TORCH_DISTRIBU
 """Variables that change how the collectives run (algorithm, interface, timeouts)."""
 
 
-def under_launcher(environ: "Mapping[str, str]") -> bool:
+def under_launcher(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("RANK", "").strip())
 
 
-def _int(text: "str | None") -> "int | None":
+def _int(text: str | None) -> int | None:
     if text is None:
         return None
     text = text.strip()
@@ -56,8 +58,8 @@ def _int(text: "str | None") -> "int | None":
 
 
 def distributed_info(
-    environ: "Mapping[str, str]", rank_seed: "int | None", hostname: "str | None"
-) -> "dict[str, Any]":
+    environ: Mapping[str, str], rank_seed: int | None, hostname: str | None
+) -> dict[str, Any]:
     """The rank's identity and communication settings, from the launcher's environment."""
     out: dict[str, Any] = {name: _int(environ.get(var)) for name, var in LAUNCHER_INTS}
     out.update({name: environ.get(var) for name, var in LAUNCHER_TEXT})
@@ -69,7 +71,7 @@ def distributed_info(
     return out
 
 
-BACKEND: "dict[str, Any]" = {}
+BACKEND: dict[str, Any] = {}
 """What ``torch.distributed.init_process_group`` set up in this process (filled by the wrapper
 :func:`watch_init_process_group` installs): the backend, and the timeout when one was given."""
 
@@ -78,7 +80,7 @@ TIMEOUT_VAR = "REPRO_DIST_TIMEOUT_S"
 TIMEOUT_MAX_S = 86400
 
 
-def timeout_from(environ: "Mapping[str, str]") -> "int | None":
+def timeout_from(environ: Mapping[str, str]) -> int | None:
     """``REPRO_DIST_TIMEOUT_S``: the collective timeout given to ``init_process_group`` when
     the program gives none (None: unset or empty, torch's own default). It bounds how long a
     rank waits on a peer whose node vanished without closing its connections. A bad value is
@@ -94,7 +96,7 @@ def timeout_from(environ: "Mapping[str, str]") -> "int | None":
     return int(text)
 
 
-def watch_init_process_group(torch: "Any") -> bool:
+def watch_init_process_group(torch: Any) -> bool:
     """Wrap ``torch.distributed.init_process_group`` so the record can say which backend the
     process group really got (a program may destroy the group before exit, after which torch
     no longer knows). The wrapper calls the original with the same arguments and returns what
@@ -108,7 +110,7 @@ def watch_init_process_group(torch: "Any") -> bool:
     import functools
 
     @functools.wraps(original)
-    def init_process_group(*args: "Any", **kwargs: "Any") -> "Any":
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
         given = timeout_from(os.environ)
         if given is not None and kwargs.get("timeout") is None and len(args) < 3:
             import datetime
@@ -143,21 +145,21 @@ NODES_VAR = "REPRO_DIST_NODES"
 compose; ``<job>-0.<job>,...`` in Kubernetes)."""
 NODES_MAX = 1024
 _NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
-PEERS: "dict[str, str]" = {}
+PEERS: dict[str, str] = {}
 """Address -> node name, learnt once the process group is up (every node is then on the
 network). A lost node's name must come from here: once its container stops, Docker's DNS no
 longer knows it, and a reverse lookup at failure time gives nothing."""
-_LEARNING: "list[Any]" = []
+_LEARNING: list[Any] = []
 
 
-def node_names(environ: "Mapping[str, str]") -> "tuple[str, ...]":
+def node_names(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The names in ``REPRO_DIST_NODES`` that look like host names (others are skipped:
     the variable is a hint, never a reason to fail a rank)."""
     words = environ.get(NODES_VAR, "").split(",")[:NODES_MAX]
     return tuple(w.strip() for w in words if _NODE_NAME.fullmatch(w.strip()))
 
 
-def _forward(name: str) -> "list[str]":
+def _forward(name: str) -> list[str]:
     import socket
 
     try:
@@ -167,9 +169,7 @@ def _forward(name: str) -> "list[str]":
     return [str(info[4][0]) for info in infos]
 
 
-def learn_peers(
-    environ: "Mapping[str, str]", resolve: "Callable[[str], list[str]]" = _forward
-) -> None:
+def learn_peers(environ: Mapping[str, str], resolve: Callable[[str], list[str]] = _forward) -> None:
     """Look up every node's address in a daemon thread (the rank does not wait for it) and
     remember which name each address belongs to, for :func:`lost_peer_line`."""
     names = node_names(environ)
@@ -187,14 +187,14 @@ def learn_peers(
     worker.start()
 
 
-def _known(address: str) -> "str | None":
+def _known(address: str) -> str | None:
     """The node name learnt for ``address``, waiting (bounded) for a lookup still running."""
     for worker in _LEARNING:
         worker.join(RESOLVE_TIMEOUT_S)
     return PEERS.get(address)
 
 
-def _only_other(environ: "Mapping[str, str]", host: str) -> "str | None":
+def _only_other(environ: Mapping[str, str], host: str) -> str | None:
     """In a job of two nodes, the node that is not this one (by its first DNS label: k8s
     lists ``job-1.job``, the pod's host name is ``job-1``): a peer lost at an address nobody
     learnt (a network that masquerades its members, say) can only be that one. None with
@@ -207,7 +207,7 @@ def _only_other(environ: "Mapping[str, str]", host: str) -> "str | None":
     return None
 
 
-def _reverse(address: str) -> "str | None":
+def _reverse(address: str) -> str | None:
     """The name the network gives ``address`` (Docker's DNS answers with the container's
     name, ``<project>_node-1_1.<project>_job``); None when it has none. Bounded: a resolver
     that does not answer within :data:`RESOLVE_TIMEOUT_S` must not hold the failing process."""
@@ -228,11 +228,11 @@ def _reverse(address: str) -> "str | None":
 
 
 def lost_peer_line(
-    exc: "BaseException | None",
-    environ: "Mapping[str, str]",
-    resolve: "Callable[[str], str | None]" = _reverse,
-    known: "Callable[[str], str | None]" = _known,
-) -> "str | None":
+    exc: BaseException | None,
+    environ: Mapping[str, str],
+    resolve: Callable[[str], str | None] = _reverse,
+    known: Callable[[str], str | None] = _known,
+) -> str | None:
     """One line naming the peer a rank lost, when ``exc`` (or its cause) is a collective that
     failed on a connection to another address; None otherwise. torchrun's own summary names
     only the ranks on this node that failed, not the node that went away. The name is the

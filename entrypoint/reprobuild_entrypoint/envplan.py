@@ -55,6 +55,8 @@ Choices, with reasons:
   switched by the import hook (:mod:`~reprobuild_entrypoint.frameworks`).
 """
 
+from __future__ import annotations
+
 from reprobuild_entrypoint.settings import (
     CPU_MODES,
     DEFAULT_CPU,
@@ -212,7 +214,7 @@ class EnvPlan:
         return f"EnvPlan(set={self.set!r}, user_set={self.user_set!r}, remove={self.remove!r})"
 
 
-def plan(environ: "Mapping[str, str]", settings: Settings) -> EnvPlan:
+def plan(environ: Mapping[str, str], settings: Settings) -> EnvPlan:
     """Compare ``environ`` with the baked and the wanted variables; see the module docstring."""
     baked = baked_env(settings)
     wanted = wanted_env(settings)
@@ -230,7 +232,7 @@ def plan(environ: "Mapping[str, str]", settings: Settings) -> EnvPlan:
     return EnvPlan(to_set, user_set, tuple(remove))
 
 
-def apply(env_plan: EnvPlan, environ: "MutableMapping[str, str]") -> None:
+def apply(env_plan: EnvPlan, environ: MutableMapping[str, str]) -> None:
     """Set ours and drop the unwanted; user-set variables are left alone."""
     for name, value in env_plan.set.items():
         if environ.get(name) != value:

@@ -90,7 +90,7 @@ def parse_nvidia_smi(output: str, fields: Sequence[str] = GPU_FIELDS) -> list[di
         parts = _split_row(line, fields)
         if parts is None:
             continue
-        row = {name: _field(value) for name, value in zip(fields, parts, strict=True)}
+        row = {name: _field(value) for name, value in zip(fields, parts)}  # noqa: B905 (3.8)
         driver = row.get("driver_version")
         if driver is not None and not _DRIVER_VERSION.fullmatch(driver):
             continue

@@ -16,6 +16,8 @@ import gets no callback. Exceptions from a callback propagate out of the ``impor
 (the caller decides which callbacks may raise).
 """
 
+from __future__ import annotations
+
 import sys
 from _thread import _local
 
@@ -39,7 +41,7 @@ class _ThreadState(_local):
 class PostImportFinder:
     """A ``sys.meta_path`` finder that calls ``callbacks[name](name, module)`` after import."""
 
-    def __init__(self, callbacks: "Mapping[str, Callback]") -> None:
+    def __init__(self, callbacks: Mapping[str, Callback]) -> None:
         self.callbacks = dict(callbacks)
         self._searching: set[str] = set()
         self._thread = _ThreadState()
@@ -47,9 +49,9 @@ class PostImportFinder:
     def find_spec(
         self,
         fullname: str,
-        path: "Sequence[str] | None" = None,
-        target: "ModuleType | None" = None,
-    ) -> "ModuleSpec | None":
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
         if path is not None or fullname not in self.callbacks or fullname in self._searching:
             return None
         self._searching.add(fullname)
@@ -65,7 +67,7 @@ class PostImportFinder:
         spec.loader = _HookedLoader(loader, fullname, self)  # type: ignore[assignment]
         return spec
 
-    def _find_real_spec(self, fullname: str, target: "ModuleType | None") -> "ModuleSpec | None":
+    def _find_real_spec(self, fullname: str, target: ModuleType | None) -> ModuleSpec | None:
         for finder in list(sys.meta_path):
             if finder is self:
                 continue
@@ -103,7 +105,7 @@ class PostImportFinder:
 class _HookedLoader:
     """Delegates to the real loader; only ``exec_module`` is extended."""
 
-    def __init__(self, loader: "Loader", name: str, finder: PostImportFinder) -> None:
+    def __init__(self, loader: Loader, name: str, finder: PostImportFinder) -> None:
         self._loader = loader
         self._name = name
         self._finder = finder
@@ -111,11 +113,11 @@ class _HookedLoader:
     def __getattr__(self, attr: str) -> object:
         return getattr(self._loader, attr)
 
-    def create_module(self, spec: "ModuleSpec") -> "ModuleType | None":
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         create = getattr(self._loader, "create_module", None)
         return None if create is None else create(spec)
 
-    def exec_module(self, module: "ModuleType") -> None:
+    def exec_module(self, module: ModuleType) -> None:
         if getattr(module, "__loader__", None) is self:
             module.__loader__ = self._loader
         spec = getattr(module, "__spec__", None)
@@ -130,7 +132,7 @@ class _HookedLoader:
         self._finder.completed(self._name)
 
 
-def install(callbacks: "Mapping[str, Callback]") -> PostImportFinder:
+def install(callbacks: Mapping[str, Callback]) -> PostImportFinder:
     """Put a finder first on ``sys.meta_path``; modules already imported get their callback
     now (in the order given)."""
     finder = PostImportFinder(callbacks)

@@ -49,8 +49,12 @@ RECEIVED: list[int] = []
 
 def exit_status(wait_status: int) -> int:
     """Shell convention: the exit code, or 128 + N when killed by signal N."""
-    code = os.waitstatus_to_exitcode(wait_status)
-    return 128 - code if code < 0 else code
+    # os.waitstatus_to_exitcode is Python 3.9+; the runtime runs on 3.8 too.
+    if os.WIFSIGNALED(wait_status):
+        return 128 + os.WTERMSIG(wait_status)
+    if os.WIFEXITED(wait_status):
+        return os.WEXITSTATUS(wait_status)
+    raise ValueError(f"not an exit or a signal: wait status {wait_status}")
 
 
 def become_subreaper() -> bool:

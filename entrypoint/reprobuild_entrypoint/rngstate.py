@@ -417,7 +417,7 @@ def _plan_numpy(saved: dict[str, Any]) -> tuple[Callable[[], object], list[_Step
 
         def put(calls: int, bit_states: list[Any]) -> None:
             frameworks.DEFAULT_RNG["calls"] = calls
-            for generator, bit_state in zip(touched, bit_states, strict=False):
+            for generator, bit_state in zip(touched, bit_states):  # noqa: B905 (3.8)
                 generator.bit_generator.state = bit_state
 
         def backup() -> Callable[[], object]:

@@ -30,6 +30,8 @@ Import cost matters: this module is imported at every interpreter start (see ``_
 it uses builtins only (no ``dataclasses``, no ``typing`` at run time).
 """
 
+from __future__ import annotations
+
 from reprobuild_entrypoint.contract import MODE_VAR, SEED_VAR, TRIAL_VAR
 
 TYPE_CHECKING = False
@@ -143,7 +145,7 @@ def rank_seed(seed: int, rank: int) -> int:
     return (seed + rank) % (SEED_MAX + 1)
 
 
-def _value(environ: "Mapping[str, str]", name: str) -> str | None:
+def _value(environ: Mapping[str, str], name: str) -> str | None:
     value = environ.get(name)
     if value is None or not value.strip():
         return None
@@ -198,12 +200,12 @@ def parse_variant(name: str, text: str) -> str:
     return variant
 
 
-def _launcher_int(environ: "Mapping[str, str]", name: str) -> int | None:
+def _launcher_int(environ: Mapping[str, str], name: str) -> int | None:
     text = _value(environ, name)
     return None if text is None else _whole_number(text)
 
 
-def from_environ(environ: "Mapping[str, str]") -> Settings:
+def from_environ(environ: Mapping[str, str]) -> Settings:
     """Settings for this process from ``environ``; raises :class:`SettingsError`."""
     image_seed_text = _value(environ, "REPROBUILD_IMAGE_SEED")
     image_seed = (

@@ -15,6 +15,8 @@ from the record: the run record keeps ``experiment_seed``, ``trial`` and the der
 Imported only when ``REPRO_TRIAL`` is set (``hashlib`` is not free at interpreter start).
 """
 
+from __future__ import annotations
+
 import hashlib
 
 TRIAL_SEED_FORMULA = (

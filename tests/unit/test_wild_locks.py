@@ -239,17 +239,20 @@ def test_nanochat_init_then_render_with_no_flag(
     proc = run_cli("init", str(project), "--command", "python train.py", *extra)
     assert proc.returncode == 0, proc.stderr
     config = load_config(project)
+    python = config.select.python
+    assert python is not None and f"uv.lock read for CPython {python} (the newest" in proc.stderr
+    base = f"python-{python}-slim-bookworm"
     if kind == "gpu":
         assert config.gpu_only and config.base_cpu is None
-        assert config.base_gpu == "python-3.11-slim-bookworm"
+        assert config.base_gpu == base
         assert "carries CUDA as wheels" in proc.stderr
     else:
-        assert config.base_cpu == "python-3.11-slim-bookworm" and not config.gpu_only
+        assert config.base_cpu == base and not config.gpu_only
     rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
     assert rendered.returncode == 0, rendered.stderr
     text = (tmp_path / "ctx" / "requirements.lock").read_text()
     pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+) --hash=sha256:", text, re.MULTILINE))
-    assert pins == exported_pins(project / export)
+    assert pins == exported_pins(project / export, python)
     assert f"REPROBUILD_VARIANT={kind}" in (tmp_path / "ctx" / "Dockerfile").read_text()
 
 

@@ -261,3 +261,26 @@ def write_catalog(path: Path, catalog: Catalog) -> None:
 
 def is_catalog_name(value: str) -> bool:
     return "/" not in value and ":" not in value and "@" not in value
+
+
+def python_eol(catalog: Catalog, python: str) -> Fact | None:
+    """When CPython ``python`` (X.Y) reaches its upstream end of life, as the catalog's CPU
+    bases record it (``python_eol``, ``YYYY-MM`` from the release schedule's PEP)."""
+    for name in sorted(catalog.entries):
+        entry = catalog.entries[name]
+        have = ".".join((entry.python or "").split(".")[:2])
+        fact = entry.versions.get("python_eol")
+        if have == python and fact is not None:
+            return fact
+    return None
+
+
+def eol_warning(python: str, fact: Fact | None, today: str) -> str | None:
+    """One line when ``python`` is past its end of life on ``today`` (``YYYY-MM...``)."""
+    if fact is None or fact.value > today[:7]:
+        return None
+    where = fact.source.split(":")[0]  # "PEP 596 (Python 3.9 release schedule)"
+    return (
+        f"CPython {python} reached its upstream end of life in {fact.value} ({where}): "
+        "the image builds, but that Python gets no more security fixes"
+    )

@@ -3,9 +3,10 @@ it: a lock read for one selection, and a catalog base for a Python."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from reprobuild.bases.catalog import load_catalog
+from reprobuild.bases.catalog import eol_warning, load_catalog, python_eol
 from reprobuild.locks.lockfile import Selection, format_of_file, load_lock
 from reprobuild.project.init import Services
 
@@ -32,9 +33,19 @@ def base_for(python: str, gpu: bool) -> str | None:
     return None
 
 
+def python_eol_warning(python: str) -> str | None:
+    """One line when CPython ``python`` is past its upstream end of life (the catalog's
+    ``python_eol`` against today's date)."""
+    return eol_warning(python, python_eol(load_catalog(), python), time.strftime("%Y-%m"))
+
+
 def init_services() -> Services:
     from uv import find_uv_bin
 
     return Services(
-        read_lock=read_lock, base_for=base_for, lock_format=format_of_file, uv=str(find_uv_bin())
+        read_lock=read_lock,
+        base_for=base_for,
+        lock_format=format_of_file,
+        eol_warning=python_eol_warning,
+        uv=str(find_uv_bin()),
     )

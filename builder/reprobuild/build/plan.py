@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,13 @@ from pathlib import Path
 from reprobuild import __version__
 from reprobuild.bases.baselock import LockedBase, pin, record
 from reprobuild.bases.baselock import lock_path as lock_path_of
-from reprobuild.bases.catalog import Catalog, is_catalog_name, load_catalog
+from reprobuild.bases.catalog import (
+    Catalog,
+    eol_warning,
+    is_catalog_name,
+    load_catalog,
+    python_eol,
+)
 from reprobuild.bases.refs import parse_pinned
 from reprobuild.build.render import FileEntry, Kind, RenderSpec
 from reprobuild.build.runtimefiles import runtime_package
@@ -150,6 +157,8 @@ class Plan:
     (:func:`record_new_base`); planning never writes."""
     notes: tuple[str, ...] = ()
     """What the user should hear (a locked base the catalog has moved past)."""
+    warnings: tuple[str, ...] = ()
+    """What the user should be warned of (a CPython past its upstream end of life)."""
 
 
 def plan_build(
@@ -229,7 +238,18 @@ def plan_build(
         app_files=app_files(config),
         runtime_files=runtime_files(),
     )
-    return Plan(config=config, spec=spec, new_base=new_base, notes=notes)
+    python = base_python or (config.select.python if config.select else None)
+    warning = None
+    if python:
+        python = ".".join(python.split(".")[:2])
+        warning = eol_warning(python, python_eol(catalog, python), time.strftime("%Y-%m"))
+    return Plan(
+        config=config,
+        spec=spec,
+        new_base=new_base,
+        notes=notes,
+        warnings=(warning,) if warning else (),
+    )
 
 
 def record_new_base(plan: Plan, log: Callable[[str], None]) -> None:
@@ -237,6 +257,8 @@ def record_new_base(plan: Plan, log: Callable[[str], None]) -> None:
     first time in the project's base lock (``reprobuild.bases.lock``)."""
     for note in plan.notes:
         log(f"note: {note}")
+    for warning in plan.warnings:
+        log(f"warning: {warning}")
     if plan.new_base is None:
         return
     root = plan.config.root
