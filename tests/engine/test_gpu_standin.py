@@ -157,6 +157,7 @@ def test_manifest_and_labels_record_the_stack(
     assert need is not None
     assert manifest["gpu"] == {
         "cuda": "12.6.3.004",
+        "stack": "base",  # NGC's conventions: the base declares its CUDA
         "driver_min": need.driver_min,
         "driver_min_compat": need.driver_min_compat,
         "driver_source": need.source,

@@ -18,7 +18,9 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
 # files and the throwaway pip (or the base's own, where it has no ensurepip): none of them, and
 # no copy of the venv from another stage, ever reach a layer. buildah's layer cache does not
 # look into mounted files, so the lock's sha256 is part of the step's text: another lock, another
-# step. SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
+# step. pip comes from a throwaway bootstrap venv (or the base's own); a pip older than 22.3
+# (Debian bullseye's) has no --python and runs in the venv's interpreter from where it lies,
+# installing every pin. SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
 # runtime on the venv's path and imports its start-up hook at every interpreter start, so
 # determinism holds even without the ENTRYPOINT.
 RUN --mount=type=tmpfs,target=/.reprobuild \
@@ -26,10 +28,14 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=requirements.lock,target=/.reprobuild/requirements.lock \
     export REPROBUILD_LOCK_SHA256=96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4 SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
       PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1 \
+      PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
  && python3 -m venv --without-pip /opt/venv \
- && pip=/.reprobuild/bootstrap/bin/pip \
- && { python3 -m venv /.reprobuild/bootstrap || pip="python3 -m pip"; } \
- && $pip --python /opt/venv/bin/python install \
+ && py=/.reprobuild/bootstrap/bin/python \
+ && { python3 -m venv /.reprobuild/bootstrap || py=python3; } \
+ && install="$py -m pip --python /opt/venv/bin/python install" \
+ && { $py -m pip --python /opt/venv/bin/python --version >/dev/null 2>&1 \
+      || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; } \
+ && $install \
       --no-index --find-links /.reprobuild/wheels \
       --require-hashes --only-binary=:all: \
       -r /.reprobuild/requirements.lock \
