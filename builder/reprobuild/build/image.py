@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from reprobuild._util import jsonload, leftovers
-from reprobuild._util.progress import timed
 from reprobuild._util.fsutil import write_atomic
+from reprobuild._util.progress import timed
 from reprobuild.backends import buildah, layerload
 from reprobuild.backends.builders import REPRODUCIBLE, Builder
 from reprobuild.backends.engine import Engine, RunResult
@@ -357,9 +357,7 @@ def _build_image(
         ctx.mkdir()
         write_tree(files, ctx, epoch=spec.epoch)
         if not online:
-            fetch_wheels(
-                spec.lock, Target.from_probe(probe), ctx / "wheels", log=log, bar=bar
-            )
+            fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log, bar=bar)
             if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
                 clamp_times(ctx, spec.epoch)  # the linked wheels become copies first
         # Hermetic builds get no network unless apt packages must be fetched.

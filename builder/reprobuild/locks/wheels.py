@@ -285,9 +285,7 @@ def _hash_mismatch(lock: Lock, stderr: str) -> WheelError | None:
 _DOWNLOAD_PREFIX = ".download-"
 
 
-def _download_into_cache(
-    lock: Lock, target: Target, folder: Path, log: Log, show: Show
-) -> None:
+def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, show: Show) -> None:
     """Fetch what the cache lacks into a temp dir inside it; move in only files whose sha256
     is one of the lock's hashes, each by an atomic rename. A failed download changes nothing
     in the cache; a good file replaces a damaged entry of the same name only once verified."""
