@@ -155,7 +155,10 @@ def test_a_wrong_hash_is_still_refused(tmp_path: Path, index: tuple[str, dict[st
     said: list[str] = []
     with pytest.raises(WheelError, match=r"rbprog-beta==1\.0 has sha256 [0-9a-f]{64}, which is"):
         fetch_wheels(lock, TARGET, tmp_path / "ctx", log=said.append)
-    assert not (tmp_path / "cache" / "wheels" / TARGET.key / built["rbprog-beta"].name).exists()
+    # as strict as before: a failed fetch puts nothing in the cache, not even the good files
+    assert not list((tmp_path / "cache" / "wheels" / TARGET.key).glob("*.whl"))
+    assert said[0] == f"fetching 3 locked wheels for {TARGET.key}"
+    assert not any(line.startswith("fetched 3 files") for line in said), said
 
 
 CHILD = """

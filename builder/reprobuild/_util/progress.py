@@ -122,6 +122,13 @@ class Transfers:
         self._name, self._bytes, self._total = None, 0, None
         self.tick()
 
+    def drop(self) -> None:
+        """The file in flight did not arrive (its transfer failed): not counted, not said."""
+        if self._live is not None and self._file_task is not None:
+            self._live.remove_task(self._file_task)
+            self._file_task = None
+        self._name, self._bytes, self._total = None, 0, None
+
     def tick(self) -> None:
         """Refresh the total: the bar's row, or a plain line when ``every`` seconds passed."""
         now = self._clock()

@@ -247,6 +247,8 @@ def _run_pip(argv: list[str], tmp: Path, progress: Transfers) -> tuple[int, str]
                     break
                 _follow_pip(line, progress)
             code = proc.wait()
+            if code != 0:  # the file pip was on when it failed did not arrive
+                progress.drop()
         finally:
             if proc.poll() is None:  # interrupted: pip must not go on alone
                 proc.kill()
