@@ -261,3 +261,15 @@ def test_raw_progress_lines_move_the_file_in_flight() -> None:
         "a-1-py3-none-any.whl: 1.5 MB of 2.0 MB"
     )
     assert said[1].startswith("fetched a-1-py3-none-any.whl: 2.0 MB in 16.0 s (125.0 kB/s)")
+
+
+def test_a_local_wheel_is_counted_at_its_size(tmp_path: Path) -> None:
+    """A file: index or --find-links: pip copies the file (``Processing PATH``), no bytes to
+    follow; the file still counts, at its size on disk."""
+    wheel = make_wheel(tmp_path, "rbprog-local", 10_000)
+    said: list[str] = []
+    with Transfers(said.append, count=1, every=60.0, clock=lambda: 0.0) as progress:
+        wheels._follow_pip(f"Processing {wheel}", progress)
+        wheels._follow_pip(f"Saved ./{wheel.name}", progress)
+    n = wheel.stat().st_size
+    assert said == [f"fetched {wheel.name}: {size(n)} in 0.0 s (-); 1/1 files, {size(n)}"]

@@ -7,6 +7,7 @@ sha256 is one of the lock's hashes for that requirement.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -187,6 +188,7 @@ _PIP_FILE_RE = re.compile(
     r"^\s*(?:Downloading|Using cached|Resuming download)\s+(?P<url>\S+)"
     r"(?:\s+\((?:(?P<from>[0-9.]+ \S+)/)?(?P<size>[0-9.]+ (?:bytes|kB|MB|GB|TB))\))?\s*$"
 )
+_PIP_LOCAL_RE = re.compile(r"^\s*Processing (?P<path>/\S+\.whl)\s*$")
 _PIP_RAW_RE = re.compile(r"^Progress (?P<done>\d+) of (?P<total>\d+)\s*$")
 _PIP_SAVED_RE = re.compile(r"^\s*(?:Saved |Successfully downloaded |File was already downloaded )")
 _UNITS = {"bytes": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
@@ -212,6 +214,11 @@ def _follow_pip(line: str, progress: Transfers) -> None:
         progress.start(name, _pip_size(started["size"]))
         if started["from"]:
             progress.update(_pip_size(started["from"]) or 0)
+    elif local := _PIP_LOCAL_RE.match(line):  # a file: index or --find-links: copied
+        path = Path(local["path"])
+        with contextlib.suppress(OSError):
+            progress.start(path.name, path.stat().st_size)
+            progress.update(path.stat().st_size)
     elif line.lstrip().startswith("Collecting ") or _PIP_SAVED_RE.match(line):
         progress.finish()
     else:
