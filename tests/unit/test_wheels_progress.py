@@ -269,7 +269,9 @@ def test_a_local_wheel_is_counted_at_its_size(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "rbprog-local", 10_000)
     said: list[str] = []
     with Transfers(said.append, count=1, every=60.0, clock=lambda: 0.0) as progress:
-        wheels._follow_pip(f"Processing {wheel}", progress)
+        # pip says where it read the file; one that is not there (cannot be) is not counted
+        wheels._follow_pip(f"Processing {wheel} (from -r /tmp/x/req.lock (line 5))", progress)
+        wheels._follow_pip(f"Processing {tmp_path / 'gone-1.0-py3-none-any.whl'}", progress)
         wheels._follow_pip(f"Saved ./{wheel.name}", progress)
     n = wheel.stat().st_size
     assert said == [f"fetched {wheel.name}: {size(n)} in 0.0 s (-); 1/1 files, {size(n)}"]

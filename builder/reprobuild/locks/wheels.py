@@ -188,7 +188,7 @@ _PIP_FILE_RE = re.compile(
     r"^\s*(?:Downloading|Using cached|Resuming download)\s+(?P<url>\S+)"
     r"(?:\s+\((?:(?P<from>[0-9.]+ \S+)/)?(?P<size>[0-9.]+ (?:bytes|kB|MB|GB|TB))\))?\s*$"
 )
-_PIP_LOCAL_RE = re.compile(r"^\s*Processing (?P<path>/\S+\.whl)\s*$")
+_PIP_LOCAL_RE = re.compile(r"^\s*Processing (?P<path>/\S+\.whl)(?:\s+\(from .*\))?\s*$")
 _PIP_RAW_RE = re.compile(r"^Progress (?P<done>\d+) of (?P<total>\d+)\s*$")
 _PIP_SAVED_RE = re.compile(r"^\s*(?:Saved |Successfully downloaded |File was already downloaded )")
 _UNITS = {"bytes": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
