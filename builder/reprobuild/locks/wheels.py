@@ -192,6 +192,7 @@ _PIP_LOCAL_RE = re.compile(r"^\s*Processing (?P<path>/\S+\.whl)(?:\s+\(from .*\)
 _PIP_RAW_RE = re.compile(r"^Progress (?P<done>\d+) of (?P<total>\d+)\s*$")
 _PIP_SAVED_RE = re.compile(r"^\s*(?:Saved |Successfully downloaded |File was already downloaded )")
 _UNITS = {"bytes": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_TICK_S = 0.5  # how often the total is looked at while pip says nothing
 
 
 def _pip_size(text: str | None) -> int | None:
@@ -264,9 +265,6 @@ def _run_pip(argv: list[str], tmp: Path, progress: Transfers) -> tuple[int, str]
             proc.stdout.close()
         err.seek(0)
         return code, err.read()
-
-
-_TICK_S = 0.5
 
 
 _MISMATCH_RE = re.compile(
