@@ -11,10 +11,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 from reprobuild._util import jsonload, leftovers
 from reprobuild._util.fsutil import write_atomic
+from reprobuild._util.progress import timed
 from reprobuild.backends import buildah, layerload
 from reprobuild.backends.builders import REPRODUCIBLE, Builder
 from reprobuild.backends.engine import Engine, RunResult
@@ -262,8 +263,11 @@ def build_image(
     variant: str | None = None,
     note: Log | None = None,
     push: str | None = None,
+    bar: TextIO | None = None,
 ) -> ImageResult:
-    """``note`` gets the lines that are said even with a quiet ``log`` (leftovers removed)."""
+    """``note`` gets the lines that are said even with a quiet ``log`` (leftovers removed).
+    ``bar``: where to draw the wheel fetch's live progress bar when it is a terminal (else
+    its progress is plain lines through ``log``)."""
     engine = engine or Engine()
     try:
         return _build_image(
@@ -280,6 +284,7 @@ def build_image(
             note=note or log,
             variant=variant,
             push=push,
+            bar=bar,
         )
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
         leftovers.reap(engine, log, mine=True, also=[buildah.Storage()])
@@ -301,6 +306,7 @@ def _build_image(
     note: Log,
     variant: str | None,
     push: str | None,
+    bar: TextIO | None,
 ) -> ImageResult:
     if builder == "buildah":
         buildah.require()  # before any work: a missing tool is the first thing to hear about
@@ -351,7 +357,7 @@ def _build_image(
         ctx.mkdir()
         write_tree(files, ctx, epoch=spec.epoch)
         if not online:
-            fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log)
+            fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log, bar=bar)
             if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
                 clamp_times(ctx, spec.epoch)  # the linked wheels become copies first
         # Hermetic builds get no network unless apt packages must be fetched.
@@ -369,15 +375,16 @@ def _build_image(
                 push=push,
             )
         try:
-            engine.build(
-                ctx,
-                scratch,
-                builder=builder,
-                log=log,
-                no_cache=no_cache,
-                network=network,
-                epoch=epoch,
-            )
+            with timed(log, f"building the image ({builder})"):
+                engine.build(
+                    ctx,
+                    scratch,
+                    builder=builder,
+                    log=log,
+                    no_cache=no_cache,
+                    network=network,
+                    epoch=epoch,
+                )
             manifest, sbom_json = _manifest(
                 engine,
                 spec,
@@ -432,9 +439,10 @@ def _build_buildah(
         if no_cache:
             buildah.forget(spec.name, spec.variant)
         previous = buildah.image_id(buildah.cache_name(spec.name, spec.variant))
-        scratch_id = buildah.bud(
-            ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
-        )
+        with timed(log, "building the image with buildah"):
+            scratch_id = buildah.bud(
+                ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
+            )
         manifest, sbom_json = _manifest(buildah.Prober(), spec, scratch_id, info)
         stamp = ctx.parent / "stamp"
         stamp.mkdir()
@@ -449,9 +457,16 @@ def _build_buildah(
                 final_id, f"docker://{push}", tls_verify=not buildah.insecure(pushed), log=log
             )
         # Into the engine last: the tag appears only once everything else worked.
-        _into_engine(
-            engine, final_id, final, log, lock=spec.lock.sha256, base=spec.base, previous=previous
-        )
+        with timed(log, f"loading {final} into the engine"):
+            _into_engine(
+                engine,
+                final_id,
+                final,
+                log,
+                lock=spec.lock.sha256,
+                base=spec.base,
+                previous=previous,
+            )
         done = True
     finally:
         if done:  # the stamped image keeps the layer cache; its run-specific name goes

@@ -7,26 +7,35 @@ sha256 is one of the lock's hashes for that requirement.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.metadata
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import IO, TextIO
+from urllib.parse import unquote, urlsplit
 
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from reprobuild._util import jsonload, leftovers
 from reprobuild._util.fsutil import write_atomic
+from reprobuild._util.progress import Transfers
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import Lock
 
 Log = Callable[[str], None]
+Show = Callable[[int], Transfers]  # the progress display for a download of N files
 _MANYLINUX_LEGACY = {5: "manylinux1", 12: "manylinux2010", 17: "manylinux2014"}
 
 
@@ -129,7 +138,7 @@ def _unmatched(lock: Lock, index: dict[str, str]) -> list[str]:
     ]
 
 
-def _pip_download(lock: Lock, target: Target, folder: Path, log: Log) -> None:
+def _pip_download(lock: Lock, target: Target, folder: Path, log: Log, show: Show) -> None:
     """Download the lock's wheels into ``folder`` (a fresh temp dir: pip removes a file it
     finds there with a hash it does not expect, so it never sees the cache itself)."""
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("lock")) as tmp:
@@ -138,7 +147,7 @@ def _pip_download(lock: Lock, target: Target, folder: Path, log: Log) -> None:
         argv = [
             sys.executable, "-m", "pip", "download",
             "--require-hashes", "--only-binary=:all:", "--no-deps",
-            "--disable-pip-version-check", "--progress-bar", "off",
+            "--disable-pip-version-check", "--progress-bar", _pip_progress_bar(),
             "--python-version", target.python_version,
             "--implementation", "cp",
             "--abi", target.abi, "--abi", "abi3", "--abi", "none",
@@ -146,17 +155,116 @@ def _pip_download(lock: Lock, target: Target, folder: Path, log: Log) -> None:
             "-d", str(folder), "-r", str(req),
         ]  # fmt: skip
         log(f"fetching {len(lock.requirements)} locked wheels for {target.key}")
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        mismatch = _hash_mismatch(lock, proc.stderr)
-        if mismatch:
-            raise mismatch
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        first = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else "pip failed")
-        raise WheelError(
-            f"cannot fetch the locked wheels for {target.key}: {first.strip()}",
-            hint="check the lock was compiled for this Python/platform, or build with --online",
-        )
+        progress = show(len(lock.requirements))
+        code, stderr = _run_pip(argv, Path(tmp), progress)
+    if code == 0:  # the exact bytes, where pip's own lines may have given rounded sizes
+        files = [p for p in folder.iterdir() if p.is_file()]
+        log(progress.summary(len(files), sum(p.stat().st_size for p in files)))
+        return
+    mismatch = _hash_mismatch(lock, stderr)
+    if mismatch:
+        raise mismatch
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else "pip failed")
+    raise WheelError(
+        f"cannot fetch the locked wheels for {target.key}: {first.strip()}",
+        hint="check the lock was compiled for this Python/platform, or build with --online",
+    )
+
+
+def _pip_progress_bar() -> str:
+    """``raw`` where this interpreter's pip has it (24.1 and later: ``Progress N of M`` lines,
+    the bytes of the file in flight); else ``off`` (then progress is file by file, from pip's
+    ``Downloading NAME (SIZE)`` lines). pip runs as ``sys.executable -m pip``: the same pip."""
+    try:
+        version = Version(importlib.metadata.version("pip"))
+    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+        return "off"
+    return "raw" if version >= Version("24.1") else "off"
+
+
+# What pip says on stdout while it downloads (the parts of it progress is read from).
+_PIP_FILE_RE = re.compile(
+    r"^\s*(?:Downloading|Using cached|Resuming download)\s+(?P<url>\S+)"
+    r"(?:\s+\((?:(?P<from>[0-9.]+ \S+)/)?(?P<size>[0-9.]+ (?:bytes|kB|MB|GB|TB))\))?\s*$"
+)
+_PIP_LOCAL_RE = re.compile(r"^\s*Processing (?P<path>/\S+\.whl)(?:\s+\(from .*\))?\s*$")
+_PIP_RAW_RE = re.compile(r"^Progress (?P<done>\d+) of (?P<total>\d+)\s*$")
+_PIP_SAVED_RE = re.compile(r"^\s*(?:Saved |Successfully downloaded |File was already downloaded )")
+_UNITS = {"bytes": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_TICK_S = 0.5  # how often the total is looked at while pip says nothing
+
+
+def _pip_size(text: str | None) -> int | None:
+    """pip's rounded ``12.3 MB`` as bytes (an estimate until its own count says more)."""
+    if not text:
+        return None
+    number, unit = text.split()
+    return int(float(number) * _UNITS[unit])
+
+
+def _follow_pip(line: str, progress: Transfers) -> None:
+    """Feed one line of pip's stdout to ``progress``."""
+    if raw := _PIP_RAW_RE.match(line):
+        progress.update(int(raw["done"]), int(raw["total"]) or None)
+    elif started := _PIP_FILE_RE.match(line):
+        name = unquote(urlsplit(started["url"]).path.rsplit("/", 1)[-1]) or started["url"]
+        if name.endswith(".metadata"):  # PEP 658 metadata, fetched while resolving
+            progress.finish()
+            return
+        progress.start(name, _pip_size(started["size"]))
+        if started["from"]:
+            progress.update(_pip_size(started["from"]) or 0)
+    elif local := _PIP_LOCAL_RE.match(line):  # a file: index or --find-links: copied
+        path = Path(local["path"])
+        with contextlib.suppress(OSError):
+            progress.start(path.name, path.stat().st_size)
+            progress.update(path.stat().st_size)
+    elif line.lstrip().startswith("Collecting ") or _PIP_SAVED_RE.match(line):
+        progress.finish()
+    else:
+        progress.tick()
+
+
+def _run_pip(argv: list[str], tmp: Path, progress: Transfers) -> tuple[int, str]:
+    """Run pip with its stdout followed line by line into ``progress`` (a reader thread, so
+    the total is said on time while pip is silent) and its stderr kept for the error."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    with (tmp / "pip.stderr").open("w+") as err, progress:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
+            errors="replace",
+        )  # fmt: skip
+        assert proc.stdout is not None
+
+        def read(stdout: IO[str]) -> None:
+            for line in stdout:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
+        reader.start()
+        try:
+            while True:
+                try:
+                    line = lines.get(timeout=_TICK_S)
+                except queue.Empty:
+                    progress.tick()
+                    continue
+                if line is None:
+                    break
+                _follow_pip(line, progress)
+            code = proc.wait()
+            if code != 0:  # the file pip was on when it failed did not arrive
+                progress.drop()
+        finally:
+            if proc.poll() is None:  # interrupted: pip must not go on alone
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=5)
+            proc.stdout.close()
+        err.seek(0)
+        return code, err.read()
 
 
 _MISMATCH_RE = re.compile(
@@ -184,7 +292,7 @@ def _hash_mismatch(lock: Lock, stderr: str) -> WheelError | None:
 _DOWNLOAD_PREFIX = ".download-"
 
 
-def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log) -> None:
+def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, show: Show) -> None:
     """Fetch what the cache lacks into a temp dir inside it; move in only files whose sha256
     is one of the lock's hashes, each by an atomic rename. A failed download changes nothing
     in the cache; a good file replaces a damaged entry of the same name only once verified."""
@@ -201,7 +309,7 @@ def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log) -> 
     leftovers.reap_dir(folder, _DOWNLOAD_PREFIX)
     staging = Path(tempfile.mkdtemp(prefix=f"{_DOWNLOAD_PREFIX}{leftovers.owner()}-", dir=folder))
     try:
-        _pip_download(wanted, target, staging, log)
+        _pip_download(wanted, target, staging, log, show)
         for path in sorted(staging.iterdir()):
             if path.is_file() and not path.is_symlink() and _sha256(path) in allowed:
                 os.replace(path, folder / path.name)
@@ -218,11 +326,27 @@ def _verified(path: Path, digest: str) -> bool:
         return False
 
 
-def fetch_wheels(lock: Lock, target: Target, dest: Path, *, log: Log = print) -> list[Path]:
-    """Fill ``dest`` with exactly the wheels the lock pins for ``target``; return their paths."""
+def fetch_wheels(
+    lock: Lock,
+    target: Target,
+    dest: Path,
+    *,
+    log: Log = print,
+    bar: TextIO | None = None,
+    every: float = 10.0,
+) -> list[Path]:
+    """Fill ``dest`` with exactly the wheels the lock pins for ``target``; return their paths.
+
+    The download's progress (per file and in total, bytes and rate) is a live bar on ``bar``
+    where that is a terminal, else plain lines through ``log``: one per file fetched and a
+    total every ``every`` seconds (:class:`~reprobuild._util.progress.Transfers`)."""
     folder = cache_root() / "wheels" / target.key
+
+    def show(count: int) -> Transfers:
+        return Transfers(log, count=count, bar=bar, every=every)
+
     try:
-        return _fetch_wheels(lock, target, folder, dest, log)
+        return _fetch_wheels(lock, target, folder, dest, log, show)
     except OSError as exc:
         where = exc.filename or folder
         raise WheelError(
@@ -231,10 +355,12 @@ def fetch_wheels(lock: Lock, target: Target, dest: Path, *, log: Log = print) ->
         ) from None
 
 
-def _fetch_wheels(lock: Lock, target: Target, folder: Path, dest: Path, log: Log) -> list[Path]:
+def _fetch_wheels(
+    lock: Lock, target: Target, folder: Path, dest: Path, log: Log, show: Show
+) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     if _unmatched(lock, _hash_index(folder)):
-        _download_into_cache(lock, target, folder, log)
+        _download_into_cache(lock, target, folder, log, show)
     else:
         log(f"all {len(lock.requirements)} locked wheels are cached for {target.key}")
     by_hash = {digest: folder / name for name, digest in _hash_index(folder).items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from reprobuild.backends.builders import BUILDERS
 from reprobuild.cli.options import _text, directory, json_flag, quiet_flag, variant_options
@@ -44,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from reprobuild.build.image import build_image
 
-    log = (lambda _: None) if args.quiet or args.json else err
+    quiet = args.quiet or args.json
+    log = (lambda _: None) if quiet else err
     result = build_image(
         args.directory,
         gpu=args.gpu,
@@ -58,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
         note=err,
         variant=args.variant,
         push=args.push,
+        # the wheel fetch's live bar where stderr is a terminal (never stdout: it carries
+        # the tag or the JSON); plain lines through log elsewhere
+        bar=None if quiet else sys.stderr,
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
