@@ -375,7 +375,7 @@ def _pick_python(
             )
         except ReprobuildError as exc:
             first = first or exc
-            if "Python" not in str(exc) and "wheel" not in str(exc):
+            if f"Python {python}" not in exc.message:  # not about this Python: no other fits
                 raise
             skipped.append((python, exc.message))
             continue

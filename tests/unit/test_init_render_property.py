@@ -1,0 +1,89 @@
+"""What `init` writes, `render` takes as it is (issue 38): for every lock in the tests' data
+(wild, native, good and bad), init either refuses it in one line and writes nothing, or writes
+a project that render, with no flag at all, turns into a build context.
+
+Run in-process (the same library calls the two commands make) to keep it to seconds; the CLI
+path of the same property has its own tests (test_wild_locks, test_init)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reprobuild.build.context import write_context
+from reprobuild.build.initservices import init_services
+from reprobuild.build.plan import plan_build, record_new_base
+from reprobuild.build.render import render_context
+from reprobuild.errors import ReprobuildError
+from reprobuild.locks.lockfile import format_of_file
+from reprobuild.project.init import InitOptions, init_project
+
+LOCKS = Path(__file__).resolve().parent.parent / "data" / "lockfiles"
+NOT_LOCKS = ("pyproject.toml", "Pipfile", "README.md", "LICENSE")
+COMMAND = ("python", "train.py")
+
+
+def _is_lock(path: Path) -> bool:
+    if path.name in NOT_LOCKS or path.name.startswith("export-") or path.suffix == ".expected":
+        return False
+    if path.name == "sync-dry-run.txt":
+        return False
+    if format_of_file(path) != "requirements":
+        return True
+    try:
+        return "--hash" in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+CASES = sorted(str(p.relative_to(LOCKS)) for p in LOCKS.rglob("*") if p.is_file() and _is_lock(p))
+
+
+def _project(tmp_path: Path, lock: str) -> tuple[Path, str]:
+    """A project folder holding the lock (and, for a native lock, its folder's files)."""
+    source = LOCKS / lock
+    project = tmp_path / "proj"
+    if source.parent.parent.name in ("wild", "native"):
+        shutil.copytree(source.parent, project)
+    else:
+        project.mkdir(parents=True)
+        shutil.copy(source, project / source.name)
+    (project / "train.py").write_text("print('train')\n")
+    return project, source.name
+
+
+@pytest.mark.parametrize("lock", CASES)
+def test_what_init_accepts_render_takes_with_no_flag(tmp_path: Path, lock: str) -> None:
+    project, name = _project(tmp_path, lock)
+    before = sorted(p.name for p in project.iterdir())
+    try:
+        init_project(project, InitOptions(lock=name, command=COMMAND), init_services())
+    except ReprobuildError as exc:  # refused: one line, nothing written
+        assert "\n" not in exc.message
+        assert sorted(p.name for p in project.iterdir()) == before
+        return
+    planned = plan_build(project)  # no --gpu, --base, --variant: what init wrote
+    record_new_base(planned, lambda _line: None)
+    out = tmp_path / "ctx"
+    write_context(
+        render_context(planned.spec), out, epoch=planned.spec.epoch, project=project,
+        protected=(), reprobuild_owned=False,
+    )  # fmt: skip
+    assert (out / "Dockerfile").is_file() and (out / "requirements.lock").is_file()
+
+
+def test_the_property_covers_enough_locks(tmp_path: Path) -> None:
+    """Not vacuous: locks of every format are in it, and init accepts some of each."""
+    accepted = set()
+    for number, lock in enumerate(CASES):
+        project, name = _project(tmp_path / str(number), lock)
+        try:
+            init_project(project, InitOptions(lock=name, command=COMMAND), init_services())
+        except ReprobuildError:
+            continue
+        accepted.add(lock)
+    formats = {format_of_file(LOCKS / c) for c in accepted}
+    assert formats == {"uv", "poetry", "pdm", "pipfile", "pylock", "requirements"}
+    assert len(CASES) >= 100 and len(accepted) >= 20
