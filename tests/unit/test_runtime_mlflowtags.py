@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild.build.runtimefiles import runtime_package
-from reprobuild_entrypoint import mlflowtags
+from reprobuild_entrypoint import mlflowtags, stackfacts
 
 MANIFEST = {
     "schema_version": 1,
@@ -75,7 +75,7 @@ def test_tags_take_host_facts_from_the_run_record(manifest: Path, tmp_path: Path
     )
     assert (tags["reprobuild.gpu.count"], tags["reprobuild.gpu.names"]) == ("2", "H100")
     assert tags["reprobuild.gpu.driver"] == "550.1"
-    files = mlflowtags.artifact_files(env, manifest)
+    files = stackfacts.artifact_files(env, manifest)
     assert files == [manifest, tmp_path / "run-r1.json"]
 
 
