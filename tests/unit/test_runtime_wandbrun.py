@@ -96,13 +96,23 @@ def _image(where: Path, run_id: str = "r1") -> dict[str, str]:
     }
 
 
-def _launch(site: Path, where: Path, source: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _launch(
+    site: Path, where: Path, source: str, *, entrypoint: bool = False, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``source`` under the start-up hook; ``entrypoint``: under the image's entrypoint
+    too, which writes the real run record (and sets ``REPRO_RUN_ID``) first."""
     script = where / "train.py"
     script.write_text(textwrap.dedent(source))
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "REPRO"))}
+    image = _image(where)
+    first: list[str] = []
+    if entrypoint:
+        del image["REPRO_RUN_ID"]
+        (where / "records" / "run-r1.json").unlink()
+        first = [sys.executable, "-m", "reprobuild_entrypoint", "--"]
     return subprocess.run(
-        [sys.executable, "-c", LAUNCH, str(site), str(script)],
-        env={**clean, **_image(where), **env},
+        [*first, sys.executable, "-c", LAUNCH, str(site), str(script)],
+        env={**clean, **image, **env},
         cwd=where,
         capture_output=True,
         text=True,
@@ -127,7 +137,7 @@ def seeded(
     out = {}
     for seed in ("11", "12"):
         where = tmp_path_factory.mktemp(f"seed{seed}")
-        out[seed] = (where, _launch(site_dir, where, PLAIN, REPRO_SEED=seed))
+        out[seed] = (where, _launch(site_dir, where, PLAIN, entrypoint=True, REPRO_SEED=seed))
     return out
 
 
@@ -147,13 +157,15 @@ def test_an_unmodified_run_carries_the_stack(
         assert stack["base"] == MANIFEST["base_ref"]
         assert (stack["image"], stack["image.ref"]) == ("reprobuild-test/wandb", IMAGE)
         assert (stack["determinism"], stack["cpu.mode"]) == ("warn", "native")
-        assert stack["cpu.model"] == "Some CPU" and stack["run_id"] == "r1"
+        record = where / "records" / f"run-{stack['run_id']}.json"  # the entrypoint's, real
+        assert json.loads(record.read_text())["kind"] == "reprobuild.run"
+        assert stack["cpu.model"] == json.loads(record.read_text())["host"]["cpu"]["model"]
         assert isinstance(stack["threads"], int)
         assert run.docker == IMAGE
-        assert {"reprobuild/manifest.json", "reprobuild/run-r1.json"} <= set(run.files)
+        assert {"reprobuild/manifest.json", f"reprobuild/{record.name}"} <= set(run.files)
         files = offline_runs(where / "wandb")[0] / "files" / "reprobuild"
         assert (files / "manifest.json").read_bytes() == manifest
-        assert json.loads((files / "run-r1.json").read_text())["run_id"] == "r1"
+        assert (files / record.name).read_bytes() == record.read_bytes()
         assert "history" in run.kinds  # the run itself went on: its three steps are there
 
 
@@ -162,8 +174,45 @@ def test_another_seed_shows_in_the_run(
 ) -> None:
     stacks = {seed: _runs(where)[0].config["reprobuild"] for seed, (where, _) in seeded.items()}
     assert (stacks["11"]["seed"], stacks["12"]["seed"]) == (11, 12)
-    same = {k: v for k, v in stacks["11"].items() if k not in ("seed", "rank_seed")}
-    assert same == {k: v for k, v in stacks["12"].items() if k not in ("seed", "rank_seed")}
+    ignore = ("seed", "rank_seed", "run_id")
+    same = {k: v for k, v in stacks["11"].items() if k not in ignore}
+    assert same == {k: v for k, v in stacks["12"].items() if k not in ignore}
+
+
+def test_diff_of_two_offline_runs_names_the_seed(
+    seeded: dict[str, tuple[Path, subprocess.CompletedProcess[str]]],
+) -> None:
+    from helpers import run_cli
+
+    a, b = (offline_runs(where / "wandb")[0] for where, _ in seeded.values())
+    proc = run_cli("diff", str(a), str(b), "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["a"]["source"] == str(a)
+    seeds = [d for d in report["differences"] if d["key"] == "seed"]
+    assert seeds and (seeds[0]["a"], seeds[0]["b"]) == (11, 12), report["differences"]
+    same = run_cli("diff", str(a), str(a))
+    assert same.returncode == 0, same.stdout + same.stderr
+
+
+def test_diff_of_a_wandb_run_without_the_stack_is_one_error_line(tmp_path: Path) -> None:
+    from helpers import run_cli
+
+    run_dir = tmp_path / "offline-run-20260101_000000-abc"
+    (run_dir / "files").mkdir(parents=True)
+    (run_dir / "run-abc.wandb").write_bytes(b":W&B\xe1\xbe\x00")
+    proc = run_cli("diff", str(run_dir), str(run_dir))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0] == (
+        f"error: {run_dir} is a W&B run with no run record or manifest under files/reprobuild/"
+    )
+
+
+def test_diff_names_the_runtimes_folder() -> None:
+    from reprobuild.checks import wandbruns
+
+    assert f"files/{wandbrun.FILES_DIR}" == wandbruns.FILES_DIR
+    assert wandbruns.MANIFEST_NAME == wandbrun.MANIFEST_NAME
 
 
 def test_the_programs_own_tags_config_and_group_are_kept(site_dir: Path, tmp_path: Path) -> None:
