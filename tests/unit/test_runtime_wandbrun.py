@@ -312,3 +312,51 @@ def test_the_reader_refuses_a_damaged_file(tmp_path: Path) -> None:
     good[-1] ^= 1
     with pytest.raises(ValueError, match="bad record"):
         payloads(bytes(good))
+
+
+LIGHTNING = """
+import lightning as L
+import torch
+from lightning.pytorch.loggers import WandbLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, _):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+x = torch.randn(32, 4)
+logger = WandbLogger(project="lightning", tags=["lit"], config={"batch": 8}, group="g")
+trainer = L.Trainer(
+    max_epochs=2, logger=logger, log_every_n_steps=1, enable_progress_bar=False,
+    enable_model_summary=False, enable_checkpointing=False,
+)
+trainer.fit(Model(), DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8))
+"""
+
+
+@pytest.mark.heavy
+def test_a_lightning_wandb_logger_run_carries_the_stack(site_dir: Path, tmp_path: Path) -> None:
+    """Lightning's ``WandbLogger`` opens the run itself (``wandb.init(**its arguments)``): the
+    run carries the stack beside the logger's own tags, config and group."""
+    proc = _launch(site_dir, tmp_path, LIGHTNING, REPRO_SEED="21")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _ours(proc.stderr) == []
+    (run,) = _runs(tmp_path)
+    assert run.config["reprobuild"]["seed"] == 21
+    assert run.config["reprobuild"]["manifest_sha256"]
+    assert run.tags == ["lit"] and run.group == "g"
+    assert run.config["batch"] == 8
+    assert "reprobuild/manifest.json" in run.files
+    assert run.kinds.count("history") >= 8  # 2 epochs of 4 steps, each step logged
