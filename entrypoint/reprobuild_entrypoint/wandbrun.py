@@ -109,15 +109,22 @@ def _stamp(run: Any) -> None:
     manifest = runrecord.default_manifest_path(os.environ)
     facts = run_facts(os.environ, manifest)
     config = run.config
-    mine = config.get(CONFIG_KEY) if hasattr(config, "get") else None
-    if mine is not None and mine != facts:
-        warn(f"the run's config has its own {CONFIG_KEY!r} key: left as the program set it")
-    elif mine is None:
+    held = config.get(CONFIG_KEY) if hasattr(config, "get") else None
+    if held is None or _is_ours(held):
+        # a resumed run holds an earlier session's stack: this session's replaces it
         config.update({CONFIG_KEY: facts}, allow_val_change=True)
+    else:
+        warn(f"the run's config has its own {CONFIG_KEY!r} key: left as the program set it")
     if getattr(run, "disabled", False):
         return
     files = artifact_files(os.environ, manifest)
     _save_files(run, [(MANIFEST_NAME if p == manifest else p.name, p) for p in files])
+
+
+def _is_ours(value: Any) -> bool:
+    """A stack this hook wrote (in an earlier session of a resumed run): a mapping with the
+    manifest's sha256 or the seed's source, which every stack names."""
+    return hasattr(value, "keys") and bool({"manifest_sha256", "seed_source"} & set(value.keys()))
 
 
 def _save_files(run: Any, files: list[tuple[str, Path]]) -> None:

@@ -292,6 +292,35 @@ def test_a_failure_is_one_line_and_the_run_is_the_programs(
     assert "WANDB_DOCKER" not in os.environ
 
 
+class _ResumedConfig(dict[str, Any]):
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        assert kwargs.pop("allow_val_change") is True  # W&B refuses a changed value otherwise
+        super().update(*args, **kwargs)
+
+
+class _ResumedRun:
+    """A run resumed from an earlier session: its config holds that session's stack."""
+
+    disabled = True  # no files: the config is what is looked at here
+
+    def __init__(self) -> None:
+        self.config = _ResumedConfig(reprobuild={"seed": 3, "seed_source": "REPRO_SEED"}, lr=1)
+
+
+def test_a_resumed_runs_stack_is_this_sessions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(wandbrun, "_WARNED", [])
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(MANIFEST))
+    monkeypatch.setenv("REPROBUILD_MANIFEST_PATH", str(manifest))
+    monkeypatch.setenv("REPRO_SEED", "4")
+    run = _ResumedRun()
+    wandbrun.stamp(run)
+    assert run.config["reprobuild"]["seed"] == 4 and run.config["lr"] == 1
+    assert capsys.readouterr().err == ""
+
+
 def test_outside_an_image_wandb_is_left_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
