@@ -21,6 +21,8 @@ this package. It imports no framework; it only watches for their import. What it
    it. Then it seeds ``random`` (when it is imported: now, if it already is) and, through
    :mod:`~reprobuild_entrypoint.importhook`, configures numpy, torch, tensorflow and keras
    right after the program imports them (:mod:`~reprobuild_entrypoint.frameworks`).
+   In every mode, ``off`` too, the same hook adds the stack to the program's Weights & Biases
+   runs once it imports ``wandb`` (:mod:`~reprobuild_entrypoint.wandbrun`).
 4. Under the entrypoint with ``REPRO_RUN_DIR`` set (``REPRO_RUN_ID`` present at start), writes
    ``run-<id>-frameworks-<host>-<pid>.json`` at exit: what was configured in this process and
    the versions seen. Only a process that configured a framework writes one, and never a
@@ -80,6 +82,17 @@ def _configure(name: str, module: object) -> None:
         frameworks.configure(name, module, _settings)  # type: ignore[arg-type]
 
 
+def _wandb(name: str, module: object) -> None:
+    """The stack in every W&B run (:mod:`~reprobuild_entrypoint.wandbrun`), in every mode: it
+    never raises (a failure is one line), so a strict run is not stopped over its tracker."""
+    try:
+        from reprobuild_entrypoint import wandbrun
+    except Exception as exc:
+        sys.stderr.write(f"reprobuild: W&B: the stack is left out of its runs ({exc})\n")
+        return
+    wandbrun.install(module)
+
+
 def _boot() -> None:
     global _settings
     from reprobuild_entrypoint import envplan, settings
@@ -132,12 +145,17 @@ def _boot() -> None:
             f"before start-up code runs; child processes get {wanted_hash_seed}): start through "
             "the image ENTRYPOINT or set PYTHONHASHSEED too"
         )
-    if resolved.mode == "off":
-        return
-    _check_cpus(resolved)
     from reprobuild_entrypoint import importhook
 
-    callbacks = {"random": _seed_random, **dict.fromkeys(FRAMEWORKS, _configure)}
+    if resolved.mode == "off":
+        importhook.install({"wandb": _wandb})
+        return
+    _check_cpus(resolved)
+    callbacks = {
+        "random": _seed_random,
+        **dict.fromkeys(FRAMEWORKS, _configure),
+        "wandb": _wandb,
+    }
     importhook.install(callbacks)
     if os.environ.get(RUN_DIR_VAR) and os.environ.get("REPRO_RUN_ID"):
         import atexit

@@ -7,10 +7,8 @@ runtime (``reprobuild_mlflow-<version>.dist-info``, written by :func:`dist_info`
 point names :class:`RunContext`; only MLflow loads this module. It imports nothing of MLflow's
 at module level and never raises into MLflow: a failure is one warning line on stderr.
 
-The tags (:func:`run_tags`) come from what the runtime already knows: the image's manifest
-(its sha256 and the build's identity), this process's settings (seed, rank seed, mode, threads,
-trial: each torchrun rank reads its own ``RANK``) and, under the entrypoint with
-``REPRO_RUN_DIR`` set, the run record (host CPU and GPU facts, the runtime's run id).
+The tags (:func:`run_tags`) are the stack's facts (:mod:`~reprobuild_entrypoint.stackfacts`,
+the same the W&B run config carries) under ``reprobuild.``.
 
 At the first run it tags, it arranges (``atexit``) to log the manifest and the run record as
 artifacts (under ``reprobuild/``) of the runs this process left active or ended last, if MLflow
@@ -20,14 +18,12 @@ a tracking server that went away never holds the program's exit longer than that
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 from reprobuild_entrypoint import __version__, runrecord
-from reprobuild_entrypoint.contract import IMAGE_VAR, RUN_DIR_VAR
-from reprobuild_entrypoint.settings import from_environ
+from reprobuild_entrypoint.stackfacts import artifact_files, in_context, run_facts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,79 +63,12 @@ def dist_info() -> dict[str, bytes]:
     }
 
 
-def run_record_path(environ: Mapping[str, str]) -> Path | None:
-    run_dir, run_id = environ.get(RUN_DIR_VAR, ""), environ.get("REPRO_RUN_ID", "")
-    if not run_dir or not run_id:
-        return None
-    return runrecord.run_record_path(run_dir, run_id)
-
-
-def _read_record(path: Path | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _section(data: Mapping[str, Any], *keys: str) -> dict[str, Any]:
-    for key in keys:
-        value = data.get(key) if isinstance(data, dict) else None
-        data = value if isinstance(value, dict) else {}
-    return dict(data)
-
-
 def run_tags(environ: Mapping[str, str], manifest_path: Path) -> dict[str, str]:
-    """The tags, from the manifest, the settings in ``environ`` and the run record (pure but
-    for reading those two files). Values that are unknown are left out, never ``"None"``."""
-    settings = from_environ(environ)
-    manifest = runrecord.manifest_info(manifest_path)
-    record = _read_record(run_record_path(environ))
-    cpu_host = _section(record, "host", "cpu")
-    cpu_run = _section(record, "cpu") or runrecord.cpu_section(settings)
-    gpu = _section(record, "host", "gpu")
-    devices = [d for d in gpu.get("devices") or [] if isinstance(d, dict)]
-    names = sorted({str(d["name"]) for d in devices if d.get("name")})
-    values: dict[str, object] = {
-        "image": manifest.get("name"),
-        "image.ref": environ.get(IMAGE_VAR, "").strip() or None,
-        "manifest_sha256": manifest.get("sha256"),
-        "lock_sha256": manifest.get("lock_sha256"),
-        "lock_file": manifest.get("lock_file"),
-        "base": manifest.get("base_ref"),
-        "builder_version": manifest.get("builder_version"),
-        "variant": settings.variant,
-        "seed": settings.seed,
-        "seed_source": settings.seed_source,
-        "rank": settings.rank,
-        "world_size": settings.world_size,
-        "rank_seed": settings.rank_seed,
-        "determinism": settings.mode,
-        "threads": settings.threads,
-        "trial": settings.trial,
-        "experiment_seed": settings.experiment_seed,
-        "cpu.mode": cpu_run.get("mode"),
-        "cpu.level": cpu_run.get("level"),
-        "cpu.model": cpu_host.get("model"),
-        "cpu.isa_level": cpu_host.get("level"),
-        "gpu.driver": gpu.get("driver_version"),
-        "gpu.count": len(devices) if devices else None,
-        "gpu.names": ", ".join(names) or None,
-        "gpu.cuda": _section(manifest, "gpu").get("cuda"),
-        "run_id": record.get("run_id"),
-    }
-    return {
-        TAG_PREFIX + key: str(value)[:MAX_TAG]
-        for key, value in values.items()
-        if value is not None and value != ""
-    }
-
-
-def artifact_files(environ: Mapping[str, str], manifest_path: Path) -> list[Path]:
-    """The manifest and this run's record, those that exist."""
-    return [p for p in (manifest_path, run_record_path(environ)) if p is not None and p.is_file()]
+    """The tags: :func:`~reprobuild_entrypoint.stackfacts.run_facts` under ``reprobuild.``,
+    as strings (pure but for reading the manifest and run record). Values that are unknown are
+    left out, never ``"None"``."""
+    facts = run_facts(environ, manifest_path)
+    return {TAG_PREFIX + key: str(value)[:MAX_TAG] for key, value in facts.items()}
 
 
 def _runs_to_upload(mlflow: Any) -> list[str]:
@@ -194,12 +123,7 @@ class RunContext:
 
     def in_context(self) -> bool:
         """In an image (its manifest is there) or under the entrypoint (a run id is set)."""
-        try:
-            return runrecord.default_manifest_path(os.environ).is_file() or bool(
-                os.environ.get("REPRO_RUN_ID")
-            )
-        except Exception:
-            return False
+        return in_context(os.environ)
 
     def tags(self) -> dict[str, str]:
         try:

@@ -6,6 +6,7 @@ run in containers on the host network, and the runs read back through MLflow's c
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -34,22 +35,23 @@ pytestmark = [pytest.mark.engine, pytest.mark.registry]
 QUIET = {"GIT_PYTHON_REFRESH": "quiet", "REPRO_RUN_DIR": "/tmp/run"}
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
-def tracking_server(where: Path) -> Iterator[str]:
-    """``mlflow server`` with a SQLite store and proxied artifacts under ``where``."""
+def tracking_server(where: Path, host: str = "127.0.0.1") -> Iterator[str]:
+    """``mlflow server`` with a SQLite store and proxied artifacts under ``where``, listening
+    on ``host``."""
     where.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    port = _free_port(host)
+    url = f"http://{host}:{port}"
     log = (where / "server.log").open("wb")
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1"),
+            *(sys.executable, "-m", "mlflow", "server", "--host", host),
             *("--port", str(port), "--workers", "1"),
             *("--backend-store-uri", f"sqlite:///{where / 'mlflow.db'}"),
             *("--artifacts-destination", str(where / "artifacts")),
@@ -227,3 +229,42 @@ def test_a_tracking_server_gone_before_exit_costs_one_line_and_bounded_time(
     ours = [line for line in err.splitlines() if line.startswith("reprobuild: MLflow")]
     assert len(ours) == 1 and "not logged as an artifact" in ours[0], err[-3000:]
     assert elapsed < mlflowtags.UPLOAD_TIMEOUT_S + 20
+
+
+VERIFIED = """
+import mlflow
+with mlflow.start_run():
+    for step in range(3):
+        mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+        print("step", step, "loss", 1.0 / (step + 1))
+"""
+
+
+def _bridge_address(client: DockerClient) -> str:
+    """The host's address on the engine's default bridge: what its containers reach it at."""
+    config = client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    return str(config.get("Gateway") or next(ipaddress.ip_network(config["Subnet"]).hosts()))
+
+
+def test_verify_mlflow_in_image_mode_tags_both_runs(
+    image: dict[str, Any], tmp_path: Path, docker_client: DockerClient
+) -> None:
+    """``verify IMAGE --network --mlflow``: the server listens on the Docker bridge's address,
+    which both the containers (on the bridge) and verify (on the host) reach; each container's
+    run is tagged with the stack, and verify finds both by their run record's id and tags
+    them with the verdict."""
+    import mlflow
+
+    with tracking_server(tmp_path / "server", host=_bridge_address(docker_client)) as url:
+        env = {**os.environ, "MLFLOW_TRACKING_URI": url, "GIT_PYTHON_REFRESH": "quiet"}
+        report = tmp_path / "report.json"
+        args = ("verify", image["tag"], "--network", "--mlflow", "--report", str(report), "-q")
+        proc = run_cli(*args, "--", "python", "-c", VERIFIED, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+        runs = mlflow.MlflowClient(url).search_runs(["0"])
+        assert len(runs) == 2, proc.stderr[-3000:]
+        records = {r["run_record"]["run_id"] for r in json.loads(report.read_text())["runs"]}
+        assert {r.data.tags["reprobuild.run_id"] for r in runs} == records
+        assert {r.data.tags["reprobuild.image.ref"] for r in runs} == {image["id"]}
+        assert {r.data.tags.get("reprobuild.verify.result") for r in runs} == {"identical"}
+        assert "mlflow: verdict 'identical' logged to 2 run(s)" in proc.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild.build.runtimefiles import runtime_package
-from reprobuild_entrypoint import mlflowtags
+from reprobuild_entrypoint import mlflowtags, stackfacts
 
 MANIFEST = {
     "schema_version": 1,
@@ -75,7 +75,7 @@ def test_tags_take_host_facts_from_the_run_record(manifest: Path, tmp_path: Path
     )
     assert (tags["reprobuild.gpu.count"], tags["reprobuild.gpu.names"]) == ("2", "H100")
     assert tags["reprobuild.gpu.driver"] == "550.1"
-    files = mlflowtags.artifact_files(env, manifest)
+    files = stackfacts.artifact_files(env, manifest)
     assert files == [manifest, tmp_path / "run-r1.json"]
 
 
@@ -317,3 +317,56 @@ def test_verify_mlflow_without_a_tracking_uri_is_one_error_line(tmp_path: Path) 
     assert proc.stderr.strip().splitlines()[0] == (
         "error: --mlflow needs MLFLOW_TRACKING_URI: set it to the tracking server the runs log to"
     )
+
+
+@pytest.mark.parametrize(
+    ("uri", "flags", "expected"),
+    [
+        (
+            "http://172.17.0.1:5000",
+            (),
+            "error: --mlflow: the runs' containers have no network to reach "
+            "http://172.17.0.1:5000: add --network",
+        ),
+        (
+            "http://127.0.0.1:5000",
+            ("--network",),
+            "error: --mlflow: http://127.0.0.1:5000 is this host's loopback, which the runs' "
+            "containers cannot reach (a container's loopback is its own)",
+        ),
+        (
+            "http://localhost:5000",
+            ("--nodes", "2"),
+            "error: --mlflow with --nodes: each run's containers are on an internal network "
+            "with no route to http://localhost:5000",
+        ),
+    ],
+)
+def test_verify_mlflow_in_image_mode_refuses_a_server_the_containers_cannot_reach(
+    tmp_path: Path, uri: str, flags: tuple[str, ...], expected: str
+) -> None:
+    """One error line before any image is looked at (the image named here does not exist)."""
+    from helpers import run_cli
+
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    args = ("verify", "reprobuild-test/absent:1", "--mlflow", *flags, "--", "true")
+    proc = run_cli(*args, cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[0] == expected
+
+
+def test_verify_mlflow_sets_what_the_runs_need_unless_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reprobuild.checks import mlflowruns
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://172.17.0.1:5000")
+    added = mlflowruns.run_env(["A=1"], local=False, network=True, nodes=None)
+    assert added == [
+        "MLFLOW_TRACKING_URI=http://172.17.0.1:5000",
+        "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT=true",
+    ]
+    given = ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT=false"]
+    assert mlflowruns.run_env(given, local=True, network=False, nodes=None) == [
+        "MLFLOW_TRACKING_URI=http://172.17.0.1:5000"
+    ]

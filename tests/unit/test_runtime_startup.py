@@ -145,7 +145,14 @@ def test_off_leaves_random_alone(venv_python: Path) -> None:
     plain = in_venv(
         venv_python, "import sys; print(len(sys.meta_path))", base_env(REPRO_DETERMINISM="off")
     )
-    assert {o.split()[1] for o in outs} == {plain.stdout.strip()}  # no finder installed
+    assert {o.split()[1] for o in outs} == {plain.stdout.strip()}
+    # the one finder ``off`` installs watches wandb alone (the stack in its runs), not random
+    watched = in_venv(
+        venv_python,
+        "import sys; print(sorted(getattr(sys.meta_path[0], 'callbacks', {})))",
+        base_env(REPRO_DETERMINISM="off"),
+    )
+    assert watched.stdout.strip() == "['wandb']", watched.stderr
 
 
 def test_no_framework_is_imported_by_us(venv_python: Path) -> None:

@@ -387,12 +387,14 @@ def _looks_like_path(value: str) -> bool:
 
 
 def load(value: str, engine: Engine | None = None) -> Stack:
-    """A file when ``value`` names one (or can only be a path), an MLflow run when it is
-    ``runs:/<id>`` (or a bare run ID with ``MLFLOW_TRACKING_URI`` set), else an image on the
-    engine."""
-    from reprobuild.checks import mlflowruns
+    """A file when ``value`` names one (or can only be a path), a W&B run when it names a run
+    directory, an MLflow run when it is ``runs:/<id>`` (or a bare run ID with
+    ``MLFLOW_TRACKING_URI`` set), else an image on the engine."""
+    from reprobuild.checks import mlflowruns, wandbruns
 
     path = Path(value)
+    if wandbruns.is_run_dir(path):
+        return load_file(wandbruns.stack_file(path, value), source=value)
     run_id = None if path.exists() else mlflowruns.run_id_of(value)
     if run_id is not None:
         with mlflowruns.temporary_dir() as tmp:

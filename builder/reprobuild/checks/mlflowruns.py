@@ -93,6 +93,56 @@ def tracking_uri() -> str:
     return uri
 
 
+QUIET_URL_VAR = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+
+
+def run_env(env: list[str], *, local: bool, network: bool, nodes: int | None) -> list[str]:
+    """``verify --mlflow``: the ``NAME=VALUE`` entries to add to the runs' ``env`` (those it
+    does not set already): the tracking URI, and MLflow's "View run <name> at <url>" line off
+    (it names each run, so every verify against a server would diverge on it)."""
+    uri = tracking_uri()
+    if not local:
+        check_reachable(uri, network=network, nodes=nodes is not None)
+    given = {entry.split("=", 1)[0] for entry in env}
+    wanted = {TRACKING_VAR: uri, QUIET_URL_VAR: "true"}
+    return [f"{name}={value}" for name, value in wanted.items() if name not in given]
+
+
+def check_reachable(uri: str, *, network: bool, nodes: bool) -> None:
+    """``verify IMAGE --mlflow``: the runs' containers must reach a tracking server at ``uri``.
+    One error line where they cannot: no network, a multi-node run's internal networks, or
+    this host's loopback (a container's loopback is its own). Other schemes are left alone."""
+    from urllib.parse import urlsplit
+
+    from reprobuild.errors import VerifyUsageError
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    hint = (
+        "serve MLflow on an address the containers reach, such as the Docker bridge's "
+        "(`ip -4 addr show docker0`: http://172.17.0.1:PORT), and pass --network"
+    )
+    if nodes:
+        raise VerifyUsageError(
+            f"--mlflow with --nodes: each run's containers are on an internal network with no "
+            f"route to {uri}",
+            hint="verify the tagging with one container per run (drop --nodes)",
+        )
+    if not network:
+        raise VerifyUsageError(
+            f"--mlflow: the runs' containers have no network to reach {uri}: add --network",
+            hint=hint,
+        )
+    host = (parts.hostname or "").lower()
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        raise VerifyUsageError(
+            f"--mlflow: {uri} is this host's loopback, which the runs' containers cannot reach "
+            "(a container's loopback is its own)",
+            hint=hint,
+        )
+
+
 def log_verdict(run_ids: list[str], result: str, summary: str, report: str) -> str:
     """Tag the MLflow runs whose ``reprobuild.run_id`` is one of ``run_ids`` (the verified
     runs' records) with the verdict; the line to print. Never raises: the verdict stands

@@ -12,14 +12,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Compare the stacks of A and B: image manifests (an image on this engine, "
         "or a manifest.json), run records (run-<id>.json), MLflow runs started in a reprobuild "
-        "image (runs:/<id>, or a bare run ID with MLFLOW_TRACKING_URI set), or one of each. "
+        "image (runs:/<id>, or a bare run ID with MLFLOW_TRACKING_URI set), W&B runs started "
+        "in one (a run directory, wandb/offline-run-*), or one of each. "
         "Exit 0: identical; "
         "1: they differ; 2: bad usage or an input that cannot be read."
     )
     parser.add_argument(
         "a",
         metavar="A",
-        help="image reference or ID, manifest.json, run record, or MLflow run (runs:/<id>)",
+        help="image reference or ID, manifest.json, run record, MLflow run (runs:/<id>), or W&B "
+        "run directory",
     )
     parser.add_argument("b", metavar="B", help="the same, compared with A")
     json_flag(parser)

@@ -163,7 +163,8 @@ def _comparison_options(parser: argparse.ArgumentParser) -> None:
         "--mlflow",
         action="store_true",
         help="pass MLFLOW_TRACKING_URI to every run and tag the MLflow runs they start with "
-        "the verdict (the server must be reachable from the runs: --local, or --network)",
+        "the verdict (the server must be reachable from the runs: --local, or --network and "
+        "an address the containers reach, such as the Docker bridge's)",
     )
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress (run 1's stdout) on stderr"
@@ -211,11 +212,9 @@ def run(args: argparse.Namespace) -> int:
     from reprobuild.errors import RunFailedError
 
     if args.mlflow:
-        from reprobuild.checks.mlflowruns import TRACKING_VAR, tracking_uri
+        from reprobuild.checks.mlflowruns import run_env
 
-        uri = tracking_uri()
-        if not any(e.split("=", 1)[0] == TRACKING_VAR for e in args.env):
-            args.env.append(f"{TRACKING_VAR}={uri}")
+        args.env.extend(run_env(args.env, local=args.local, network=args.network, nodes=args.nodes))
     spec = verify_spec_from_args(
         args.image,
         args.cmd,
