@@ -177,7 +177,7 @@ def plan_build(
     config = load_config(directory)
     if variant_name is not None:
         config, gpu = select_variant(config, variant_name, gpu=gpu)
-    elif base is None:  # a project that builds only a GPU image needs no --gpu
+    else:  # a project that builds only a GPU image needs no --gpu (--base replaces its base)
         gpu = gpu or config.gpu_only
     variant = variant_of(gpu)
     lock_path = lock_path_for(config, gpu=gpu)
