@@ -398,3 +398,19 @@ def test_the_catalog_has_a_cpu_base_for_every_python_from_3_8() -> None:
     assert eol_warning("3.13", python_eol(catalog, "3.13"), "2026-11-27") is None
     assert eol_warning("3.10", python_eol(catalog, "3.10"), "2026-09-30") is None
     assert eol_warning("3.10", python_eol(catalog, "3.10"), "2026-10-01") is not None
+
+
+def test_init_gpu_on_a_lock_without_cuda_wheels_takes_the_ngc_python(tmp_path: Path) -> None:
+    """`--gpu` on a lock with no CUDA wheels of its own means an NGC base, whose CPython is
+    3.12: the lock is read for that Python, and where it does not fit, one error says what
+    to do instead (relock, or name a GPU base with the lock's own Python)."""
+    project = _uv_project(tmp_path)  # numpy and markupsafe: cp311 wheels only
+    proc = run_cli("init", str(project), "--gpu")
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("error: ") and "has no wheel for CPython 3.12" in lines[0]
+    assert lines[1] == (
+        "hint: the NGC bases carry CPython 3.12: relock for it, or give a GPU base with CPython "
+        f"3.11: reprobuild init --gpu --base REF@sha256:<digest> {project}"
+    )
+    assert not (project / "reprobuild.yaml").exists()

@@ -213,6 +213,29 @@ def init_project(
     cuda_wheels = _needs_gpu(names, indexes)
     gpu = options.gpu or cuda_wheels
     base = options.base or services.base_for(python, gpu and not cuda_wheels)
+    if base is None and gpu and not cuda_wheels and not options.python and resolve_from is None:
+        # --gpu on a lock without CUDA wheels takes an NGC base: the newest Python one carries
+        ngc = tuple(p for p in PYTHONS if services.base_for(p, True))
+        if ngc and services.lock_format(root / lock_name) in NATIVE_FORMATS:
+            try:
+                python_before = python
+                python, _rendered, names, indexes, notes, skipped = _pick_python(
+                    root / lock_name, ngc, options, services
+                )
+            except ReprobuildError as exc:
+                raise InitError(
+                    exc.message,
+                    hint=f"the NGC bases carry CPython {', '.join(ngc)}: relock for it, or "
+                    f"give a GPU base with CPython {python_before}: reprobuild init --gpu "
+                    f"--base REF@sha256:<digest> {root}",
+                ) from None
+            result.notes = [n for n in result.notes if not n.startswith(f"{lock_name} read for")]
+            result.notes.append(
+                f"{lock_name} read for CPython {python} (the newest an NGC base carries"
+                + (f"; CPython {skipped[0][0]} does not fit the lock" if skipped else "")
+                + "): the choice is in reprobuild.yaml's select"
+            )
+            base = services.base_for(python, True)
     if base is None:
         raise InitError(
             f"no catalog base carries CPython {python}"
