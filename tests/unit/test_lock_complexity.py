@@ -1,5 +1,6 @@
-"""The lock readers stay thin (issue 38): no function in a reader, or in what they share,
-ranks above C in radon's cyclomatic complexity (A-B simple, C moderate, D and worse complex).
+"""The lock readers stay thin (issue 38): no function in a reader (the bases lock's too), or
+in what they share, ranks above C in radon's cyclomatic complexity (A-B simple, C moderate, D
+and worse complex).
 
 Each reader writes into the shared record (:class:`reprobuild.locks.native.Pins`) through the
 shared opening (``open_toml_lock``/``open_json_lock``); a reader that grows a D-rank function
@@ -24,6 +25,7 @@ READERS = (
     "reprobuild.locks.native",
     "reprobuild.locks.records",
     "reprobuild.locks.lockfile",
+    "reprobuild.bases.baselock",  # the project's lock of its bases
 )
 
 
