@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from reprobuild import __version__
 from reprobuild._util import jsonload
@@ -139,6 +139,12 @@ def _line_of(text: str, after: str | None, key: str) -> int | None:
     return None if at < 0 else text.count("\n", 0, at) + 1
 
 
+class _Bad(Protocol):
+    """Words a refusal of the lock, at the line of ``key`` (after ``within``) when given."""
+
+    def __call__(self, problem: str, key: str = "", within: str | None = None) -> CatalogError: ...
+
+
 def parse_base_lock(data: Any, path: Path, text: str = "") -> BaseLock:
     def bad(problem: str, key: str = "", within: str | None = None) -> CatalogError:
         line = _line_of(text, within, key) if key else None
@@ -159,40 +165,45 @@ def parse_base_lock(data: Any, path: Path, text: str = "") -> BaseLock:
             raise bad(
                 f"base {shorten(name, 60)} must be a catalog name mapped to an object", str(name)
             )
-        try:
-            ref = parse_pinned(str(raw.get("ref")), what=f"locked base {shorten(name, 60)}")
-        except ImageRefError as exc:
-            raise bad(exc.message, "ref", name) from None
-        entrypoint = raw.get("entrypoint")
-        if entrypoint is not None and (
-            not isinstance(entrypoint, list) or not all(isinstance(e, str) for e in entrypoint)
-        ):
-            raise bad(
-                f"base {shorten(name, 60)} entrypoint must be null or a list of strings",
-                "entrypoint",
-                name,
-            )
-        versions = raw.get("versions", {})
-        if not isinstance(versions, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in versions.items()
-        ):
-            raise bad(
-                f"base {shorten(name, 60)} versions must map names to version strings",
-                "versions",
-                name,
-            )
-        platform = raw.get("platform")
-        if not isinstance(platform, str) or not platform:
-            raise bad(f"base {shorten(name, 60)} lacks its platform", name)
-        bases[name] = LockedBase(
-            name=name,
-            ref=ref,
-            platform=platform,
-            entrypoint=None if entrypoint is None else tuple(entrypoint),
-            versions=versions,
-            locked_by=str(raw.get("locked_by", "unknown")),
-        )
+        bases[name] = _locked_base(name, raw, bad)
     return BaseLock(bases)
+
+
+def _locked_base(name: str, raw: dict[str, Any], bad: _Bad) -> LockedBase:
+    """One entry of the lock's ``bases``, every field checked."""
+    try:
+        ref = parse_pinned(str(raw.get("ref")), what=f"locked base {shorten(name, 60)}")
+    except ImageRefError as exc:
+        raise bad(exc.message, "ref", name) from None
+    entrypoint = raw.get("entrypoint")
+    if entrypoint is not None and (
+        not isinstance(entrypoint, list) or not all(isinstance(e, str) for e in entrypoint)
+    ):
+        raise bad(
+            f"base {shorten(name, 60)} entrypoint must be null or a list of strings",
+            "entrypoint",
+            name,
+        )
+    versions = raw.get("versions", {})
+    if not isinstance(versions, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in versions.items()
+    ):
+        raise bad(
+            f"base {shorten(name, 60)} versions must map names to version strings",
+            "versions",
+            name,
+        )
+    platform = raw.get("platform")
+    if not isinstance(platform, str) or not platform:
+        raise bad(f"base {shorten(name, 60)} lacks its platform", name)
+    return LockedBase(
+        name=name,
+        ref=ref,
+        platform=platform,
+        entrypoint=None if entrypoint is None else tuple(entrypoint),
+        versions=versions,
+        locked_by=str(raw.get("locked_by", "unknown")),
+    )
 
 
 def write_base_lock(root: Path, lock: BaseLock) -> Path:

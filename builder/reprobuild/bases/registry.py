@@ -11,27 +11,48 @@ token from the realm it names; a Basic challenge (credentials required) is an er
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import hashlib
 import os
-import re
-import socket
-import threading
-import time
-import weakref
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, ClassVar, NamedTuple, cast
-from urllib.parse import urlsplit
+from typing import Any
 
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
 
 from reprobuild import __version__
 from reprobuild._util import jsonload
+from reprobuild.bases.httpdeadline import (
+    DEADLINE_ENV,
+    MAX_ERROR_BODY_BYTES,
+    MAX_REDIRECTS,
+    Challenge,
+    DeadlineAdapter,
+    Watchdog,
+    deadline_from_env,
+    failure_reason,
+    host_of,
+    parse_challenges,
+    registry_message,
+)
+from reprobuild.bases.oci import (
+    ACCEPT_MANIFESTS,
+    ARCH_ALIASES,
+    DOCKER_MANIFEST,
+    DOCKER_MANIFEST_LIST,
+    INDEX_TYPES,
+    MANIFEST_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Platform,
+    Resolved,
+    check_digest,
+    parse_platform,
+    platform_matches,
+    platform_of,
+    select_platform,
+    sha256_of,
+)
 from reprobuild.bases.refs import ImageRef, is_loopback, parse_ref
 from reprobuild.errors import RegistryError
 
@@ -50,14 +71,6 @@ __all__ = [
     "resolve",
 ]
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
-INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
-MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
-
 INSECURE_REGISTRIES_ENV = "REPROBUILD_INSECURE_REGISTRIES"
 DOCKER_HUB_API_HOST = "registry-1.docker.io"
 _DOCKER_HUB_NAMES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
@@ -66,161 +79,7 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # Image configs and token answers are small too; an error body is read only this far.
 MAX_CONFIG_BYTES = 8 * 1024 * 1024
 MAX_TOKEN_BYTES = 1024 * 1024
-MAX_ERROR_BODY_BYTES = 64 * 1024
-MAX_REDIRECTS = 10
-# One client (one command) waits this long in all for registries and token services.
-DEADLINE_ENV = "REPROBUILD_REGISTRY_TIMEOUT"
-DEFAULT_DEADLINE = 60.0
 _CHUNK = 64 * 1024
-
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_PLATFORM_RE = re.compile(r"^([a-z0-9_.-]+)/([a-z0-9_.-]+)(?:/([a-z0-9_.-]+))?$")
-_ARCH_ALIASES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64"}
-# The variant an architecture means when none is written (containerd's platform matcher).
-_DEFAULT_VARIANT = {"arm64": "v8", "arm": "v7", "amd64": "v1"}
-_ATTESTATION_ANNOTATION = "vnd.docker.reference.type"
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """The answer to "what does this tag mean today": a pinned ref plus what it points at."""
-
-    ref: ImageRef
-    media_type: str
-    platform: str | None
-    platform_digest: str
-    config_digest: str | None
-
-    @property
-    def is_index(self) -> bool:
-        return self.media_type in INDEX_TYPES
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "ref": str(self.ref),
-            "pinned": self.ref.by_digest(),
-            "registry": self.ref.registry,
-            "repository": self.ref.repository,
-            "tag": self.ref.tag,
-            "digest": self.ref.digest,
-            "media_type": self.media_type,
-            "platform": self.platform,
-            "platform_digest": self.platform_digest,
-            "config_digest": self.config_digest,
-        }
-
-
-# --- WWW-Authenticate (RFC 9110 section 11.6.1) ------------------------------------------
-
-
-class Challenge(NamedTuple):
-    """One challenge of a ``WWW-Authenticate`` header; the scheme and keys are lowercased."""
-
-    scheme: str
-    params: Mapping[str, str]
-
-
-_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_SCHEME_RE = re.compile(rf"({_TOKEN})")
-_PARAM_RE = re.compile(rf'[ \t]*,?[ \t]*({_TOKEN})[ \t]*=[ \t]*("(?:[^"\\]|\\.)*"|{_TOKEN})')
-_TOKEN68_RE = re.compile(r"[ \t]+([A-Za-z0-9._~+/-]+=*)[ \t]*(?=,|$)")
-
-
-def parse_challenges(header: str) -> list[Challenge]:
-    """Parse a ``WWW-Authenticate`` value into its challenges.
-
-    Quoted values may hold commas, ``=`` and backslash escapes; several challenges may
-    share one header (``Basic realm="a", Bearer realm="b"``). Unparseable text is skipped.
-    """
-    out: list[Challenge] = []
-    pos, end = 0, len(header)
-    while True:
-        while pos < end and header[pos] in " \t,":
-            pos += 1
-        if pos >= end:
-            return out
-        scheme = _SCHEME_RE.match(header, pos)
-        if scheme is None:  # garbage: resynchronise at the next comma
-            comma = header.find(",", pos)
-            if comma < 0:
-                return out
-            pos = comma + 1
-            continue
-        pos = scheme.end()
-        params: dict[str, str] = {}
-        token68 = _TOKEN68_RE.match(header, pos)
-        if token68 is not None and not _PARAM_RE.match(header, pos):
-            params[""] = token68.group(1)
-            pos = token68.end()
-        while (param := _PARAM_RE.match(header, pos)) is not None:
-            # "Basic realm=x, Bearer realm=y": "Bearer realm" is no parameter, so the
-            # regex stops there and the next turn of the outer loop reads a new scheme.
-            value = param.group(2)
-            if value.startswith('"'):
-                value = re.sub(r"\\(.)", r"\1", value[1:-1])
-            params[param.group(1).lower()] = value
-            pos = param.end()
-        out.append(Challenge(scheme.group(1).lower(), params))
-
-
-# --- platforms -----------------------------------------------------------------------------
-
-
-class _Platform(NamedTuple):
-    os: str
-    architecture: str
-    variant: str | None
-
-    def __str__(self) -> str:
-        base = f"{self.os}/{self.architecture}"
-        return f"{base}/{self.variant}" if self.variant else base
-
-
-def _parse_platform(text: str) -> _Platform:
-    match = _PLATFORM_RE.match(text.strip().lower()) if isinstance(text, str) else None
-    if match is None:
-        raise RegistryError(
-            f"invalid platform {text!r}: expected OS/ARCH[/VARIANT], e.g. linux/amd64"
-        )
-    os_, arch, variant = match.groups()
-    return _Platform(os_, _ARCH_ALIASES.get(arch, arch), variant)
-
-
-def _platform_of(entry: Mapping[str, Any]) -> _Platform | None:
-    """The platform of an index entry, or None for attestations and unknown platforms."""
-    annotations = entry.get("annotations")
-    if isinstance(annotations, Mapping) and _ATTESTATION_ANNOTATION in annotations:
-        return None
-    platform = entry.get("platform")
-    if not isinstance(platform, Mapping):
-        return None
-    os_, arch = platform.get("os"), platform.get("architecture")
-    if not isinstance(os_, str) or not isinstance(arch, str) or "unknown" in (os_, arch):
-        return None
-    variant = platform.get("variant")
-    arch = _ARCH_ALIASES.get(arch.lower(), arch.lower())
-    return _Platform(os_.lower(), arch, variant.lower() if isinstance(variant, str) else None)
-
-
-def _matches(have: _Platform, want: _Platform) -> bool:
-    if (have.os, have.architecture) != (want.os, want.architecture):
-        return False
-    if want.variant is None:
-        return True
-    default = _DEFAULT_VARIANT.get(have.architecture)
-    return (have.variant or default) == want.variant
-
-
-def _select(entries: list[tuple[_Platform, Mapping[str, Any]]], want: _Platform) -> int | None:
-    """Index of the entry for ``want``; with no variant asked, the default variant wins."""
-    candidates = [i for i, (have, _) in enumerate(entries) if _matches(have, want)]
-    if not candidates:
-        return None
-    default = _DEFAULT_VARIANT.get(want.architecture)
-    for i in candidates:
-        if entries[i][0].variant in (None, default):
-            return i
-    return candidates[0]
 
 
 # --- the client ----------------------------------------------------------------------------
@@ -229,176 +88,6 @@ def _select(entries: list[tuple[_Platform, Mapping[str, Any]]], want: _Platform)
 def _env_insecure() -> frozenset[str]:
     raw = os.environ.get(INSECURE_REGISTRIES_ENV, "")
     return frozenset(part.strip().lower() for part in raw.split(",") if part.strip())
-
-
-def _sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _check_digest(digest: str, what: str) -> None:
-    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
-        raise RegistryError(
-            f"unsupported digest {digest!r} for {what}: "
-            "expected sha256: and 64 lowercase hex digits"
-        )
-
-
-def deadline_from_env() -> float:
-    """The total wait of one command, from ``$REPROBUILD_REGISTRY_TIMEOUT`` (seconds)."""
-    raw = os.environ.get(DEADLINE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_DEADLINE
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 86400:
-        raise RegistryError(
-            f"{DEADLINE_ENV}={raw[:40]!r} is not a number of seconds between 0 and 86400"
-        )
-    return value
-
-
-def _host(url: str) -> str:
-    return urlsplit(url).netloc or url[:80]
-
-
-class _Watchdog:
-    """Shuts down every socket a client opened once its deadline passes.
-
-    requests' ``timeout`` bounds each socket read, not a request: a server that trickles a
-    byte a second answers every read in time, forever. The connections a client opens are
-    tracked (a weak set), and a timer armed around each wait shuts them down when the
-    client's time is up, so the blocked read returns at once wherever it is (status line,
-    headers, body) and in whatever thread it runs."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.ends = time.monotonic() + seconds
-        self.fired = False
-        self.waiting_on = ""  # the URL last sent (redirects included): whom a timeout names
-        self.sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
-        self._lock = threading.Lock()
-
-    def remaining(self) -> float:
-        return self.ends - time.monotonic()
-
-    def expired(self) -> bool:
-        return self.fired or self.remaining() <= 0
-
-    def add(self, sock: socket.socket | None) -> None:
-        if sock is not None:
-            with self._lock:
-                self.sockets.add(sock)
-                fired = self.fired
-            if fired:
-                self._shut(sock)
-
-    @staticmethod
-    def _shut(sock: socket.socket) -> None:
-        # socket.socket's own shutdown, not SSLSocket's (which drops its SSL object under
-        # a reader in another thread): the reader sees EOF and returns.
-        with contextlib.suppress(OSError):
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-    def fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            sockets = list(self.sockets)
-        for sock in sockets:
-            self._shut(sock)
-
-    @contextlib.contextmanager
-    def armed(self) -> Iterator[None]:
-        timer = threading.Timer(max(self.remaining(), 0.0), self.fire)
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.cancel()
-
-
-class _TrackedHTTPConnection(urllib3.connection.HTTPConnection):
-    watchdog: ClassVar[_Watchdog]
-
-    def connect(self) -> None:
-        super().connect()
-        self.watchdog.add(self.sock)
-
-
-class _TrackedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    watchdog: ClassVar[_Watchdog]
-
-    def connect(self) -> None:
-        super().connect()
-        self.watchdog.add(self.sock)
-
-
-class _DeadlineAdapter(HTTPAdapter):
-    """An adapter whose connections register their sockets with one :class:`_Watchdog`."""
-
-    def __init__(self, watchdog: _Watchdog) -> None:
-        self._watchdog = watchdog
-        super().__init__(max_retries=0)
-
-    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
-        self._watchdog.waiting_on = request.url or ""
-        return super().send(request, *args, **kwargs)
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        attrs = {"watchdog": self._watchdog}
-        http_conn = type("_Conn", (_TrackedHTTPConnection,), attrs)
-        https_conn = type("_TLSConn", (_TrackedHTTPSConnection,), attrs)
-        pools = {
-            "http": type("_Pool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": http_conn}),
-            "https": type(
-                "_TLSPool", (urllib3.HTTPSConnectionPool,), {"ConnectionCls": https_conn}
-            ),
-        }
-        self.poolmanager.pool_classes_by_scheme = cast(Any, pools)
-
-
-def _reason(exc: requests.RequestException, timeout: float) -> str:
-    """One line saying why a request got no answer (requests' own text is a nested repr)."""
-    if isinstance(exc, requests.Timeout):
-        return f"no answer within {timeout:g}s"
-    if isinstance(exc, requests.TooManyRedirects):
-        return f"more than {MAX_REDIRECTS} redirects"
-    text = str(exc)
-    if isinstance(exc, requests.exceptions.SSLError):
-        return "TLS handshake failed"
-    if "refused" in text.lower():
-        return "connection refused"
-    if any(
-        marker in text
-        for marker in (
-            "Name or service not known",
-            "Temporary failure in name resolution",
-            "nodename nor servname",
-            "getaddrinfo failed",
-            "No address associated with hostname",
-            "NameResolutionError",
-        )
-    ):
-        return "host name could not be resolved"
-    if "Network is unreachable" in text or "No route to host" in text:
-        return "no route to host"
-    return type(exc).__name__
-
-
-def _registry_message(body: bytes) -> str:
-    """The first error message of a registry's JSON error body, or ''."""
-    try:
-        document = jsonload.loads(
-            body, "error body", error=RegistryError, max_bytes=MAX_ERROR_BODY_BYTES
-        )
-        first = document["errors"][0]
-        message = str(first.get("message") or first.get("code") or "")
-    except (RegistryError, ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return ""
-    return " ".join(message.split())[:200]
 
 
 class RegistryClient:
@@ -425,8 +114,8 @@ class RegistryClient:
         self.session = session if session is not None else requests.Session()
         self.session.max_redirects = MAX_REDIRECTS
         self.deadline = deadline if deadline is not None else deadline_from_env()
-        self._watchdog = _Watchdog(self.deadline)
-        adapter = _DeadlineAdapter(self._watchdog)
+        self._watchdog = Watchdog(self.deadline)
+        adapter = DeadlineAdapter(self._watchdog)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.timeout = min(timeout, self.deadline)
@@ -477,7 +166,7 @@ class RegistryClient:
         is not consulted (the digest decides what is pulled).
         """
         image = parse_ref(ref) if isinstance(ref, str) else ref
-        want = _parse_platform(platform)
+        want = parse_platform(platform)
         top_digest = self._head_digest(image)
         body, media_type, top_digest = self.get_manifest(
             image, top_digest or self._reference(image)
@@ -512,7 +201,7 @@ class RegistryClient:
             )
         config_digest = self._config_digest(manifest)
         found = self._single_platform(pinned, config_digest)
-        if found is not None and not _matches(found, want):
+        if found is not None and not platform_matches(found, want):
             raise RegistryError(
                 f"{pinned} is a single-platform image for {found}, not {want}",
                 hint=f"ask for platform {found}, or use a tag published for {want}",
@@ -533,7 +222,7 @@ class RegistryClient:
         """
         by_digest = ":" in reference  # a tag cannot hold a colon
         if by_digest:
-            _check_digest(reference, f"{ref}")
+            check_digest(reference, f"{ref}")
         url = self._url(ref, "manifests", reference)
         resp = self._request("GET", ref, url, {"Accept": ACCEPT_MANIFESTS}, stream=True)
         with resp:
@@ -541,7 +230,7 @@ class RegistryClient:
             body = self._read(resp, url, limit=MAX_MANIFEST_BYTES)
             media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
             header_digest = resp.headers.get("Docker-Content-Digest")
-        actual = _sha256(body)
+        actual = sha256_of(body)
         if by_digest and header_digest is not None and header_digest != reference:
             raise RegistryError(
                 f"{url}: registry says digest {header_digest}, but {reference} was asked for; "
@@ -550,7 +239,7 @@ class RegistryClient:
         expected = reference if by_digest else header_digest
         if expected is None:  # a tag, and no Docker-Content-Digest: the body names itself
             return body, media_type, actual
-        _check_digest(expected, url)
+        check_digest(expected, url)
         if actual != expected:
             raise RegistryError(
                 f"{url}: manifest content does not match its digest "
@@ -561,13 +250,13 @@ class RegistryClient:
 
     def get_blob(self, ref: ImageRef, digest: str, *, max_bytes: int = MAX_CONFIG_BYTES) -> bytes:
         """GET a (small: config) blob by digest, at most ``max_bytes``, checked against it."""
-        _check_digest(digest, f"a blob of {ref}")
+        check_digest(digest, f"a blob of {ref}")
         url = self._url(ref, "blobs", digest)
         resp = self._request("GET", ref, url, {}, stream=True)
         with resp:
             self._raise_for_status(resp, ref, url, digest, what="blob")
             data = self._read(resp, url, limit=max_bytes)
-        actual = _sha256(data)
+        actual = sha256_of(data)
         if actual != digest:
             raise RegistryError(
                 f"{url}: blob content does not match its digest "
@@ -601,7 +290,7 @@ class RegistryClient:
             digest = resp.headers.get("Docker-Content-Digest")
         if digest is None:
             return None
-        _check_digest(digest, f"{url}")
+        check_digest(digest, f"{url}")
         if ref.digest is not None and digest != ref.digest:
             raise RegistryError(
                 f"{url}: registry says digest {digest}, but {ref.digest} was asked for; refusing it"
@@ -609,19 +298,19 @@ class RegistryClient:
         return digest
 
     def _select_entry(
-        self, index: Mapping[str, Any], ref: ImageRef, want: _Platform
-    ) -> tuple[_Platform, Mapping[str, Any]]:
+        self, index: Mapping[str, Any], ref: ImageRef, want: Platform
+    ) -> tuple[Platform, Mapping[str, Any]]:
         raw = index.get("manifests")
         if not isinstance(raw, list):
             raise RegistryError(f"{ref}: malformed index: no manifests list")
-        entries: list[tuple[_Platform, Mapping[str, Any]]] = []
+        entries: list[tuple[Platform, Mapping[str, Any]]] = []
         for entry in raw:
             if not isinstance(entry, Mapping):
                 continue
-            platform = _platform_of(entry)
+            platform = platform_of(entry)
             if platform is not None and isinstance(entry.get("digest"), str):
                 entries.append((platform, entry))
-        chosen = _select(entries, want)
+        chosen = select_platform(entries, want)
         if chosen is None:
             available = sorted({str(p) for p, _ in entries})
             listed = ", ".join(available) if available else "none"
@@ -630,7 +319,7 @@ class RegistryClient:
                 hint="pick one of the available platforms",
             )
         platform, entry = entries[chosen]
-        _check_digest(entry["digest"], f"the {platform} entry of {ref}")
+        check_digest(entry["digest"], f"the {platform} entry of {ref}")
         return platform, entry
 
     def _config_digest(self, manifest: Mapping[str, Any]) -> str | None:
@@ -638,7 +327,7 @@ class RegistryClient:
         digest = config.get("digest") if isinstance(config, Mapping) else None
         return digest if isinstance(digest, str) else None
 
-    def _single_platform(self, ref: ImageRef, config_digest: str | None) -> _Platform | None:
+    def _single_platform(self, ref: ImageRef, config_digest: str | None) -> Platform | None:
         """The platform a single-arch image's config declares (None if it declares none)."""
         if config_digest is None:
             return None
@@ -647,9 +336,9 @@ class RegistryClient:
         if not isinstance(os_, str) or not isinstance(arch, str) or not os_ or not arch:
             return None
         variant = config.get("variant")
-        return _Platform(
+        return Platform(
             os_.lower(),
-            _ARCH_ALIASES.get(arch.lower(), arch.lower()),
+            ARCH_ALIASES.get(arch.lower(), arch.lower()),
             variant.lower() if isinstance(variant, str) and variant else None,
         )
 
@@ -686,7 +375,7 @@ class RegistryClient:
     def _expired(self, url: str) -> RegistryError:
         url = self._watchdog.waiting_on or url
         return RegistryError(
-            f"registry {_host(url)} did not answer within {self.deadline:g}s",
+            f"registry {host_of(url)} did not answer within {self.deadline:g}s",
             hint=f"set {DEADLINE_ENV} (seconds) to wait longer",
         )
 
@@ -714,7 +403,7 @@ class RegistryClient:
             if self._watchdog.expired():
                 raise self._expired(url) from None
             reason = (
-                _reason(exc, self.timeout)
+                failure_reason(exc, self.timeout)
                 if isinstance(exc, requests.RequestException)
                 else (type(exc).__name__)
             )
@@ -757,7 +446,7 @@ class RegistryClient:
                 raise self._expired(url) from None
             if not isinstance(exc, requests.RequestException):
                 raise RegistryError(f"could not reach {base}: {type(exc).__name__}") from None
-            reason = _reason(exc, self.timeout)
+            reason = failure_reason(exc, self.timeout)
             hint = None
             if isinstance(exc, requests.exceptions.SSLError):
                 hint = (
@@ -854,7 +543,7 @@ class RegistryClient:
         """The registry's own words for an error answer (read a short way), or ''."""
         try:
             with resp:
-                return _registry_message(self._read(resp, url, limit=MAX_ERROR_BODY_BYTES))
+                return registry_message(self._read(resp, url, limit=MAX_ERROR_BODY_BYTES))
         except RegistryError as exc:
             if self._watchdog.expired():
                 raise exc from None

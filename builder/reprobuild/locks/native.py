@@ -10,12 +10,13 @@ and ``pylock.toml`` readers do. Every refusal is one :class:`~reprobuild.errors.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -27,6 +28,7 @@ from reprobuild._util.boundedread import read_small_file
 from reprobuild.errors import LockfileError
 from reprobuild.locks.records import (
     NAME_RE,
+    IndexOptions,
     Requirement,
     check_hash,
     hash_problem,
@@ -484,16 +486,100 @@ def wheel_hashes(
     return tuple(sorted(set(out)))
 
 
-def finish(
-    chosen: Mapping[str, tuple[str, tuple[str, ...], int]], path: Path
-) -> tuple[Requirement, ...]:
-    """Records from ``name -> (version, hashes, line)``, sorted as every reader sorts them."""
-    return sorted_requirements(
-        [
-            Requirement(name=name, version=version, hashes=hashes, line=line)
-            for name, (version, hashes, line) in chosen.items()
-        ]
-    )
+class Opened(NamedTuple):
+    """A native lock opened for one selection: its document, its lines for ``file:line``
+    lookups, and the selection it is read for (the default one when none was given)."""
+
+    doc: dict[str, Any]
+    lines: LockLines
+    selection: Selection
+
+
+def open_toml_lock(text: str, path: Path, selection: Selection | None, hint: str) -> Opened:
+    """The one opening of a TOML native lock (uv.lock, poetry.lock, pdm.lock): the wheels
+    ``selection`` cannot install pruned from the text (line numbers kept), the rest parsed
+    (a syntax error is one ``file:line`` refusal), and the text's lines indexed by header."""
+    selection = selection or Selection()
+    doc = load_toml(selection.prune_foreign_wheels(text), path, hint)
+    return Opened(doc, LockLines(text), selection)
+
+
+def open_json_lock(text: str, path: Path, selection: Selection | None, hint: str) -> Opened:
+    """The one opening of a JSON native lock (Pipfile.lock): parsed, a syntax error one
+    ``file:line`` refusal; its lines indexed for lookups (no headers: JSON has none)."""
+    selection = selection or Selection()
+    lines = LockLines(text, header="\0")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LockfileError(path, exc.lineno, f"is not valid JSON: {exc.msg}", hint=hint) from exc
+    except RecursionError:
+        raise LockfileError(path, None, "is not valid JSON: nested too deeply") from None
+    return Opened(doc, lines, selection)
+
+
+def package_tables(doc: dict[str, Any], path: Path, hint: str) -> list[dict[str, Any]]:
+    """The lock's ``[[package]]`` tables (none is an empty list); anything else is refused."""
+    raw = doc.get("package", [])
+    if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
+        raise LockfileError(path, None, "'package' must be an array of tables", hint=hint)
+    return raw
+
+
+class Pins:
+    """The record every native reader writes into: one pin per package (version, sha256
+    hashes, the line it was read from) and the indexes the pins come from, in the order first
+    met; :meth:`requirements` and :meth:`index_options` turn them into what a
+    :class:`~reprobuild.locks.records.Lock` holds."""
+
+    def __init__(self) -> None:
+        self._chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        self.indexes: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._chosen)
+
+    def version_of(self, name: str) -> str | None:
+        """The version pinned for ``name`` so far (``None`` when none is)."""
+        pin = self._chosen.get(name)
+        return pin[0] if pin is not None else None
+
+    def pin(
+        self,
+        name: str,
+        version: str,
+        hashes: tuple[str, ...],
+        line: int,
+        index: str | None = None,
+        *,
+        keep_first: bool = False,
+    ) -> None:
+        """Pin ``name``; ``keep_first``: a pin already there stays (a reader that meets the
+        same version twice keeps the first one it met). ``index`` is noted once."""
+        if not (keep_first and name in self._chosen):
+            self._chosen[name] = (version, hashes, line)
+        if index is not None and index not in self.indexes:
+            self.indexes.append(index)
+
+    def requirements(self) -> tuple[Requirement, ...]:
+        """The records, sorted as every reader sorts them."""
+        return sorted_requirements(
+            [
+                Requirement(name=name, version=version, hashes=hashes, line=line)
+                for name, (version, hashes, line) in self._chosen.items()
+            ]
+        )
+
+    def index_options(self, first: str | None = None) -> IndexOptions:
+        """The indexes as pip options: ``first`` (when among them) as the index, the others
+        as extra indexes in the order met; none at all is pip's default."""
+        indexes = list(self.indexes)
+        if first is not None and first in indexes:
+            indexes.remove(first)
+            indexes.insert(0, first)
+        return IndexOptions(
+            index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
+        )
 
 
 def source_refusal(kind: str, name: str, where: str) -> str:

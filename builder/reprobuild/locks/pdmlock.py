@@ -18,16 +18,18 @@ from reprobuild.errors import LockfileError
 from reprobuild.locks.native import (
     SOURCE_HINT,
     LockLines,
+    Pins,
     Selection,
     check_marker,
     check_name,
     check_python,
     check_version,
-    finish,
+    open_toml_lock,
+    package_tables,
     source_refusal,
     wheel_hashes,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, load_toml, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, quoted
 
 __all__ = ["parse_pdmlock"]
 
@@ -45,9 +47,34 @@ def parse_pdmlock(
 ) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
     """Parse ``pdm.lock`` text for ``selection``; return requirements, options and notes."""
     path = Path(path)
-    selection = selection or Selection()
-    doc = load_toml(selection.prune_foreign_wheels(text), path, _HINT)
-    lines = LockLines(text)
+    doc, lines, selection = open_toml_lock(text, path, selection, _HINT)
+    metadata = _metadata(doc, path, lines)
+    _check_pythons(metadata, selection, path, lines)
+    selection, wanted = _wanted_groups(metadata, selection, path, lines)
+    raw = package_tables(doc, path, _HINT)
+    pins = Pins()
+    for position, entry in enumerate(raw):
+        line = lines.header_of(position, len(raw))
+        picked = _package(entry, wanted, selection, path, lines, line)
+        if picked is None:
+            continue
+        name, version_text, hashes = picked
+        other = pins.version_of(name)
+        if other is not None and other != version_text:
+            raise LockfileError(
+                path,
+                line or None,
+                f"package {name}: both {other} and {version_text} apply to {selection.label}",
+                hint=_HINT,
+            )
+        pins.pin(name, version_text, hashes, line, keep_first=True)
+    if not pins:
+        raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)
+    return pins.requirements(), pins.index_options(), ()
+
+
+def _metadata(doc: dict[str, Any], path: Path, lines: LockLines) -> dict[str, Any]:
+    """The ``[metadata]`` table of a lock this reader reads (4.x, ``inherit_metadata``)."""
     metadata = doc.get("metadata")
     if not isinstance(metadata, dict):
         raise LockfileError(path, None, "has no [metadata] table: not a pdm.lock", hint=_HINT)
@@ -72,7 +99,14 @@ def parse_pdmlock(
             "group and platform need each package",
             hint="relock with `pdm lock --strategy inherit_metadata` (PDM 2.11+ default)",
         )
-    _check_pythons(metadata, selection, path, lines)
+    return metadata
+
+
+def _wanted_groups(
+    metadata: dict[str, Any], selection: Selection, path: Path, lines: LockLines
+) -> tuple[Selection, list[str]]:
+    """The selection with its default groups resolved, and the groups to install (each one
+    the lock must hold): ``default``, the groups and the extras asked for."""
     locked_groups = metadata.get("groups") or ["default"]
     if selection.default_groups:  # `pdm sync` installs every group the lock holds
         selection = selection.with_groups(str(g) for g in locked_groups if g != "default")
@@ -86,29 +120,7 @@ def parse_pdmlock(
                 f"{', '.join(str(g) for g in locked_groups)})",
                 hint=f"relock with `pdm lock -G {group}`",
             )
-    raw = doc.get("package", [])
-    if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
-        raise LockfileError(path, None, "'package' must be an array of tables", hint=_HINT)
-    chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
-    for position, entry in enumerate(raw):
-        line = lines.header_of(position, len(raw))
-        picked = _package(entry, wanted, selection, path, lines, line)
-        if picked is None:
-            continue
-        name, version_text, hashes = picked
-        other = chosen.get(name)
-        if other is not None and other[0] != version_text:
-            raise LockfileError(
-                path,
-                line or None,
-                f"package {name}: both {other[0]} and {version_text} apply to {selection.label}",
-                hint=_HINT,
-            )
-        if other is None:
-            chosen[name] = (version_text, hashes, line)
-    if not chosen:
-        raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)
-    return finish(chosen, path), IndexOptions(), ()
+    return selection, wanted
 
 
 def _check_pythons(

@@ -10,7 +10,6 @@ takes wheels only and checks each against them.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,13 @@ from reprobuild.errors import LockfileError
 from reprobuild.locks.native import (
     SOURCE_HINT,
     LockLines,
+    Pins,
     Selection,
     check_index,
     check_marker,
     check_name,
     check_version,
-    finish,
+    open_json_lock,
     source_refusal,
 )
 from reprobuild.locks.records import IndexOptions, Requirement, check_hash, hash_problem, quoted
@@ -47,14 +47,21 @@ def parse_pipfilelock(
 ) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
     """Parse ``Pipfile.lock`` text for ``selection``; return requirements, options and notes."""
     path = Path(path)
-    selection = selection or Selection()
-    lines = LockLines(text, header="\0")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LockfileError(path, exc.lineno, f"is not valid JSON: {exc.msg}", hint=_HINT) from exc
-    except RecursionError:
-        raise LockfileError(path, None, "is not valid JSON: nested too deeply") from None
+    doc, lines, selection = open_json_lock(text, path, selection, _HINT)
+    meta = _meta(doc, selection, path, lines)
+    _check_python(meta, selection, path, lines)
+    sources = _sources(meta, path, lines)
+    pins = Pins()
+    pins.indexes.append(next(iter(sources.values())))  # the first source is the index
+    for section in _sections(selection):
+        _pin_section(doc, section, sources, selection, path, lines, pins)
+    if not pins:
+        raise LockfileError(path, None, "pins no package for the sections asked for", hint=_HINT)
+    return pins.requirements(), pins.index_options(), ()
+
+
+def _meta(doc: object, selection: Selection, path: Path, lines: LockLines) -> dict[str, Any]:
+    """The ``_meta`` object of a lock this reader reads (spec 6), and no extras asked for."""
     if not isinstance(doc, dict) or not isinstance(doc.get("_meta"), dict):
         raise LockfileError(path, None, "has no '_meta' object: not a Pipfile.lock", hint=_HINT)
     meta: dict[str, Any] = doc["_meta"]
@@ -74,51 +81,57 @@ def parse_pipfilelock(
             "sections are the groups",
             hint="choose sections with --group (default, develop, or a pipenv category)",
         )
-    _check_python(meta, selection, path, lines)
-    sources = _sources(meta, path, lines)
+    return meta
+
+
+def _sections(selection: Selection) -> list[str]:
+    """The sections to install: ``default``, then each group (``dev`` means ``develop``)."""
     sections = ["default"]
     for group in selection.groups:
         section = "develop" if group == "dev" else group
         if section not in sections:
             sections.append(section)
-    chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
-    indexes: list[str] = []
-    for section in sections:
-        entries = doc.get(section)
-        if section != "default" and not isinstance(entries, dict):
-            have = sorted(k for k in doc if k != "_meta")
+    return sections
+
+
+def _pin_section(
+    doc: dict[str, Any],
+    section: str,
+    sources: dict[str, str],
+    selection: Selection,
+    path: Path,
+    lines: LockLines,
+    pins: Pins,
+) -> None:
+    """Pin the entries of one section whose marker holds (a later section's pin of the same
+    version replaces an earlier one; another version is refused)."""
+    entries = doc.get(section)
+    if section != "default" and not isinstance(entries, dict):
+        have = sorted(k for k in doc if k != "_meta")
+        raise LockfileError(
+            path,
+            None,
+            f"has no section {quoted(section)} (it has {', '.join(have) or 'none'})",
+        )
+    if not isinstance(entries, dict):
+        entries = {}
+    start = lines.find(f'"{section}"') or 1
+    for raw_name, entry in entries.items():
+        line = lines.find(f'"{raw_name}"', start)
+        req = _entry(raw_name, entry, section, sources, selection, path, line)
+        if req is None:
+            continue
+        name, version, hashes, index = req
+        other = pins.version_of(name)
+        if other is not None and other != version:
             raise LockfileError(
                 path,
-                None,
-                f"has no section {quoted(section)} (it has {', '.join(have) or 'none'})",
+                line,
+                f"package {name} is pinned to {other} and to {version} in the sections "
+                "asked for: one version per package",
+                hint=_HINT,
             )
-        if not isinstance(entries, dict):
-            entries = {}
-        start = lines.find(f'"{section}"') or 1
-        for raw_name, entry in entries.items():
-            line = lines.find(f'"{raw_name}"', start)
-            req = _entry(raw_name, entry, section, sources, selection, path, line)
-            if req is None:
-                continue
-            name, version, hashes, index = req
-            other = chosen.get(name)
-            if other is not None and other[0] != version:
-                raise LockfileError(
-                    path,
-                    line,
-                    f"package {name} is pinned to {other[0]} and to {version} in the sections "
-                    "asked for: one version per package",
-                    hint=_HINT,
-                )
-            chosen[name] = (version, hashes, line or 0)
-            if index not in indexes:
-                indexes.append(index)
-    if not chosen:
-        raise LockfileError(path, None, "pins no package for the sections asked for", hint=_HINT)
-    first = next(iter(sources.values()))
-    ordered = [first] + [i for i in indexes if i != first]
-    options = IndexOptions(index_url=ordered[0], extra_index_urls=tuple(ordered[1:]))
-    return finish(chosen, path), options, ()
+        pins.pin(name, version, hashes, line or 0, index)
 
 
 def _check_python(meta: dict[str, Any], selection: Selection, path: Path, lines: LockLines) -> None:

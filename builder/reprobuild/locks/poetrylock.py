@@ -42,17 +42,19 @@ from reprobuild.errors import LockfileError
 from reprobuild.locks.native import (
     SOURCE_HINT,
     LockLines,
+    Pins,
     Selection,
     check_index,
     check_marker,
     check_name,
     check_version,
-    finish,
+    open_toml_lock,
+    package_tables,
     pyproject_beside,
     source_refusal,
     wheel_hashes,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, load_toml, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, quoted
 
 __all__ = ["content_hashes", "parse_poetrylock", "poetry_allows"]
 
@@ -144,9 +146,29 @@ def parse_poetrylock(
 ) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
     """Parse ``poetry.lock`` text (and the pyproject.toml beside it) for ``selection``."""
     path = Path(path)
-    selection = selection or Selection()
-    doc = load_toml(selection.prune_foreign_wheels(text), path, _HINT)
-    lines = LockLines(text)
+    doc, lines, selection = open_toml_lock(text, path, selection, _HINT)
+    metadata, version = _metadata(doc, path, lines)
+    pyproject = _fresh_pyproject(metadata, path, lines)
+    _check_python(metadata.get("python-versions"), selection, path, lines)
+    raw = package_tables(doc, path, _HINT)
+    files_table = metadata.get("files") if version == "1.1" else None
+    packages: dict[str, list[tuple[dict[str, Any], int]]] = {}
+    for position, entry in enumerate(raw):
+        line = lines.header_of(position, len(raw))
+        name = check_name(entry.get("name"), path, line or None)
+        packages.setdefault(name, []).append((entry, line))
+    reached = _reached(version, pyproject, packages, selection, path)
+    pins = Pins()
+    for name, (entry, line) in sorted(reached.items(), key=lambda kv: kv[1][1]):
+        version_text, hashes, index = _pins(entry, line, files_table, selection, path, lines)
+        # a package with no [package.source] comes from PyPI
+        pins.pin(name, version_text, hashes, line, index or _PYPI)
+    # PyPI first: the others are extra indexes
+    return pins.requirements(), pins.index_options(_PYPI), _notes(pyproject, path)
+
+
+def _metadata(doc: dict[str, Any], path: Path, lines: LockLines) -> tuple[dict[str, Any], str]:
+    """The ``[metadata]`` table and the lock-version, one this reader reads."""
     metadata = doc.get("metadata")
     if not isinstance(metadata, dict):
         raise LockfileError(path, None, "has no [metadata] table: not a poetry.lock", hint=_HINT)
@@ -159,6 +181,13 @@ def parse_poetrylock(
             f"{', '.join(_SUPPORTED)}",
             hint="relock with Poetry 1.1 or newer",
         )
+    return metadata, str(version)
+
+
+def _fresh_pyproject(metadata: dict[str, Any], path: Path, lines: LockLines) -> dict[str, Any]:
+    """The pyproject.toml beside the lock, refused when the lock's content-hash is not its
+    hash (a stale lock); read as the Poetry that wrote the lock read it (Poetry 1.x did not
+    read ``[project]`` or ``[dependency-groups]``)."""
     pyproject = _pyproject(path)
     recorded = metadata.get("content-hash")
     if recorded not in content_hashes(pyproject):
@@ -173,53 +202,40 @@ def parse_poetrylock(
     if recorded in _poetry1_hashes(pyproject) and recorded not in _poetry2_hashes(pyproject):
         # Poetry 1.x wrote it, reading [tool.poetry] only: [project] is for other tools
         pyproject = {k: v for k, v in pyproject.items() if k not in _POETRY2_TABLES}
-    _check_python(metadata.get("python-versions"), selection, path, lines)
-    raw = doc.get("package", [])
-    if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
-        raise LockfileError(path, None, "'package' must be an array of tables", hint=_HINT)
-    files_table = metadata.get("files") if version == "1.1" else None
-    packages: dict[str, list[tuple[dict[str, Any], int]]] = {}
-    for position, entry in enumerate(raw):
-        line = lines.header_of(position, len(raw))
-        name = check_name(entry.get("name"), path, line or None)
-        packages.setdefault(name, []).append((entry, line))
+    return pyproject
+
+
+def _reached(
+    version: str,
+    pyproject: dict[str, Any],
+    packages: dict[str, list[tuple[dict[str, Any], int]]],
+    selection: Selection,
+    path: Path,
+) -> dict[str, tuple[dict[str, Any], int]]:
+    """The packages to install: by the groups a 2.1 lock records, else by walking the graph."""
     roots = _roots(pyproject, selection, path)  # also: the extras and groups asked for exist
     if Version(version) >= _RECORDS_GROUPS:
-        reached = _by_recorded_groups(
-            packages, selection.with_groups(default_groups(pyproject)), path
-        )
-    else:
-        # Poetry's export drops a project dependency declared optional only when the lock
-        # records its package as optional too (poetry-plugin-export's
-        # get_project_dependency_packages): one another group needs is `optional = false`
-        roots = [d for d in roots if not d[4] or _locked_as_required(packages, d[0])]
-        walk = _Walk(selection, packages, path)
-        walk.run(roots)
-        reached = walk.reached
-    chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
-    indexes: list[str] = []
-    for name, (entry, line) in sorted(reached.items(), key=lambda kv: kv[1][1]):
-        version_text, hashes, index = _pins(entry, line, files_table, selection, path, lines)
-        chosen[name] = (version_text, hashes, line)
-        index = index or _PYPI  # a package with no [package.source] comes from PyPI
-        if index not in indexes:
-            indexes.append(index)
-    if _PYPI in indexes:  # PyPI first: the others are extra indexes
-        indexes.remove(_PYPI)
-        indexes.insert(0, _PYPI)
-    options = IndexOptions(
-        index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
-    )
-    notes: tuple[str, ...] = ()
+        return _by_recorded_groups(packages, selection.with_groups(default_groups(pyproject)), path)
+    # Poetry's export drops a project dependency declared optional only when the lock
+    # records its package as optional too (poetry-plugin-export's
+    # get_project_dependency_packages): one another group needs is `optional = false`
+    roots = [d for d in roots if not d[4] or _locked_as_required(packages, d[0])]
+    walk = _Walk(selection, packages, path)
+    walk.run(roots)
+    return walk.reached
+
+
+def _notes(pyproject: dict[str, Any], path: Path) -> tuple[str, ...]:
+    """A note when the project itself (package mode) is not installed from the lock."""
     name = pyproject.get("project", {}).get("name") or pyproject.get("tool", {}).get(
         "poetry", {}
     ).get("name")
     if name and pyproject.get("tool", {}).get("poetry", {}).get("package-mode", True):
-        notes = (
+        return (
             f"{path.name}: the project {name} itself is not installed from the lock: its "
             "source is copied into the image with `include`",
         )
-    return finish(chosen, path), options, notes
+    return ()
 
 
 def _pyproject(path: Path) -> dict[str, Any]:
@@ -323,46 +339,59 @@ def _roots(pyproject: dict[str, Any], selection: Selection, path: Path) -> list[
             listed = {canonicalize_name(_pep508(t)[0]) for t in project["dependencies"]}
             deps = [d for d in deps if canonicalize_name(d[0]) in listed]
         deps += [_pep508(t) for t in project.get("dependencies", [])]
-        optional = project.get("optional-dependencies", {})
-        poetry_extras = poetry.get("extras", {})
         for extra in selection.extras:
-            if extra in optional:
-                deps += [_pep508(t) for t in optional[extra]]
-            elif extra in poetry_extras:
-                names = {canonicalize_name(n) for n in poetry_extras[extra]}
-                deps += [
-                    (n, c, m, p, False, e)
-                    for (n, c, m, p, _o, e) in _deps_of(poetry.get("dependencies"))
-                    if canonicalize_name(n) in names
-                ]
-            else:
-                known = sorted({*optional, *poetry_extras})
-                raise LockfileError(
-                    path,
-                    None,
-                    f"extra {quoted(extra)} is not one of the project's extras "
-                    f"({', '.join(known) or 'none'})",
-                )
+            deps += _extra_deps(extra, project, poetry, path)
         for group in selection.groups:
-            table = poetry.get("group", {}).get(group, {}).get("dependencies")
-            if table is None and group == "dev":
-                table = poetry.get("dev-dependencies")
-            pep735 = pyproject.get("dependency-groups", {}).get(group)
-            if table is None and pep735 is None:
-                known = sorted({*poetry.get("group", {}), *pyproject.get("dependency-groups", {})})
-                raise LockfileError(
-                    path,
-                    None,
-                    f"group {quoted(group)} is not one of the project's groups "
-                    f"({', '.join(known) or 'none'})",
-                )
-            deps += _deps_of(table)
-            deps += [_pep508(t) for t in pep735 or [] if isinstance(t, str)]
+            deps += _group_deps(group, pyproject, poetry, path)
     except InvalidRequirement as exc:
         raise LockfileError(
             path.parent / "pyproject.toml", None, f"a dependency is not PEP 508: {exc}"
         ) from None
     return deps  # optional ones (d[4]) go in only through an extra, see parse_poetrylock
+
+
+def _extra_deps(
+    extra: str, project: dict[str, Any], poetry: dict[str, Any], path: Path
+) -> list[_Dep]:
+    """The dependencies an extra adds: ``[project.optional-dependencies]``, else the names
+    ``[tool.poetry.extras]`` lists (as ``[tool.poetry.dependencies]`` declares them)."""
+    optional = project.get("optional-dependencies", {})
+    poetry_extras = poetry.get("extras", {})
+    if extra in optional:
+        return [_pep508(t) for t in optional[extra]]
+    if extra in poetry_extras:
+        names = {canonicalize_name(n) for n in poetry_extras[extra]}
+        return [
+            (n, c, m, p, False, e)
+            for (n, c, m, p, _o, e) in _deps_of(poetry.get("dependencies"))
+            if canonicalize_name(n) in names
+        ]
+    known = sorted({*optional, *poetry_extras})
+    raise LockfileError(
+        path,
+        None,
+        f"extra {quoted(extra)} is not one of the project's extras ({', '.join(known) or 'none'})",
+    )
+
+
+def _group_deps(
+    group: str, pyproject: dict[str, Any], poetry: dict[str, Any], path: Path
+) -> list[_Dep]:
+    """The dependencies a group adds: ``[tool.poetry.group.G]`` (1.x ``dev-dependencies`` for
+    ``dev``) and the PEP 735 ``[dependency-groups]`` entry of that name."""
+    table = poetry.get("group", {}).get(group, {}).get("dependencies")
+    if table is None and group == "dev":
+        table = poetry.get("dev-dependencies")
+    pep735 = pyproject.get("dependency-groups", {}).get(group)
+    if table is None and pep735 is None:
+        known = sorted({*poetry.get("group", {}), *pyproject.get("dependency-groups", {})})
+        raise LockfileError(
+            path,
+            None,
+            f"group {quoted(group)} is not one of the project's groups "
+            f"({', '.join(known) or 'none'})",
+        )
+    return _deps_of(table) + [_pep508(t) for t in pep735 or [] if isinstance(t, str)]
 
 
 def _locked_as_required(packages: dict[str, list[tuple[dict[str, Any], int]]], name: str) -> bool:

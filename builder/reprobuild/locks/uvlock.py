@@ -25,18 +25,19 @@ from reprobuild.errors import LockfileError
 from reprobuild.locks.native import (
     SOURCE_HINT,
     LockLines,
+    Pins,
     Selection,
     check_index,
     check_marker,
     check_name,
     check_python,
     check_version,
-    finish,
+    open_toml_lock,
     pyproject_beside,
     source_refusal,
     wheel_hashes,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, load_toml, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, quoted
 
 __all__ = ["parse_uvlock"]
 
@@ -67,9 +68,7 @@ def parse_uvlock(
 ) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
     """Parse ``uv.lock`` text for ``selection``; return requirements, index options and notes."""
     path = Path(path)
-    selection = selection or Selection()
-    doc = load_toml(selection.prune_foreign_wheels(text), path, _HINT)
-    lines = LockLines(text)
+    doc, lines, selection = open_toml_lock(text, path, selection, _HINT)
     version = doc.get("version")
     if version not in _SUPPORTED:
         raise LockfileError(
@@ -103,20 +102,12 @@ def parse_uvlock(
         selection = selection.with_groups(_default_groups(root, path))
     walk = _Walk(selection, by_name, path, root)
     walk.run()
-    requirements: dict[str, tuple[str, tuple[str, ...], int]] = {}
-    indexes: list[str] = []
+    pins = Pins()
     for package in sorted(walk.reached.values(), key=lambda p: p.line):
         hashes, index = _hashes_and_index(package, selection, path, lines)
-        requirements[package.name] = (package.version, hashes, package.line)
-        if index not in indexes:
-            indexes.append(index)
-    if "https://pypi.org/simple" in indexes:  # PyPI first: the others are extra indexes
-        indexes.remove("https://pypi.org/simple")
-        indexes.insert(0, "https://pypi.org/simple")
-    options = IndexOptions(
-        index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
-    )
-    return finish(requirements, path), options, tuple(notes)
+        pins.pin(package.name, package.version, hashes, package.line, index)
+    # PyPI first: the others are extra indexes
+    return pins.requirements(), pins.index_options("https://pypi.org/simple"), tuple(notes)
 
 
 def _package(
