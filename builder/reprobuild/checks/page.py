@@ -263,15 +263,16 @@ def diff_page(result: DiffResult) -> str:
 # ------------------------------------------------------------------------------- the plots
 
 
-def _plotted(series: Sequence[Mapping[str, MetricSeries]]) -> list[str]:
-    """The names to plot, in the order run 1 printed them: those with two points or more in
-    some run."""
-    names: list[str] = []
-    for run in series:
-        for name in run:
-            if name not in names and any(len(r[name].steps) > 1 for r in series if name in r):
-                names.append(name)
-    return names
+def _plotted(series: Sequence[Mapping[str, MetricSeries]], first: str | None) -> list[str]:
+    """The names to plot: those with two points or more in some run, ``first`` (the number
+    that diverged first) first, then by name."""
+    names = {
+        name
+        for run in series
+        for name in run
+        if any(len(r[name].steps) > 1 for r in series if name in r)
+    }
+    return sorted(names, key=lambda name: (name != first, name))
 
 
 def _metric_sections(
@@ -279,9 +280,11 @@ def _metric_sections(
     shorts: Sequence[str],
     series: Sequence[Mapping[str, MetricSeries]],
     markers: Mapping[str, Number],
+    first: str | None = None,
 ) -> str:
-    """``labels``: each run's legend; ``shorts``: its short name (``run 2``, ``resumed``)."""
-    names = _plotted(series)
+    """``labels``: each run's legend; ``shorts``: its short name (``run 2``, ``resumed``);
+    ``first``: the number that diverged first, plotted first."""
+    names = _plotted(series, first)
     if not names:
         return (
             "<p>No numbers to plot: no stdout line named a number (<code>loss 0.41</code>, "
@@ -507,6 +510,7 @@ def verify_page(report: VerifyReport) -> str:
             [f"run {run.run}" for run in report.runs],
             [run.series for run in report.runs],
             report.divergence_steps,
+            report.divergence.value if report.divergence is not None else None,
         ),
         "<p>Some numbers were left out (over 12 names or 50,000 points a run).</p>"
         if truncated
