@@ -9,10 +9,12 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import DATA, run_cli
 from hostile_harness import assert_clean_failure
 from reprobuild.checks import diff
-from reprobuild.checks.page import diff_page, diff_rows, report_page
+from reprobuild.checks.page import diff_page, diff_rows, report_page, run_label
 from reprobuild.checks.plots import relative_differences
 from reprobuild.checks.streams import MAX_SERIES, MetricSeries, SeriesCollector, named_numbers
 from reprobuild.checks.verify.report import RunReport, VerifyReport
@@ -183,3 +185,45 @@ def test_verify_html_is_checked_before_any_run(tmp_path: Path) -> None:
     )  # fmt: skip
     assert_clean_failure(proc, "exists and is not a page reprobuild wrote")
     assert not (tmp_path / "ran").exists() and mine.read_text() == "mine"
+
+
+def test_the_legend_says_what_each_run_was() -> None:
+    report = _report(cpus=["native", "Haswell"], mode="off", nodes=2, nproc_per_node=4)
+    first, second = (run_label(report, run) for run in report.runs)
+    assert first == (
+        "run 1 (reference): CPU native (this machine's CPU), torchrun job of 2 nodes x 4 "
+        "(rank 0), control: determinism off"
+    )
+    assert second.startswith("run 2: CPU Haswell (emulated by qemu)")
+    assert run_label(_report(), _report().runs[1]) == "run 2"
+
+
+@pytest.mark.parametrize(
+    ("series", "expected"),
+    [
+        ({"loss": {"steps": [1, 2], "values": ["0.5", 0.4]}}, "values are numbers or null"),
+        ({"loss": {"steps": [1, True], "values": [0.5, 0.4]}}, "steps are numbers"),
+        ({"loss": {"steps": [1], "values": [0.5, 0.4]}}, "as many steps as values"),
+        ({"loss": {"steps": [1]}}, "'values'"),
+        (["loss"], "has a bad field"),
+    ],
+)
+def test_a_report_with_bad_series_is_refused(tmp_path: Path, series: object, expected: str) -> None:
+    data = _report().to_dict()
+    data["runs"][1]["series"] = series
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(data))
+    proc = run_cli("report", str(report))
+    assert_clean_failure(proc, expected)
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_resume_report_with_bad_steps_is_refused(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    report.write_text(
+        json.dumps(
+            {"kind": "reprobuild.verify_resume", "legs": [], "resume_at": 2, "result": "diverged",
+             "summary": "x", "divergence_steps": {"loss": "2"}}
+        )
+    )  # fmt: skip
+    assert_clean_failure(run_cli("report", str(report)), "divergence_steps maps names to numbers")

@@ -38,7 +38,7 @@ from reprobuild.checks.plots import (
     values_svg,
 )
 from reprobuild.checks.streams import MetricSeries, Number
-from reprobuild.checks.verify.report import REPORT_KIND, RunReport, VerifyReport
+from reprobuild.checks.verify.report import REPORT_KIND, RunReport, VerifyReport, steps_map
 from reprobuild.checks.verify.resume import RESUME_KIND
 from reprobuild.errors import DiffInputError, OutputError, ReprobuildError, UsageError
 
@@ -540,7 +540,8 @@ def resume_page(data: Mapping[str, Any]) -> str:
             {str(n): MetricSeries.from_dict(s) for n, s in (leg.get("series") or {}).items()}
             for leg in legs
         ]
-    except (KeyError, TypeError, ValueError) as exc:
+        markers = steps_map(data.get("divergence_steps"))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ReprobuildError(f"resume report is missing or has a bad field: {exc}") from None
     labels = [
         _LEG_LABELS.get(str(leg.get("name")), str(leg.get("name"))).format(k=k) for leg in legs
@@ -590,7 +591,7 @@ def resume_page(data: Mapping[str, Any]) -> str:
             labels,
             [str(leg.get("name")) for leg in legs],
             series,
-            dict(data.get("divergence_steps") or {}),
+            markers,
         ),
     ]
     return _document(f"reprobuild verify --resume-at {k}: {result}", body)

@@ -426,7 +426,18 @@ class MetricSeries:
         steps, values = tuple(data["steps"]), tuple(data["values"])
         if len(steps) != len(values):
             raise ValueError("a series has as many steps as values")
+        if not all(is_json_number(s) for s in steps):
+            raise ValueError("a series' steps are numbers")
+        if not all(v is None or is_json_number(v) for v in values):
+            raise ValueError("a series' values are numbers or null")
         return cls(steps, values)
+
+
+def is_json_number(value: object) -> bool:
+    """A finite int or float, not a bool."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 class SeriesCollector:

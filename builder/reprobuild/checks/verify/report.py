@@ -16,7 +16,13 @@ from typing import Any
 from reprobuild import __version__
 from reprobuild._util import jsonload
 from reprobuild._util.fsutil import write_atomic
-from reprobuild.checks.streams import Divergence, JsonDifference, MetricSeries, Number
+from reprobuild.checks.streams import (
+    Divergence,
+    JsonDifference,
+    MetricSeries,
+    Number,
+    is_json_number,
+)
 from reprobuild.checks.verify.spec import DataMount
 from reprobuild.checks.volatile import Ignored
 from reprobuild.errors import OutputError, ReprobuildError
@@ -316,9 +322,9 @@ class VerifyReport:
                 cpu_cause=data.get("cpu_cause"),
                 nodes=data.get("nodes"),
                 nproc_per_node=data.get("nproc_per_node"),
-                divergence_steps=dict(data.get("divergence_steps") or {}),
+                divergence_steps=steps_map(data.get("divergence_steps")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReprobuildError(f"verify report is missing or has a bad field: {exc}") from None
 
     @classmethod
@@ -368,6 +374,15 @@ class VerifyReport:
                 "  (--no-default-ignore compares stdout as written; --ignore REGEX leaves out more)"
             )
         return lines
+
+
+def steps_map(data: Any) -> dict[str, Number]:
+    """``divergence_steps`` as read: names to numbers (ValueError otherwise)."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(is_json_number(v) for v in data.values()):
+        raise ValueError("divergence_steps maps names to numbers")
+    return {str(name): value for name, value in data.items()}
 
 
 SHOWN_CHARS = 200
