@@ -193,7 +193,13 @@ def diff_rows(result: DiffResult) -> list[Row]:
     changed += [Row("packages", c.name, c.a, c.b, True) for c in result.changed]
     seen = {(r.group, r.key) for r in changed}
     same = [
-        Row(group, key, show_value(value, False), show_value(value, False), False)
+        Row(
+            group,
+            key,
+            show_value(value, False),
+            show_value(result.b.values[group, key], False),
+            False,
+        )
         for (group, key), value in result.a.values.items()
         if (group, key) not in seen and (group, key) in result.b.values
     ]
