@@ -13,7 +13,7 @@ import pytest
 
 from helpers import DATA, run_cli
 from hostile_harness import assert_clean_failure
-from reprobuild.checks import diff
+from reprobuild.checks import diff, streams
 from reprobuild.checks.page import diff_page, diff_rows, report_page, run_label
 from reprobuild.checks.plots import relative_differences
 from reprobuild.checks.streams import MAX_SERIES, MetricSeries, SeriesCollector, named_numbers
@@ -58,6 +58,19 @@ def test_series_are_bounded() -> None:
     assert len(collector.series()) == MAX_SERIES and collector.truncated
     collector.feed(2, f"huge {10**40}")
     assert isinstance(collector.series()["m0"].values[0], int)
+
+
+def test_series_stop_reading_after_the_line_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streams, "MAX_LINES", 2)
+    collector = SeriesCollector()
+    for line in range(1, 4):
+        collector.feed(line, f"loss {line}")
+    collector.feed(4, "done")
+    assert collector.series()["loss"] == MetricSeries((1, 2), (1, 2)) and collector.truncated
+    quiet = SeriesCollector()
+    for line in range(1, 5):
+        quiet.feed(line, "loss 1" if line < 3 else "no numbers")
+    assert not quiet.truncated  # past the bound, but nothing left out
 
 
 def test_relative_differences() -> None:

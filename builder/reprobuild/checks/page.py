@@ -518,7 +518,7 @@ def verify_page(report: VerifyReport) -> str:
             report.divergence_steps,
             report.divergence.value if report.divergence is not None else None,
         ),
-        "<p>Some numbers were left out (over 12 names or 50,000 points a run).</p>"
+        "<p>Some numbers were left out (over 12 names, 50,000 points or 200,000 lines a run).</p>"
         if truncated
         else "",
         "<h2>The stacks, as <code>reprobuild diff</code> compares the run records</h2>",

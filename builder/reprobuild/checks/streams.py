@@ -389,6 +389,9 @@ MAX_SERIES = 12
 """The most named series kept per run (the first names seen)."""
 MAX_POINTS = 50_000
 """The most points kept per run, all series together: a report stays a few MB at most."""
+MAX_LINES = 200_000
+"""The most stdout lines read for series per run (about 15 us each for a line of 5 numbers):
+what reading costs a run that prints millions of lines stays bounded."""
 
 
 def named_numbers(text: str) -> list[tuple[str, str]]:
@@ -443,19 +446,25 @@ def is_json_number(value: object) -> bool:
 class SeriesCollector:
     """The named numbers of one run's stdout lines (their compared form: wall-clock fields are
     masked out before they get here), as :class:`MetricSeries`, bounded by
-    :data:`MAX_SERIES` and :data:`MAX_POINTS`; the numbers are read by :func:`tokenize`, as
-    the comparison reads them."""
+    :data:`MAX_SERIES`, :data:`MAX_POINTS` and :data:`MAX_LINES`; the numbers are read by
+    :func:`tokenize`, as the comparison reads them."""
 
     def __init__(self) -> None:
         self._steps: dict[str, list[Number]] = {}
         self._values: dict[str, list[Number | None]] = {}
         self._lines: dict[str, list[int]] = {}
         self._points = 0
+        self._lines_read = 0
         self.truncated = False
         """Some numbers were left out (more names or points than the bounds)."""
 
     def feed(self, line: int, text: str) -> None:
         """One stdout line, by its 1-based number."""
+        self._lines_read += 1
+        if self._points >= MAX_POINTS or self._lines_read > MAX_LINES:
+            # full: the line is not even read, only looked at for a digit
+            self.truncated = self.truncated or any(c.isdigit() for c in text)
+            return
         pairs = named_numbers(text)
         if not pairs:
             return
