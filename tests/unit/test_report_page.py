@@ -127,6 +127,14 @@ def test_the_page_says_the_verdict_first_and_escapes_what_the_runs_gave() -> Non
     assert "no run record (the image has no reprobuild runtime)" in page
 
 
+def test_a_failed_run_cannot_conclude() -> None:
+    failure = {"message": "run 2 of 2: `python t.py` exited with status 3", "run": 2,
+               "exit_code": 3, "stderr_tail": ["Traceback"], "hint": None}  # fmt: skip
+    page = report_page(_report(result="failed", failure=failure).to_dict())
+    assert "Could not conclude: run 2 of 2: `python t.py` exited with status 3" in page
+    assert 'class="verdict failed"' in page
+
+
 def test_a_report_without_series_says_so() -> None:
     runs = [{**r.to_dict(), "series": {}} for r in _report().runs]
     page = report_page(_report(runs=runs).to_dict())
