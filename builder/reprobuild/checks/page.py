@@ -508,9 +508,10 @@ def verify_page(report: VerifyReport) -> str:
         "<h2>The runs</h2>",
         _runs_table(report, labels),
         "<h2>What they printed, step by step</h2>",
-        "<p>Left: each number every run printed, run 1 wide and the others dashed on top of "
-        "it. Right: how far each run is from run 1 (relative difference, log scale; 0 means "
-        "the same value as printed). The dotted line marks the first divergence.</p>",
+        "<p>For each number, two plots. The first: the number as every run printed it, run 1 "
+        "wide and the others dashed on top of it. The second: how far each run is from run 1 "
+        "(relative difference, log scale; 0 means the same value as printed). The dotted line "
+        "marks the first divergence.</p>",
         _metric_sections(
             labels,
             [f"run {run.run}" for run in report.runs],

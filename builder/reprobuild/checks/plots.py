@@ -164,7 +164,7 @@ def _decade(value: float, _position: object = None) -> str:
     return "0" if value == 0 else f"{value:.0e}".replace("e-0", "e-").replace("e+0", "e")
 
 
-def values_svg(name: str, lines: Sequence[Line], marker: Number | None) -> str:
+def _values(name: str, lines: Sequence[Line], marker: Number | None) -> str:
     """Every run's ``name`` over its steps, run 1 solid and wide, the others dashed on top
     (where they agree they lie on it); ``marker``: the step of the first divergence."""
     figure, axes = _figure()
@@ -190,7 +190,7 @@ def values_svg(name: str, lines: Sequence[Line], marker: Number | None) -> str:
     return _svg(figure, f"values-{name}")
 
 
-def differences_svg(name: str, differences: Sequence[Difference], marker: Number | None) -> str:
+def _differences(name: str, differences: Sequence[Difference], marker: Number | None) -> str:
     """Each run's relative difference from the reference, on a symmetric log scale: flat on
     zero while the bits agree, a rise where they part."""
     figure, axes = _figure()
@@ -226,3 +226,25 @@ def differences_svg(name: str, differences: Sequence[Difference], marker: Number
     if differences:
         axes.legend(fontsize="small")
     return _svg(figure, f"differences-{name}")
+
+
+FONT_SIZE = 11.0
+"""Points, a little over matplotlib's 10: on a phone the plot is drawn at about 2/3 size."""
+
+
+def values_svg(name: str, lines: Sequence[Line], marker: Number | None) -> str:
+    """Every run's ``name`` over its steps, run 1 solid and wide, the others dashed on top
+    (where they agree they lie on it); ``marker``: the step of the first divergence."""
+    import matplotlib
+
+    with matplotlib.rc_context({"font.size": FONT_SIZE}):
+        return _values(name, lines, marker)
+
+
+def differences_svg(name: str, differences: Sequence[Difference], marker: Number | None) -> str:
+    """Each run's relative difference from the reference, on a symmetric log scale: flat on
+    zero while the bits agree, a rise where they part."""
+    import matplotlib
+
+    with matplotlib.rc_context({"font.size": FONT_SIZE}):
+        return _differences(name, differences, marker)
