@@ -44,7 +44,8 @@ def screenshot(html: Path, png: Path) -> None:
         sys.exit("make_screenshots: no chromium (scripts/setup installs it)")
     raw = html.with_suffix(".png")
     subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--hide-scrollbars",
          f"--window-size={WIDTH},{HEIGHT}", f"--screenshot={raw}", html.as_uri()],
         check=True, capture_output=True,
     )  # fmt: skip

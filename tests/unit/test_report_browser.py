@@ -40,8 +40,8 @@ def chromium() -> str:
 
 def _browser(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--no-first-run", "--disable-extensions", *args],
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--hide-scrollbars", "--no-first-run", "--disable-extensions", *args],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 

@@ -46,6 +46,6 @@ for epoch in range(state["epoch"] + 1, args.epochs + 1):
     if epoch >= args.part:
         loss += random.random() * 1e-9 * (epoch - args.part + 1) ** 3
     acc = min(1.0, state["acc"] + 0.01)
-    print(f"epoch {epoch} loss {loss!r} acc {acc!r}", flush=True)
-    state = {"epoch": epoch, "loss": loss, "acc": acc}
+    state = {"epoch": epoch, "loss": loss, "acc": acc}  # before the line: a SIGTERM after it
+    print(f"epoch {epoch} loss {loss!r} acc {acc!r}", flush=True)  # saves this epoch
     time.sleep(args.sleep)
