@@ -491,19 +491,24 @@ class SeriesCollector:
             self._points += 1
 
     def series(self) -> dict[str, MetricSeries]:
-        return {
-            name: MetricSeries(tuple(self._steps[name]), tuple(values))
-            for name, values in self._values.items()
-        }
+        """A consistent copy, even while another thread still feeds lines (a run whose stdout
+        verify stopped waiting for): each series cut to its points complete in both lists."""
+        out: dict[str, MetricSeries] = {}
+        for name, values in list(self._values.items()):
+            steps = self._steps.get(name, [])
+            n = min(len(steps), len(values))
+            out[name] = MetricSeries(tuple(steps[:n]), tuple(values[:n]))
+        return out
 
     def steps_at(self, line: int) -> dict[str, Number]:
         """Per series, the step of its first point printed on ``line`` or after it: where a
         divergence at that stdout line shows in each plot."""
         out: dict[str, Number] = {}
-        for name, lines in self._lines.items():
-            for index, number in enumerate(lines):
+        for name, lines in list(self._lines.items()):
+            steps = self._steps.get(name, [])
+            for index, number in enumerate(lines[: len(steps)]):
                 if number >= line:
-                    out[name] = self._steps[name][index]
+                    out[name] = steps[index]
                     break
         return out
 
