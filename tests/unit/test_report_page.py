@@ -135,6 +135,13 @@ def test_a_failed_run_cannot_conclude() -> None:
     assert 'class="verdict failed"' in page
 
 
+def test_an_unreadable_run_record_leaves_the_stack_out() -> None:
+    runs = [{**r.to_dict(), "run_record": {"schema_version": 99}} for r in
+            _report().runs]  # fmt: skip
+    page = report_page(_report(runs=runs).to_dict())
+    assert "no run record (the image has no reprobuild runtime)" in page
+
+
 def test_a_report_without_series_says_so() -> None:
     runs = [{**r.to_dict(), "series": {}} for r in _report().runs]
     page = report_page(_report(runs=runs).to_dict())

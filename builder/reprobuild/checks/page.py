@@ -378,8 +378,8 @@ def _stack(run: RunReport, source: str) -> Stack | None:
         return None
     try:
         return from_run_record(run.run_record, source=source, frameworks=run.framework_records)
-    except DiffInputError:
-        return None
+    except (DiffInputError, AttributeError, KeyError, TypeError, ValueError):
+        return None  # a record this reprobuild cannot read (another schema, edited by hand)
 
 
 def _verdict_words(report: VerifyReport) -> str:
