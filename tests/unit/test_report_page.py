@@ -124,7 +124,7 @@ def test_the_page_says_the_verdict_first_and_escapes_what_the_runs_gave() -> Non
     assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'' in page
     assert page.count("<svg") == 2  # loss: the values and the differences
-    assert "no run record (the image has no reprobuild runtime)" in page
+    assert "no run record this reprobuild reads (none: the image has no reprobuild runtime)" in page
 
 
 def test_a_failed_run_cannot_conclude() -> None:
@@ -139,7 +139,7 @@ def test_an_unreadable_run_record_leaves_the_stack_out() -> None:
     runs = [{**r.to_dict(), "run_record": {"schema_version": 99}} for r in
             _report().runs]  # fmt: skip
     page = report_page(_report(runs=runs).to_dict())
-    assert "no run record (the image has no reprobuild runtime)" in page
+    assert "no run record this reprobuild reads (none: the image has no reprobuild runtime)" in page
 
 
 def test_a_report_without_series_says_so() -> None:

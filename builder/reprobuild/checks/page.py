@@ -434,7 +434,12 @@ def _stack_items(report: VerifyReport) -> list[tuple[str, str]]:
         shown += [f"{d.name} {d.version}" for d in stack.packages.values()]
         items.append(("stack (run 1)", _e(", ".join(shown))))
     else:
-        items.append(("stack", "no run record (the image has no reprobuild runtime)"))
+        items.append(
+            (
+                "stack",
+                "no run record this reprobuild reads (none: the image has no reprobuild runtime)",
+            )
+        )
     settings = [
         f"seed {report.seed if report.seed is not None else '(image default)'}",
         f"mode {report.mode or '(image default)'}",
@@ -481,7 +486,7 @@ def _runs_table(report: VerifyReport, labels: Sequence[str]) -> str:
 def _stack_diffs(report: VerifyReport) -> str:
     first = _stack(report.runs[0], "run 1") if report.runs else None
     if first is None:
-        return "<p>No run records to compare (the image has no reprobuild runtime).</p>"
+        return "<p>No run records to compare (none that this reprobuild reads: the image has no reprobuild runtime, or they are of another schema).</p>"
     out = []
     for run in report.runs[1:]:
         other = _stack(run, f"run {run.run}")
