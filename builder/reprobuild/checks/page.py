@@ -486,7 +486,10 @@ def _runs_table(report: VerifyReport, labels: Sequence[str]) -> str:
 def _stack_diffs(report: VerifyReport) -> str:
     first = _stack(report.runs[0], "run 1") if report.runs else None
     if first is None:
-        return "<p>No run records to compare (none that this reprobuild reads: the image has no reprobuild runtime, or they are of another schema).</p>"
+        return (
+            "<p>No run records to compare (none that this reprobuild reads: the image has no "
+            "reprobuild runtime, or they are of another schema).</p>"
+        )
     out = []
     for run in report.runs[1:]:
         other = _stack(run, f"run {run.run}")
