@@ -302,3 +302,23 @@ def test_regression_example_reproduces_and_fails_without_the_runtime(  # type: i
     assert out.splitlines()[0] == (
         "diverged: stdout line 1 differs between run 1 and run 2 (epoch 1, loss)"
     )
+
+
+def test_html_page_of_container_runs(image: str, docker_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`verify IMAGE --html`: the page of real container runs names the image and plots the
+    loss the runs printed; its stack table compares the two run records, which name the
+    image's manifest."""
+    page = tmp_path / "verify.html"
+    code, _out, err, report = verify(tmp_path, image, "--html", str(page), "--", "python", "det.py")
+    assert code == 0, err
+    assert f"page: {page}" in err
+    text = page.read_text()
+    assert "Reproduced. The 2 runs printed the same 6 stdout lines, bit for bit." in text
+    assert image in text and report["image_id"] in text
+    assert report["runs"][0]["series"]["loss"]["steps"] == [1, 2, 3, 4, 5]
+    assert 'data-metric="loss"' in text and text.count("<svg") == 2
+    labels = docker_client.images.get(image).attrs["Config"]["Labels"]
+    sha = labels["io.reprobuild.manifest.sha256"]
+    assert '<span class="mono">manifest.sha256</span>' in text and f"{sha[:12]}" in text
+    assert 'class="changed"' not in text  # same image, same host: no row differs
+    assert "://" not in text

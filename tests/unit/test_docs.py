@@ -30,7 +30,7 @@ import pytest
 from helpers import REPO
 from reprobuild.build.manifest import Distribution, Manifest
 from reprobuild.checks import diff
-from reprobuild.checks.streams import Divergence, JsonDifference, NumericDiff
+from reprobuild.checks.streams import Divergence, JsonDifference, MetricSeries, NumericDiff
 from reprobuild.checks.verify.report import (
     Failure,
     FileDigest,
@@ -340,6 +340,8 @@ def a_verify_report() -> VerifyReport:
         framework_records=({"kind": "reprobuild.frameworks"},),
         record_differences=(json_difference,),
         ignored=ignored,
+        series={"loss": MetricSeries((1, 2), (0.5, None))},
+        series_truncated=True,
     )
     return VerifyReport(
         result="diverged",
@@ -365,6 +367,9 @@ def a_verify_report() -> VerifyReport:
         output_differences=(divergence,),
         failure=Failure("run 2 exited with status 1", 2, 1, ("Traceback",), "fix it"),
         trial=3,
+        nodes=2,
+        nproc_per_node=1,
+        divergence_steps={"loss": 2},
     )
 
 
@@ -380,6 +385,8 @@ def test_the_verify_report_page_names_every_field() -> None:
             "runs[].outputs",
             "runs[].run_record",
             "runs[].framework_records[]",
+            "runs[].series",
+            "divergence_steps",
             "output_differences[]",
         }
     )

@@ -244,8 +244,8 @@ class DiffResult:
                 items = self._package_lines()
             else:
                 items = [
-                    f"{d.key.ljust(width)}  {_show(d.a, d.missing == 'a')} -> "
-                    f"{_show(d.b, d.missing == 'b')}"
+                    f"{d.key.ljust(width)}  {show_value(d.a, d.missing == 'a')} -> "
+                    f"{show_value(d.b, d.missing == 'b')}"
                     for d in self.differences
                     if d.group == group
                 ]
@@ -279,7 +279,9 @@ class DiffResult:
         return [line for _, line in sorted(rows)]
 
 
-def _show(value: Any, missing: bool) -> str:
+def show_value(value: Any, missing: bool) -> str:
+    """A value as ``diff`` prints it: ``(absent)``, ``(none)``, a command as a shell line,
+    sha256 digests cut short."""
     if missing:
         return "(absent)"
     if value is None:
@@ -367,7 +369,12 @@ def _package_differences(
 def diff(a: str, b: str, *, engine: Engine | None = None) -> DiffResult:
     """``reprobuild diff A B``: read both inputs (files or images) and compare them."""
     engine = engine if engine is not None else Engine()  # connects only if an image is named
-    stack_a, stack_b = load(a, engine), load(b, engine)
+    return compare_inputs(load(a, engine), load(b, engine))
+
+
+def compare_inputs(stack_a: Stack, stack_b: Stack) -> DiffResult:
+    """:func:`compare`, and for two run records also how their records agree and the CPU
+    cause: the whole answer of ``reprobuild diff`` for two inputs already read."""
     result = compare(stack_a, stack_b)
     if stack_a.records is not None and stack_b.records is not None:
         result = replace(

@@ -379,6 +379,152 @@ def value_name(a: str, b: str) -> str | None:
     return None
 
 
+# ----------------------------------------------------------------------------- series
+
+
+STEP_NAMES = ("step", "iteration", "iter", "it", "batch", "epoch")
+"""Names of the counter a line's other numbers are plotted against, most specific first
+(``epoch 2 step 300 loss 0.4``: step 300)."""
+MAX_SERIES = 12
+"""The most named series kept per run (the first names seen)."""
+MAX_POINTS = 50_000
+"""The most points kept per run, all series together: a report stays a few MB at most."""
+MAX_LINES = 200_000
+"""The most stdout lines read for series per run (about 15 us each for a line of 5 numbers):
+what reading costs a run that prints millions of lines stays bounded."""
+
+
+def named_numbers(text: str) -> list[tuple[str, str]]:
+    """``(name, number)`` for every number that a name stands right before (``loss 0.41``,
+    ``- acc: 0.9``, ``lr=1e-3``), in line order; the names are :func:`value_name`'s."""
+    found: list[tuple[str, str]] = []
+    previous = ""
+    for token in tokenize(text):
+        if not is_number(token):
+            previous = token
+            continue
+        match = _VALUE_NAME.search(previous)
+        previous = ""
+        if match is not None and match.group(1).lower() not in _NOT_NAMES:
+            found.append((match.group(1), token))
+    return found
+
+
+Number = int | float
+
+
+@dataclass(frozen=True)
+class MetricSeries:
+    """One named number of one run's stdout, in order: the step it was printed at (the line's
+    ``step``/``epoch`` counter, else its 1-based count) and its value (None: nan or infinite)."""
+
+    steps: tuple[Number, ...]
+    values: tuple[Number | None, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": list(self.steps), "values": list(self.values)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MetricSeries:
+        steps, values = tuple(data["steps"]), tuple(data["values"])
+        if len(steps) != len(values):
+            raise ValueError("a series has as many steps as values")
+        if not all(is_json_number(s) for s in steps):
+            raise ValueError("a series' steps are numbers")
+        if not all(v is None or is_json_number(v) for v in values):
+            raise ValueError("a series' values are numbers or null")
+        return cls(steps, values)
+
+
+def is_json_number(value: object) -> bool:
+    """A finite int or float, not a bool."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+class SeriesCollector:
+    """The named numbers of one run's stdout lines (their compared form: wall-clock fields are
+    masked out before they get here), as :class:`MetricSeries`, bounded by
+    :data:`MAX_SERIES`, :data:`MAX_POINTS` and :data:`MAX_LINES`; the numbers are read by
+    :func:`tokenize`, as the comparison reads them."""
+
+    def __init__(self) -> None:
+        self._steps: dict[str, list[Number]] = {}
+        self._values: dict[str, list[Number | None]] = {}
+        self._lines: dict[str, list[int]] = {}
+        self._points = 0
+        self._lines_read = 0
+        self.truncated = False
+        """Some numbers were left out (more names or points than the bounds)."""
+
+    def feed(self, line: int, text: str) -> None:
+        """One stdout line, by its 1-based number."""
+        self._lines_read += 1
+        if self._points >= MAX_POINTS or self._lines_read > MAX_LINES:
+            # full: the line is not even read, only looked at for a digit
+            self.truncated = self.truncated or any(c.isdigit() for c in text)
+            return
+        pairs = named_numbers(text)
+        if not pairs:
+            return
+        step: Number | None = None
+        rank = len(STEP_NAMES)
+        for name, token in pairs:
+            lowered = name.lower()
+            if lowered in STEP_NAMES and STEP_NAMES.index(lowered) < rank:
+                rank, step = STEP_NAMES.index(lowered), _finite(token)
+        for name, token in pairs:
+            if name.lower() in STEP_NAMES:
+                continue
+            if name not in self._values and len(self._values) >= MAX_SERIES:
+                self.truncated = True
+                continue
+            if self._points >= MAX_POINTS:
+                self.truncated = True
+                return
+            values = self._values.setdefault(name, [])
+            steps = self._steps.setdefault(name, [])
+            self._lines.setdefault(name, []).append(line)
+            steps.append(step if step is not None else len(values) + 1)
+            values.append(_finite(token))
+            self._points += 1
+
+    def series(self) -> dict[str, MetricSeries]:
+        """A consistent copy, even while another thread still feeds lines (a run whose stdout
+        verify stopped waiting for): each series cut to its points complete in both lists."""
+        out: dict[str, MetricSeries] = {}
+        for name, values in list(self._values.items()):
+            steps = self._steps.get(name, [])
+            n = min(len(steps), len(values))
+            out[name] = MetricSeries(tuple(steps[:n]), tuple(values[:n]))
+        return out
+
+    def steps_at(self, line: int) -> dict[str, Number]:
+        """Per series, the step of its first point printed on ``line`` or after it: where a
+        divergence at that stdout line shows in each plot."""
+        out: dict[str, Number] = {}
+        for name, lines in list(self._lines.items()):
+            steps = self._steps.get(name, [])
+            for index, number in enumerate(lines[: len(steps)]):
+                if number >= line:
+                    out[name] = steps[index]
+                    break
+        return out
+
+
+def _finite(token: str) -> Number | None:
+    try:
+        value = _parse_number(token)
+    except (ValueError, OverflowError):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and abs(value) > 2**53:
+        return float(value)  # a JSON reader takes a number of at most 100 characters
+    return value
+
+
 class StreamComparator:
     """Compare the stdout lines of N runs with run 1's as they arrive, in any interleaving.
 

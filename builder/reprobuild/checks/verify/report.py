@@ -16,7 +16,13 @@ from typing import Any
 from reprobuild import __version__
 from reprobuild._util import jsonload
 from reprobuild._util.fsutil import write_atomic
-from reprobuild.checks.streams import Divergence, JsonDifference
+from reprobuild.checks.streams import (
+    Divergence,
+    JsonDifference,
+    MetricSeries,
+    Number,
+    is_json_number,
+)
 from reprobuild.checks.verify.spec import DataMount
 from reprobuild.checks.volatile import Ignored
 from reprobuild.errors import OutputError, ReprobuildError
@@ -97,6 +103,11 @@ class RunReport:
     (run id, start time, container hostname): host, CPU, GPU, driver, stack, settings."""
     ignored: Ignored = field(default_factory=Ignored)
     """What of this run's stdout was not compared: redraws folded, wall-clock fields."""
+    series: dict[str, MetricSeries] = field(default_factory=dict)
+    """The named numbers of its stdout (``loss 0.41``), per name, as the comparison read them:
+    what ``reprobuild report`` plots."""
+    series_truncated: bool = False
+    """Some named numbers were left out of ``series`` (its bounds)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +123,8 @@ class RunReport:
             "framework_records": list(self.framework_records),
             "record_differences": [d.to_dict() for d in self.record_differences],
             "ignored": self.ignored.to_dict(),
+            "series": {name: s.to_dict() for name, s in self.series.items()},
+            "series_truncated": self.series_truncated,
         }
 
     @classmethod
@@ -131,6 +144,11 @@ class RunReport:
                 JsonDifference.from_dict(d) for d in data.get("record_differences") or ()
             ),
             ignored=Ignored.from_dict(data.get("ignored") or {}),
+            series={
+                str(name): MetricSeries.from_dict(s)
+                for name, s in (data.get("series") or {}).items()
+            },
+            series_truncated=bool(data.get("series_truncated")),
         )
 
 
@@ -203,6 +221,12 @@ class VerifyReport:
     """With ``--cpu``, when the runs diverged: why their bits could differ, from their run
     records (:func:`reprobuild.checks.runrecords.cpu_cause`, the line ``reprobuild diff``
     gives)."""
+    nodes: int | None = None
+    """``--nodes``: every run was a torchrun job of this many containers (rank 0 compared)."""
+    nproc_per_node: int | None = None
+    divergence_steps: dict[str, Number] = field(default_factory=dict)
+    """At a stdout divergence: per series of the reference run, the step of its first point on
+    the divergent line or after it (where the divergence shows in each plot)."""
     schema_version: int = SCHEMA_VERSION
     kind: str = REPORT_KIND
 
@@ -245,6 +269,9 @@ class VerifyReport:
             "failure": None if self.failure is None else self.failure.to_dict(),
             "cpus": list(self.cpus),
             "cpu_cause": self.cpu_cause,
+            "nodes": self.nodes,
+            "nproc_per_node": self.nproc_per_node,
+            "divergence_steps": dict(self.divergence_steps),
         }
 
     def to_json(self) -> str:
@@ -293,8 +320,11 @@ class VerifyReport:
                 builder_version=str(data.get("builder_version", "")),
                 cpus=tuple(str(c) for c in data.get("cpus") or ()),
                 cpu_cause=data.get("cpu_cause"),
+                nodes=data.get("nodes"),
+                nproc_per_node=data.get("nproc_per_node"),
+                divergence_steps=steps_map(data.get("divergence_steps")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ReprobuildError(f"verify report is missing or has a bad field: {exc}") from None
 
     @classmethod
@@ -344,6 +374,15 @@ class VerifyReport:
                 "  (--no-default-ignore compares stdout as written; --ignore REGEX leaves out more)"
             )
         return lines
+
+
+def steps_map(data: Any) -> dict[str, Number]:
+    """``divergence_steps`` as read: names to numbers (ValueError otherwise)."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(is_json_number(v) for v in data.values()):
+        raise ValueError("divergence_steps maps names to numbers")
+    return {str(name): value for name, value in data.items()}
 
 
 SHOWN_CHARS = 200

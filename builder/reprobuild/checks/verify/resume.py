@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild._util import fsutil
-from reprobuild.checks.streams import epoch_of
+from reprobuild.checks.streams import SeriesCollector, epoch_of
 from reprobuild.checks.terminal import TerminalLines, printable
 from reprobuild.checks.verify.launchers import _DockerLauncher, _Launcher, _LocalLauncher, _Run
 from reprobuild.checks.verify.outputs import collect_outputs, compare_outputs
@@ -72,6 +72,10 @@ class Leg:
     exit_code: int | None = None
     stopped_at: str | None = None
     ignored: Ignored = field(default_factory=Ignored)
+    series: SeriesCollector = field(default_factory=SeriesCollector)
+    """The named numbers of its stdout, for the report's plots (as verify's runs keep them)."""
+    after_from: int = 0
+    """The stdout line of ``after``'s first line."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +85,8 @@ class Leg:
             "stdout_lines": self.lines,
             "stderr_tail": self.stderr_tail[-20:],
             "ignored": self.ignored.to_dict(),
+            "series": {name: s.to_dict() for name, s in self.series.series().items()},
+            "series_truncated": self.series.truncated,
         }
 
 
@@ -132,6 +138,7 @@ def _run_leg(handle: _Run, leg: Leg, stop_at: int | None, spec: VerifySpec) -> N
     lines: queue.Queue[Any] = queue.Queue()
     errors: queue.Queue[Any] = queue.Queue()
     masker = Masker(spec.stdout_rules())
+    plotted = Masker(spec.stdout_rules())  # its counts are not the leg's: every line goes here
     threads = [
         threading.Thread(
             target=_pump,
@@ -152,8 +159,10 @@ def _run_leg(handle: _Run, leg: Leg, stop_at: int | None, spec: VerifySpec) -> N
             leg.stderr_tail.append(f"verify lost the leg's stdout: {line}")
             continue
         leg.lines += 1
+        leg.series.feed(leg.lines, plotted.key(leg.lines, line))
         epoch = _epoch_number(line)
-        leg.after_started = leg.after_started or (epoch is not None and epoch > leg.resume_at)
+        if not leg.after_started and epoch is not None and epoch > leg.resume_at:
+            leg.after_started, leg.after_from = True, leg.lines
         if leg.after_started:
             _keep(leg, handle, masker, leg.lines, line)
         if stop_at is not None and leg.stopped_at is None and (epoch or 0) >= stop_at:
@@ -256,6 +265,7 @@ def _conclude(spec: VerifySpec, resume_at: int, legs: list[Leg]) -> dict[str, An
         "resume_at": resume_at,
         "legs": [leg.to_dict() for leg in legs],
         "differences": [],
+        "divergence_steps": {},
     }
     failure = None
     if straight.exit_code != 0 or resumed.exit_code != 0:
@@ -274,14 +284,17 @@ def _conclude(spec: VerifySpec, resume_at: int, legs: list[Leg]) -> dict[str, An
     a, b = straight.after, resumed.after
     for number, (line_a, line_b) in enumerate(zip(a, b, strict=False), 1):
         if line_a.digest != line_b.digest:
+            line = straight.after_from + number - 1
             report["differences"].append(
                 {
                     "where": "stdout",
                     "line_after_resume": number,
+                    "line": line,
                     "straight": line_a.shown,
                     "resumed": line_b.shown,
                 }
             )
+            report["divergence_steps"] = straight.series.steps_at(line)
             break
     if len(a) != len(b) and not report["differences"]:
         report["differences"].append(

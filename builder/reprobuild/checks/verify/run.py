@@ -25,7 +25,7 @@ from reprobuild.checks.runrecords import (
     cpu_cause,
     read_run_dir,
 )
-from reprobuild.checks.streams import Divergence, StreamComparator
+from reprobuild.checks.streams import Divergence, Number, StreamComparator
 from reprobuild.checks.terminal import TerminalLines
 from reprobuild.checks.verify.launchers import (
     _DockerLauncher,
@@ -346,6 +346,8 @@ class _Finished:
                 stdout_lines=self.comparator.counts[s.index],
                 stdout_sha256=s.digest.hexdigest(),
                 ignored=s.masker.ignored,
+                series=s.series.series(),
+                series_truncated=s.series.truncated,
                 stderr_tail=tuple(s.stderr),
                 outputs=digests[s.index],
                 run_record=None
@@ -407,7 +409,15 @@ class _Finished:
             failure=failure,
             cpus=spec.cpus,
             cpu_cause=self._cause(divergence) if result == "diverged" else None,
+            nodes=spec.nodes,
+            nproc_per_node=spec.nproc_per_node if spec.nodes is not None else None,
+            divergence_steps=self._divergence_steps(divergence),
         )
+
+    def _divergence_steps(self, divergence: Divergence | None) -> dict[str, Number]:
+        if divergence is None or divergence.where != "stdout" or divergence.line is None:
+            return {}
+        return self.states[divergence.runs[0] - 1].series.steps_at(divergence.line)
 
     def _unemulated(self) -> Failure | None:
         """An emulated leg whose run record names no emulator: the image's runtime predates

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprobuild.checks.streams import Divergence, StdoutLine, StreamComparator
+from reprobuild.checks.streams import Divergence, SeriesCollector, StdoutLine, StreamComparator
 from reprobuild.checks.terminal import ShownLine, TerminalLines, printable
 from reprobuild.checks.verify.launchers import _Run
 from reprobuild.checks.volatile import Masker
@@ -47,6 +47,8 @@ class _RunState:
     masker: Masker = field(default_factory=lambda: Masker(()))
     """Each shown line to its compared form (wall-clock fields masked), counting them."""
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL))
+    series: SeriesCollector = field(default_factory=SeriesCollector)
+    """The named numbers of its stdout (compared form), for the report's plots."""
     threads: list[threading.Thread] = field(default_factory=list)
 
 
@@ -62,6 +64,7 @@ def _pump_stdout(state: _RunState, events: queue.Queue[Event]) -> None:
             number += 1
             state.masker.note_redraws(line.redraws)
             key = state.masker.key(number, line.text)
+            state.series.feed(number, key)
             events.put(("line", state.index, StdoutLine(line.text, key)))
 
     try:

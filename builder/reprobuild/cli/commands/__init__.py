@@ -52,6 +52,9 @@ COMMANDS: dict[str, CommandInfo] = {
         "show the project's locked bases (reprobuild.bases.lock); --update re-pins them",
     ),
     "verify": _info("verify", "run a command N times side by side and prove the runs identical"),
+    "report": _info(
+        "report", "write the HTML page of a verify report: its verdict, plots and stack diff"
+    ),
     "diff": _info("diff", "compare two images' stacks, two run records, or one of each"),
     "compose": _info(
         "compose",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from reprobuild.cli.options import json_flag
-from reprobuild.cli.output import EXIT_ERROR
+from reprobuild.cli.output import EXIT_ERROR, err
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,12 +26,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("b", metavar="B", help="the same, compared with A")
     json_flag(parser)
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the comparison as an HTML page (a table, changed rows first); an "
+        "existing file is replaced only when it is a page reprobuild wrote",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from reprobuild.checks.diff import diff
 
+    if args.html is not None:
+        from reprobuild.checks.page import check_page_path
+
+        check_page_path(args.html, "--html")
     result = diff(args.a, args.b)
+    if args.html is not None:
+        from reprobuild.checks.page import diff_page, write_page
+
+        write_page(args.html, diff_page(result), "--html")
+        err(f"page: {args.html.absolute()}")
     if args.json:
         print(result.to_json(), end="")
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reprobuild.cli.options import _int, json_flag
 from reprobuild.cli.output import EXIT_ERROR, err
@@ -154,6 +154,13 @@ def _comparison_options(parser: argparse.ArgumentParser) -> None:
         "reprobuild-verify-<image id 12 hex | local>-<UTC time>.json; checked writable first)",
     )
     parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the report's HTML page (as `reprobuild report` does): the verdict, "
+        "plots of the numbers the runs printed, the stack diff; checked writable first",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         metavar="DIR",
@@ -208,6 +215,8 @@ class _VerifyCommand(argparse.Action):
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
+
     from reprobuild.checks.verify import verify, verify_spec_from_args
     from reprobuild.errors import RunFailedError
 
@@ -240,6 +249,10 @@ def run(args: argparse.Namespace) -> int:
 
         drop = "--nodes" if args.nodes is not None else "--cpu"
         raise VerifyUsageError(f"--resume-at checks one container's resume; drop {drop}")
+    if args.html is not None:
+        from reprobuild.checks.page import check_page_path
+
+        check_page_path(args.html, "--html")
     if args.resume_at is not None:
         return _resume(spec, args, log)
     try:
@@ -249,7 +262,9 @@ def run(args: argparse.Namespace) -> int:
             print(exc.report.to_json(), end="")
         if exc.stderr_tail:
             err(exc.stderr_tail)
+        _page(args.html, json.loads(exc.report.to_json()))
         raise
+    _page(args.html, result.report.to_dict())
     if args.json:
         print(result.report.to_json(), end="")
         err(f"report: {result.path}")
@@ -278,4 +293,15 @@ def _resume(spec: VerifySpec, args: argparse.Namespace, log: Callable[[str], Non
     else:
         print(report["summary"])
     err(f"report: {path}")
+    _page(args.html, report)
     return 0 if report["result"] == "identical" else EXIT_ERROR
+
+
+def _page(path: Path | None, report: dict[str, Any]) -> None:
+    """``--html``: the report's page, as ``reprobuild report`` writes it."""
+    if path is None:
+        return
+    from reprobuild.checks.page import report_page, write_page
+
+    write_page(path, report_page(report), "--html")
+    err(f"page: {path.absolute()}")
