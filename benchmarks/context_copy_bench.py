@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprobuild.build.context import clamp_times
+from reprobuild.imaging.context import clamp_times
 from reprobuild.locks.lockfile import load_lock
 from reprobuild.locks.wheels import Target, cache_root, fetch_wheels
 

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reprobuild._util import tomlload
-from reprobuild.build.initservices import init_services
+from reprobuild.imaging.initservices import init_services
 from reprobuild.locks.lockfile import Selection, load_lock
 from reprobuild.project.init import InitOptions, init_project
 

@@ -46,7 +46,7 @@ def _free_port() -> int:
 
 
 def _runtime(root: Path, with_tags: bool) -> Path:
-    from reprobuild.build.runtimefiles import runtime_package
+    from reprobuild.imaging.runtimefiles import runtime_package
 
     out = root / ("tags" if with_tags else "alone")
     for rel, (data, _mode) in runtime_package().items():

@@ -164,7 +164,7 @@ class FakeImageEngine:
     """Stands in for reprobuild.backends.engine.Engine: one image, its labels, CMD, manifest."""
 
     def __init__(self, tag: str, dists: tuple[str, ...], variant: str = "cpu") -> None:
-        from reprobuild.build.manifest import MANIFEST_LABEL
+        from reprobuild.imaging.manifest import MANIFEST_LABEL
 
         self.tag = tag
         self.raw = fake_manifest(*dists)

@@ -62,7 +62,7 @@ def dataclass_schema(cls: Any, optional: tuple[str, ...] | None = None) -> dict[
 def manifest_schema() -> dict[str, Any]:
     """The image manifest (``/opt/reprobuild/manifest.json``), as this reprobuild writes it and
     reads it: the fields older images may lack are not required."""
-    from reprobuild.build import manifest
+    from reprobuild.imaging import manifest
 
     optional = tuple(name for name in manifest._OPTIONAL if name != "distributions")
     schema = dataclass_schema(manifest.Manifest, optional)

@@ -1,7 +1,7 @@
 """Report what an image holds, as one JSON document on stdout.
 
 Run by reprobuild after the build, in the process that also reads the SBOM's facts
-(``reprobuild.build.image.PROBE``); ``python -m reprobuild_entrypoint.probe`` prints it alone.
+(``reprobuild.imaging.image.PROBE``); ``python -m reprobuild_entrypoint.probe`` prints it alone.
 Needs no GPU.
 """
 

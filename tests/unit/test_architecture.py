@@ -367,7 +367,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("checks",),
     ("cluster",),
-    ("build",),
+    ("imaging",),
     ("backends", "locks"),
     ("bases",),
     ("project",),
@@ -485,15 +485,19 @@ def test_layer_and_cycle_checks_catch_what_they_look_for(tmp_path: Path) -> None
     are both found in a small tree."""
     pkg = tmp_path / "reprobuild"
     (pkg / "locks").mkdir(parents=True)
-    (pkg / "build").mkdir()
-    for init in (pkg / "__init__.py", pkg / "locks" / "__init__.py", pkg / "build" / "__init__.py"):
+    (pkg / "imaging").mkdir()
+    for init in (
+        pkg / "__init__.py",
+        pkg / "locks" / "__init__.py",
+        pkg / "imaging" / "__init__.py",
+    ):
         init.write_text("")
-    (pkg / "locks" / "a.py").write_text("def f():\n    from reprobuild.build import plan\n")
-    (pkg / "build" / "plan.py").write_text("from reprobuild.locks import a\n")
+    (pkg / "locks" / "a.py").write_text("def f():\n    from reprobuild.imaging import plan\n")
+    (pkg / "imaging" / "plan.py").write_text("from reprobuild.locks import a\n")
     edges = _internal_edges(pkg)
-    assert edges["reprobuild.locks.a"] == {"reprobuild.build.plan"}
-    assert upward_imports(edges) == ["reprobuild.locks.a -> reprobuild.build.plan"]
-    assert import_cycles(edges) == [["reprobuild.build.plan", "reprobuild.locks.a"]]
+    assert edges["reprobuild.locks.a"] == {"reprobuild.imaging.plan"}
+    assert upward_imports(edges) == ["reprobuild.locks.a -> reprobuild.imaging.plan"]
+    assert import_cycles(edges) == [["reprobuild.imaging.plan", "reprobuild.locks.a"]]
 
 
 def test_manifest_field_lists_name_manifest_fields() -> None:
@@ -502,8 +506,8 @@ def test_manifest_field_lists_name_manifest_fields() -> None:
     list is held to the type's fields here, as diff's is."""
     import dataclasses
 
-    from reprobuild.build.manifest import Manifest
     from reprobuild.checks import diff
+    from reprobuild.imaging.manifest import Manifest
     from reprobuild_entrypoint import runrecord
 
     names = {f.name for f in dataclasses.fields(Manifest)}

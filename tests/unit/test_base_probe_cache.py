@@ -1,4 +1,4 @@
-"""The base probe's cache (``reprobuild.build.image.base_probe``): keyed by the base's digest
+"""The base probe's cache (``reprobuild.imaging.image.base_probe``): keyed by the base's digest
 and by the probe's own source. A cache keyed by digest alone kept answering for a probe that
 could no longer run on any base, so every warm machine passed while every fresh one failed."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reprobuild.build.image import base_probe
+from reprobuild.imaging.image import base_probe
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -13,10 +13,10 @@ import pytest
 from reprobuild.bases import baselock
 from reprobuild.bases.catalog import Catalog, load_catalog
 from reprobuild.bases.refs import parse_ref
-from reprobuild.build.plan import plan_build, record_new_base
-from reprobuild.build.render import RenderSpec
 from reprobuild.cli import main
 from reprobuild.errors import CatalogError
+from reprobuild.imaging.plan import plan_build, record_new_base
+from reprobuild.imaging.render import RenderSpec
 from reprobuild.project.config import ProjectConfig
 
 NAME = "python-3.11-slim-bookworm"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from reprobuild.backends import buildah
-from reprobuild.build.image import choose_builder
+from reprobuild.imaging.image import choose_builder
 
 
 class FakeEngine:

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from reprobuild.build.plan import plan_build, project_tag
 from reprobuild.checks import verify
 from reprobuild.cli import main
 from reprobuild.cluster.compose import (
@@ -38,6 +37,7 @@ from reprobuild.errors import (
     OutputError,
     ReprobuildError,
 )
+from reprobuild.imaging.plan import plan_build, project_tag
 
 TESTS = Path(__file__).parent.parent
 REPO = TESTS.parent
@@ -243,7 +243,7 @@ def test_unbuilt_image_names_the_tag_and_the_build_command() -> None:
 
 
 def test_default_tag_is_the_one_reprobuild_image_gives() -> None:
-    from reprobuild.build.plan import spec_tag
+    from reprobuild.imaging.plan import spec_tag
 
     spec = plan_build(TINY).spec
     assert tiny_tag() == spec_tag(spec)
@@ -443,7 +443,7 @@ def test_compose_file_matches_golden(path: Path) -> None:
 def test_variant_selects_the_matrix_image_and_its_kind() -> None:
     """--variant NAME looks up the tag `reprobuild image --variant NAME` gives; a GPU variant
     gets the GPU reservation without --gpu."""
-    from reprobuild.build.plan import spec_tag
+    from reprobuild.imaging.plan import spec_tag
     from reprobuild.locks.lockfile import load_lock
 
     matrix = TINY.parent / "matrix"

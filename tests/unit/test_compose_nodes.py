@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from helpers import FakeImageEngine as FakeEngine
-from reprobuild.build.plan import project_tag
 from reprobuild.cli import main
 from reprobuild.cluster.compose import ComposeSpec, compose_project, document, render
 from reprobuild.cluster.nodes import JobShape, JobShapeError, program_args
 from reprobuild.errors import ConfigError, ReprobuildError
+from reprobuild.imaging.plan import project_tag
 from reprobuild.project.config import load_config
 from reprobuild_entrypoint import MANIFEST_PATH
 

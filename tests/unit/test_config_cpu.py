@@ -10,8 +10,8 @@ import yaml
 
 from helpers import DATA
 from reprobuild.bases.refs import parse_pinned
-from reprobuild.build.render import RenderSpec, render_dockerfile
 from reprobuild.errors import ConfigError
+from reprobuild.imaging.render import RenderSpec, render_dockerfile
 from reprobuild.locks.lockfile import load_lock
 from reprobuild.project.config import ProjectConfig, load_config
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from reprobuild._util.fsutil import replace_dir, write_atomic
-from reprobuild.build.context import MARKER, clamp_times, write_context, write_tree
-from reprobuild.build.plan import app_files, source_date_epoch
-from reprobuild.build.render import FileEntry
 from reprobuild.errors import ConfigError, OutputError, ReprobuildError
+from reprobuild.imaging.context import MARKER, clamp_times, write_context, write_tree
+from reprobuild.imaging.plan import app_files, source_date_epoch
+from reprobuild.imaging.render import FileEntry
 from reprobuild.project.config import load_config
 
 EPOCH = 1234567890

@@ -28,7 +28,6 @@ import jsonschema
 import pytest
 
 from helpers import REPO
-from reprobuild.build.manifest import Distribution, Manifest
 from reprobuild.checks import diff
 from reprobuild.checks.streams import Divergence, JsonDifference, MetricSeries, NumericDiff
 from reprobuild.checks.verify.report import (
@@ -40,6 +39,7 @@ from reprobuild.checks.verify.report import (
 )
 from reprobuild.checks.verify.spec import DataMount
 from reprobuild.checks.volatile import Ignored, RuleCount
+from reprobuild.imaging.manifest import Distribution, Manifest
 from reprobuild.project import config
 from reprobuild_entrypoint import runrecord
 from reprobuild_entrypoint.envplan import plan
@@ -59,7 +59,7 @@ def page(relative: str) -> str:
 
 
 def modules_in_tree(root: Path) -> set[str]:
-    """Every package and module under ``root`` as a dotted name (``reprobuild.build.image``);
+    """Every package and module under ``root`` as a dotted name (``reprobuild.imaging.image``);
     a package by its own name, never as ``__init__``. Whatever is under ``reprobuild.cli`` is
     the CLI's own business: ``reprobuild.cli`` is one entry, a module or a package."""
     names: set[str] = set()
@@ -97,7 +97,7 @@ def test_the_architecture_check_sees_a_missing_and_an_extra_module(tmp_path: Pat
     """The check itself: a new module or a removed one is a difference; a cli package's own
     modules are not."""
     root = tmp_path / "reprobuild"
-    for name in ("__init__.py", "errors.py", "build/__init__.py", "build/new.py"):
+    for name in ("__init__.py", "errors.py", "imaging/__init__.py", "imaging/new.py"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("")
     for name in ("cli/__init__.py", "cli/image.py", "cli/verify.py"):
@@ -106,8 +106,8 @@ def test_the_architecture_check_sees_a_missing_and_an_extra_module(tmp_path: Pat
     assert modules_in_tree(root) == {
         "reprobuild",
         "reprobuild.errors",
-        "reprobuild.build",
-        "reprobuild.build.new",
+        "reprobuild.imaging",
+        "reprobuild.imaging.new",
         "reprobuild.cli",
     }
     text = "\n## Modules\n\n| `reprobuild` | x |\n| `reprobuild.gone` | y |\n\n## Next\n| `z` |"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild.build.render import render_stamp
 from reprobuild.cli import main
+from reprobuild.imaging.render import render_stamp
 from reprobuild.project.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]

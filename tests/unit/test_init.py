@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from reprobuild.build.initservices import init_services
-from reprobuild.build.plan import read_lock
 from reprobuild.errors import ReprobuildError
+from reprobuild.imaging.initservices import init_services
+from reprobuild.imaging.plan import read_lock
 from reprobuild.locks.lockfile import load_lock
 from reprobuild.project.config import LockSelection, load_config
 from reprobuild.project.init import InitError, InitOptions, init_project

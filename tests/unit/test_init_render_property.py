@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild.build.context import write_context
-from reprobuild.build.initservices import init_services
-from reprobuild.build.plan import plan_build, record_new_base
-from reprobuild.build.render import render_context
 from reprobuild.errors import ReprobuildError
+from reprobuild.imaging.context import write_context
+from reprobuild.imaging.initservices import init_services
+from reprobuild.imaging.plan import plan_build, record_new_base
+from reprobuild.imaging.render import render_context
 from reprobuild.locks.lockfile import format_of_file
 from reprobuild.project.init import InitOptions, init_project
 

@@ -15,7 +15,6 @@ import yaml
 
 from helpers import FAKE_ID as ID
 from helpers import FakeImageEngine as FakeEngine
-from reprobuild.build.plan import project_tag
 from reprobuild.cli import main
 from reprobuild.cluster.k8s import (
     KUBERNETES_VERSION,
@@ -27,6 +26,7 @@ from reprobuild.cluster.k8s import (
 )
 from reprobuild.cluster.nodes import JobShape
 from reprobuild.errors import ImageRefError, ReprobuildError
+from reprobuild.imaging.plan import project_tag
 from reprobuild.project.config import load_config
 
 DIGEST = "sha256:" + "cd" * 32

@@ -208,7 +208,7 @@ def test_a_push_that_fails_after_the_load_leaves_no_tag(
     monkeypatch: pytest.MonkeyPatch, fault: BaseException
 ) -> None:
     from reprobuild.backends import buildah
-    from reprobuild.build import image as build_image
+    from reprobuild.imaging import image as build_image
 
     @contextlib.contextmanager
     def archive_stream(image: str, name: str, **options: object) -> Iterator[Iterator[bytes]]:
@@ -236,7 +236,7 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from reprobuild.backends import buildah
-    from reprobuild.build import image as build_image
+    from reprobuild.imaging import image as build_image
 
     pushed: list[tuple[str, str]] = []
 
@@ -518,7 +518,7 @@ def test_containerd_failed_shortcut_loads_every_layer(monkeypatch: pytest.Monkey
 
 
 def test_containerd_failed_load_puts_the_name_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reprobuild.build import image as build_image
+    from reprobuild.imaging import image as build_image
 
     _in_buildah(monkeypatch, NEW)
     engine = _StoreEngine({"team/app:v1": "sha256:" + "9" * 64}, fail=1)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from reprobuild.build.manifest import BUILD_LABEL, SCHEMA_VERSION, Distribution, Manifest
 from reprobuild.errors import ReprobuildError
+from reprobuild.imaging.manifest import BUILD_LABEL, SCHEMA_VERSION, Distribution, Manifest
 
 
 def manifest(**over: Any) -> Manifest:

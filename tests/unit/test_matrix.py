@@ -15,10 +15,10 @@ import yaml
 
 from reprobuild.bases.baselock import load_base_lock
 from reprobuild.bases.catalog import load_catalog
-from reprobuild.build.matrix import matrix
-from reprobuild.build.plan import default_tag
 from reprobuild.cli import main
 from reprobuild.errors import ConfigError, LockfileError
+from reprobuild.imaging.matrix import matrix
+from reprobuild.imaging.plan import default_tag
 from reprobuild.locks.lockfile import load_lock
 from reprobuild.project.config import DEFAULT_RUNNER_CPU, DEFAULT_RUNNER_GPU, load_config
 

@@ -22,9 +22,9 @@ import pytest
 
 from helpers import exported_pins, parse_export
 from reprobuild.bases.catalog import load_catalog
-from reprobuild.build.plan import plan_build
-from reprobuild.build.render import render_context, render_dockerfile
 from reprobuild.errors import LockfileError, ReprobuildError
+from reprobuild.imaging.plan import plan_build
+from reprobuild.imaging.render import render_context, render_dockerfile
 from reprobuild.locks.lockfile import Selection, format_of, load_lock, parse_lock_bytes
 from reprobuild.locks.poetrylock import content_hashes, poetry_allows
 from reprobuild.locks.records import LockChoice

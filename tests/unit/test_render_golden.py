@@ -14,7 +14,7 @@ import pytest
 
 from reprobuild.bases.catalog import load_catalog
 from reprobuild.bases.refs import parse_pinned
-from reprobuild.build.render import FileEntry, RenderSpec, render_context, render_dockerfile
+from reprobuild.imaging.render import FileEntry, RenderSpec, render_context, render_dockerfile
 from reprobuild.locks.lockfile import load_lock
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -114,8 +114,8 @@ def test_online_context_carries_the_ca_and_no_wheels_dir() -> None:
 
 
 def test_label_values_cannot_break_out_of_the_dockerfile() -> None:
-    from reprobuild.build.render import dockerfile_str
     from reprobuild.errors import ReprobuildError
+    from reprobuild.imaging.render import dockerfile_str
 
     assert dockerfile_str('a"b$c\\d') == '"a\\"b\\$c\\\\d"'
     with pytest.raises(ReprobuildError):

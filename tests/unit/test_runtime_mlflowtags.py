@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild.build.runtimefiles import runtime_package
+from reprobuild.imaging.runtimefiles import runtime_package
 from reprobuild_entrypoint import mlflowtags, stackfacts
 
 MANIFEST = {

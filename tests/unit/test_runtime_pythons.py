@@ -15,7 +15,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-import reprobuild.build.sbomfacts
+import reprobuild.imaging.sbomfacts
 import reprobuild_entrypoint
 
 OLDEST = "3.8"
@@ -24,7 +24,7 @@ VERMIN = str(Path(sysconfig.get_path("scripts")) / "vermin")  # the pinned one (
 
 def test_the_runtime_needs_nothing_newer_than_python_3_8() -> None:
     runtime = Path(reprobuild_entrypoint.__file__).resolve().parent
-    sbomfacts = Path(reprobuild.build.sbomfacts.__file__).resolve()
+    sbomfacts = Path(reprobuild.imaging.sbomfacts.__file__).resolve()
     sources = [*sorted(str(p) for p in runtime.glob("*.py")), str(sbomfacts)]
     proc = subprocess.run(
         [VERMIN, "--no-tips", "--violations", f"--target={OLDEST}-",

@@ -14,9 +14,9 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from helpers import DATA
-from reprobuild.build import sbom
-from reprobuild.build.manifest import Distribution, Manifest
-from reprobuild.build.render import render_stamp
+from reprobuild.imaging import sbom
+from reprobuild.imaging.manifest import Distribution, Manifest
+from reprobuild.imaging.render import render_stamp
 from reprobuild.locks.lockfile import Lock, load_lock, parse_lock_bytes
 from reprobuild_entrypoint import MANIFEST_PATH
 

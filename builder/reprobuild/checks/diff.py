@@ -61,7 +61,6 @@ from packaging.utils import canonicalize_name
 
 from reprobuild._util import jsonload
 from reprobuild.backends.engine import Engine
-from reprobuild.build.manifest import MANIFEST_LABEL, Distribution, Manifest
 from reprobuild.checks.imageinfo import read_image
 from reprobuild.checks.runrecords import (
     RecordAgreement,
@@ -71,6 +70,7 @@ from reprobuild.checks.runrecords import (
 )
 from reprobuild.checks.verify.report import REPORT_KIND as VERIFY_KIND
 from reprobuild.errors import DiffInputError, EngineUnavailableError, ReprobuildError
+from reprobuild.imaging.manifest import MANIFEST_LABEL, Distribution, Manifest
 from reprobuild_entrypoint.contract import FRAMEWORKS_KIND, RUN_KIND
 from reprobuild_entrypoint.runrecord import RUN_ID_PATTERN
 from reprobuild_entrypoint.runrecord import SCHEMA_VERSION as RUN_SCHEMA_VERSION

@@ -6,8 +6,8 @@ import hashlib
 from dataclasses import dataclass
 
 from reprobuild.backends.engine import Engine
-from reprobuild.build.manifest import MANIFEST_LABEL, MAX_MANIFEST_BYTES, Manifest
 from reprobuild.errors import ReprobuildError
+from reprobuild.imaging.manifest import MANIFEST_LABEL, MAX_MANIFEST_BYTES, Manifest
 from reprobuild_entrypoint import MANIFEST_PATH
 
 

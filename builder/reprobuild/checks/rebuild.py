@@ -30,9 +30,9 @@ from reprobuild.backends import buildah
 from reprobuild.backends.builders import Builder
 from reprobuild.backends.engine import Engine
 from reprobuild.bases.refs import parse_ref
-from reprobuild.build.plan import git_revision, plan_build
 from reprobuild.checks.imageinfo import read_image
 from reprobuild.errors import EngineError, RebuildInputError, ReprobuildError, shorten
+from reprobuild.imaging.plan import git_revision, plan_build
 
 Log = Callable[[str], None]
 # The builders whose reproducible builds the check rebuilds, with the same builder.
@@ -207,7 +207,7 @@ def _epoch_env(epoch: int) -> Iterator[None]:
 def rebuild(
     image: str, directory: Path, *, engine: Engine | None = None, log: Log = lambda _: None
 ) -> RebuildReport:
-    from reprobuild.build.image import build_image
+    from reprobuild.imaging.image import build_image
 
     engine = engine or Engine()
     manifest, _labels, epoch = check_inputs(engine, image, directory)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from reprobuild._util.fsutil import write_atomic
 from reprobuild.backends.engine import Engine
-from reprobuild.build.sbom import MAX_SBOM_BYTES, SBOM_PATH, check_document, sha256
 from reprobuild.checks.imageinfo import read_image
 from reprobuild.errors import ReprobuildError, shorten
+from reprobuild.imaging.sbom import MAX_SBOM_BYTES, SBOM_PATH, check_document, sha256
 
 
 def read_sbom(engine: Engine, image: str) -> bytes:

@@ -50,7 +50,6 @@ import yaml
 from reprobuild import __version__
 from reprobuild._util.fsutil import write_atomic
 from reprobuild.bases.refs import parse_ref
-from reprobuild.build.plan import project_tag, variant_of
 from reprobuild.cluster.nodes import (
     BACKEND_VAR,
     DEFAULT_JOB_ID,
@@ -64,6 +63,7 @@ from reprobuild.cluster.nodes import (
 )
 from reprobuild.cluster.userenv import UserEnv, check_env, merged, parse_env, shell_names
 from reprobuild.errors import ImageNotBuiltError, ImageRefError, OutputError, ReprobuildError
+from reprobuild.imaging.plan import project_tag, variant_of
 from reprobuild.project.config import ProjectConfig, load_config
 from reprobuild_entrypoint.contract import (
     DATA_DIR,
@@ -694,7 +694,7 @@ def _pin(
 
 def image_distributions(engine: ImageLookup, image: PinnedImage) -> tuple[str, ...]:
     """The distribution names in the image's manifest (checked against its label)."""
-    from reprobuild.build.manifest import MANIFEST_LABEL, MAX_MANIFEST_BYTES, Manifest
+    from reprobuild.imaging.manifest import MANIFEST_LABEL, MAX_MANIFEST_BYTES, Manifest
     from reprobuild_entrypoint import MANIFEST_PATH
 
     if not hasattr(engine, "read_file"):

@@ -267,7 +267,7 @@ class _LocalLauncher:
         self._path: list[str] = []
 
     def prepare(self, work: Path) -> None:
-        from reprobuild.build.runtimefiles import runtime_package
+        from reprobuild.imaging.runtimefiles import runtime_package
 
         runtime = work / "runtime"
         for rel, (data, _mode) in runtime_package().items():

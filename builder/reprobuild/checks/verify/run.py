@@ -18,7 +18,6 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from reprobuild._util import leftovers
-from reprobuild.build.manifest import MANIFEST_LABEL
 from reprobuild.checks.runrecords import (
     RunRecords,
     compare_run_records,
@@ -56,6 +55,7 @@ from reprobuild.errors import (
     VerifyUsageError,
     signal_exit_code,
 )
+from reprobuild.imaging.manifest import MANIFEST_LABEL
 
 if TYPE_CHECKING:
     # Imported where containers are run: --local must work without the Docker SDK (GPU hosts

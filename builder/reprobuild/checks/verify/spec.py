@@ -243,7 +243,7 @@ def verify_spec_from_args(
     cpus: str | None = None,
 ) -> VerifySpec:
     """Check the arguments of ``reprobuild verify`` and turn them into a :class:`VerifySpec`
-    (not to be confused with :func:`reprobuild.build.plan.plan_build`, which plans a build).
+    (not to be confused with :func:`reprobuild.imaging.plan.plan_build`, which plans a build).
     ``runs`` None: one per ``--cpu`` leg, else :data:`DEFAULT_RUNS`."""
     _check_target(image, command, local)
     legs: tuple[str, ...] = ()

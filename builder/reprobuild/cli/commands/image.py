@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reprobuild.build.image import build_image
+    from reprobuild.imaging.image import build_image
 
     quiet = args.quiet or args.json
     log = (lambda _: None) if quiet else err

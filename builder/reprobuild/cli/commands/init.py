@@ -49,8 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import shlex
 
-    from reprobuild.build.initservices import init_services
     from reprobuild.errors import UsageError
+    from reprobuild.imaging.initservices import init_services
     from reprobuild.project.init import InitOptions, init_project
 
     try:

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reprobuild.build.matrix import dumps, matrix
+    from reprobuild.imaging.matrix import dumps, matrix
     from reprobuild.project.config import load_config
 
     document = matrix(load_config(args.directory), trials=args.trials, seed=args.seed)

@@ -9,7 +9,7 @@ from reprobuild.cli.options import _path, directory, variant_options
 from reprobuild.cli.output import err
 
 if TYPE_CHECKING:
-    from reprobuild.build.render import RenderSpec
+    from reprobuild.imaging.render import RenderSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,9 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reprobuild.build.context import write_context
-    from reprobuild.build.plan import plan_build, record_new_base
-    from reprobuild.build.render import render_context
+    from reprobuild.imaging.context import write_context
+    from reprobuild.imaging.plan import plan_build, record_new_base
+    from reprobuild.imaging.render import render_context
 
     planned = plan_build(
         args.directory,
@@ -59,8 +59,8 @@ def _with_local_base_entrypoint(spec: RenderSpec) -> RenderSpec:
     from dataclasses import replace
 
     from reprobuild.backends.engine import Engine
-    from reprobuild.build.image import base_entrypoint
     from reprobuild.errors import EngineError
+    from reprobuild.imaging.image import base_entrypoint
 
     if spec.base_entrypoint is not None:
         return spec

@@ -28,8 +28,8 @@ from packaging.utils import canonicalize_name
 from reprobuild import __version__
 from reprobuild._util import jsonload
 from reprobuild.bases.refs import parse_ref
-from reprobuild.build.manifest import Manifest
 from reprobuild.errors import ReprobuildError
+from reprobuild.imaging.manifest import Manifest
 
 if TYPE_CHECKING:
     from cyclonedx.model.component import Component
@@ -48,8 +48,8 @@ _DEB_FIELD = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):[ \t]*(.*)$")
 
 
 def facts_source() -> str:
-    """The source of :mod:`reprobuild.build.sbomfacts`, to run in a built image."""
-    from reprobuild.build import sbomfacts
+    """The source of :mod:`reprobuild.imaging.sbomfacts`, to run in a built image."""
+    from reprobuild.imaging import sbomfacts
 
     return Path(sbomfacts.__file__).read_text(encoding="utf-8")
 

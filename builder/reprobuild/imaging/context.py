@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 
 from reprobuild._util.fsutil import replace_dir
-from reprobuild.build.render import FileEntry
 from reprobuild.errors import OutputError
+from reprobuild.imaging.render import FileEntry
 
 
 def write_tree(files: dict[str, FileEntry], root: Path, *, epoch: int) -> None:

@@ -69,7 +69,7 @@ class Manifest:
     # How it was built: {"builder": "buildah", "builder_version": "1.28.2", "reproducible":
     # true}; reproducible means the same inputs give the same image ID (see buildah.py).
     build: dict[str, Any] = field(default_factory=dict)
-    # The sha256 of the image's SBOM (reprobuild.build.sbom.SBOM_PATH); None in an image built
+    # The sha256 of the image's SBOM (reprobuild.imaging.sbom.SBOM_PATH); None in an image built
     # before images had one, and then left out of the JSON, so such a manifest keeps its bytes.
     sbom_sha256: str | None = None
     # The lock's format as its tool names the file (uv.lock, poetry.lock, Pipfile.lock,

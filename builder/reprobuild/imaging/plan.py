@@ -23,9 +23,9 @@ from reprobuild.bases.catalog import (
     python_eol,
 )
 from reprobuild.bases.refs import parse_pinned
-from reprobuild.build.render import FileEntry, Kind, RenderSpec
-from reprobuild.build.runtimefiles import runtime_package
 from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
+from reprobuild.imaging.render import FileEntry, Kind, RenderSpec
+from reprobuild.imaging.runtimefiles import runtime_package
 from reprobuild.locks.lockfile import (
     NATIVE_NAMES,
     Lock,

@@ -1,5 +1,5 @@
 """Run inside a built image by its venv's python, in the probe's process (its source is passed
-as an argument and run there: :data:`reprobuild.build.image.PROBE`): :func:`facts` is what the
+as an argument and run there: :data:`reprobuild.imaging.image.PROBE`): :func:`facts` is what the
 SBOM needs that the probe does not report: dpkg's status (the Debian packages of the base),
 /etc/os-release (the distribution those packages are from) and each installed Python
 distribution's licence metadata. Standard library only; the host parses and judges all of it

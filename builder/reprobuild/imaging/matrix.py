@@ -14,8 +14,8 @@ from typing import Any, Literal
 from reprobuild.bases.baselock import pin
 from reprobuild.bases.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.bases.refs import parse_pinned
-from reprobuild.build.plan import catalog_python, default_tag, read_lock
 from reprobuild.errors import ConfigError, ReprobuildError, UsageError
+from reprobuild.imaging.plan import catalog_python, default_tag, read_lock
 from reprobuild.project.config import ProjectConfig, Variant
 from reprobuild_entrypoint.contract import SEED_VAR, TRIAL_VAR
 from reprobuild_entrypoint.settings import SEED_MAX

@@ -21,10 +21,11 @@ from reprobuild.backends.builders import REPRODUCIBLE, Builder
 from reprobuild.backends.engine import Engine, RunResult
 from reprobuild.bases import gpustack as stacklib
 from reprobuild.bases.refs import ImageRef, parse_ref
-from reprobuild.build import plan, sbom
-from reprobuild.build.context import clamp_times, write_tree
-from reprobuild.build.manifest import Distribution, Manifest
-from reprobuild.build.render import (
+from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
+from reprobuild.imaging import plan, sbom
+from reprobuild.imaging.context import clamp_times, write_tree
+from reprobuild.imaging.manifest import Distribution, Manifest
+from reprobuild.imaging.render import (
     ENTRYPOINT,
     LOCK_LABEL,
     RenderSpec,
@@ -32,7 +33,6 @@ from reprobuild.build.render import (
     render_context,
     render_stamp,
 )
-from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
 from reprobuild.locks.lockfile import Lock
 from reprobuild.locks.wheels import Target, cache_root, fetch_wheels
 from reprobuild_entrypoint.contract import MODE_VAR
@@ -40,7 +40,7 @@ from reprobuild_entrypoint.contract import MODE_VAR
 Log = Callable[[str], None]
 # One process in the built image, the runtime off (the start-up hook configures nothing while
 # frameworks are imported): the runtime's probe (``--stack``: GPU images also report their
-# frameworks' build facts) and the SBOM's facts (reprobuild.build.sbomfacts, whose source is
+# frameworks' build facts) and the SBOM's facts (reprobuild.imaging.sbomfacts, whose source is
 # the first argument), printed as one JSON object. One container, not one each: a container
 # start is about 0.4 s of a code-only rebuild.
 PROBE = [
@@ -567,7 +567,7 @@ class Prober(Protocol):
 def _manifest(
     engine: Prober, spec: RenderSpec, image: str, build: dict[str, Any]
 ) -> tuple[Manifest, bytes]:
-    """The manifest and the SBOM (:mod:`reprobuild.build.sbom`) of the built image; the
+    """The manifest and the SBOM (:mod:`reprobuild.imaging.sbom`) of the built image; the
     manifest records the SBOM's sha256."""
     gpu = spec.variant == "gpu"
     result = engine.run(

@@ -110,7 +110,7 @@ def dockerfile_str(value: object) -> str:
 
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("reprobuild.build", "templates"),
+        loader=jinja2.PackageLoader("reprobuild.imaging", "templates"),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -196,7 +196,7 @@ def render_stamp(
 ) -> dict[str, FileEntry]:
     """The second, tiny build that adds the manifest file (and the SBOM, beside it: one layer)
     and its labels on top of ``image``."""
-    from reprobuild.build.sbom import SBOM_PATH
+    from reprobuild.imaging.sbom import SBOM_PATH
 
     files = {posixpath.basename(MANIFEST_PATH): FileEntry(manifest_json)}
     if sbom_json is not None:
