@@ -87,7 +87,7 @@ def test_shellcheck_flags_a_bad_script(tmp_path: Path) -> None:
 
 def test_the_script_asks_slurm_for_one_task_per_node_and_gpus_per_node() -> None:
     cpu = render(SlurmSpec(job(), "ddp", "podman"))
-    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n" in cpu
+    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --no-requeue\n" in cpu
     assert "--gpus-per-node" not in cpu and "--device" not in cpu
     assert "REPRO_DIST_BACKEND=gloo" in cpu
     gpu = render(SlurmSpec(job(shape=JobShape(2, 4, gpu=True)), "ddp", "podman"))

@@ -209,7 +209,9 @@ def _header(spec: SlurmSpec) -> list[str]:
         f"- Seeds: {seeds}.",
         "- Failure: torchrun --max-restarts=0 and srun --kill-on-bad-exit=1: a rank or node "
         "that fails ends the",
-        "  job (Slurm's state FAILED) instead of restarting ranks with replayed seeds.",
+        "  job (Slurm's state FAILED, NODE_FAIL for a lost node) instead of restarting ranks "
+        "with replayed seeds;",
+        "  --no-requeue: nor does Slurm start the job again on its own after a node failure.",
         f"- Files: ${JOB_DIR_VAR} (default: reprobuild-<job id> in the submit directory) holds "
         f"runs/node-<i>/ ({RECORD_DIR})",
         f"  and out/node-<i>/ ({OUT_DIR}) of every node; ${DATA_VAR} (default: data/ in the "
@@ -270,7 +272,7 @@ def _node_function(spec: SlurmSpec) -> list[str]:
         ]
         gpu = ["--device=nvidia.com/gpu=all"] if job.gpu else []
         start = [
-            "exec podman run --rm --network=host --uts=host --pull=missing",
+            'podman run --rm --cidfile="$cidfile" --network=host --uts=host --pull=missing',
             shm,
             *gpu,
             *volumes,
@@ -279,6 +281,22 @@ def _node_function(spec: SlurmSpec) -> list[str]:
             *torchrun,
         ]
         env_lines = ['local -a env=(); for word in "$@"; do env+=("--env=$word"); done']
+        # podman's container is not a child of the task (conmon detaches it): when Slurm ends
+        # the step (scancel, a lost node) it signals the task, which removes the container;
+        # SIGKILL, KillWait later, would leave it running.
+        after = [
+            "  local pid",
+            '  cidfile="$(mktemp -u "${TMPDIR:-/tmp}/reprobuild-cid.XXXXXX")"',
+            '  trap \'podman rm -f -t 3 --cidfile "$cidfile" >/dev/null 2>&1; '
+            'rm -f "$cidfile"\' TERM INT',
+        ]
+        tail = [
+            "  pid=$!",
+            "  local rc=0",
+            '  wait "$pid" || rc=$?',
+            '  rm -f "$cidfile"',
+            '  return "$rc"',
+        ]
     else:  # apptainer
         binds = [
             f"--bind={mounts[m.kind]}:{m.target}{':ro' if m.read_only else ''}" for m in MOUNTS
@@ -294,6 +312,7 @@ def _node_function(spec: SlurmSpec) -> list[str]:
             *torchrun,
         ]
         env_lines = ['for word in "$@"; do export "APPTAINERENV_$word"; done']
+        after, tail = [], []  # apptainer's processes are the task's own: Slurm ends them
     return [
         "reprobuild_node() {",
         "  local i=0 host",
@@ -309,7 +328,9 @@ def _node_function(spec: SlurmSpec) -> list[str]:
         "    return 1",
         "  fi",
         f"  {env_lines[0]}",
-        "  " + _words(start, "    "),
+        *after,
+        "  " + _words(start, "    ") + (" &" if tail else ""),
+        *tail,
         "}",
     ]
 
@@ -355,6 +376,7 @@ def render(spec: SlurmSpec) -> str:
         f"#SBATCH --job-name={spec.name}",
         f"#SBATCH --nodes={shape.nodes}",
         "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --no-requeue",
     ]
     if shape.gpu:
         lines.append(f"#SBATCH --gpus-per-node={shape.nproc_per_node}")
@@ -363,6 +385,8 @@ def render(spec: SlurmSpec) -> str:
         "",
         f"readonly REPROBUILD_IMAGE={q(job.image)}",
         f"readonly NODES={shape.nodes}",
+        "# Slurm ends a job with SIGTERM (scancel, a lost node): srun returns, fail says so",
+        "trap : TERM",
         "fail() {",
         "  echo \"reprobuild: error: the job's srun step failed (exit $1); each node's run "
         'record is in $job_dir/runs/node-<i>/" >&2',
