@@ -108,6 +108,8 @@ SlurmdUser=root
 ReturnToService=2
 MpiDefault=none
 MinJobAge=3600
+SlurmdTimeout=20
+KillWait=10
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 NodeName=c[1-2] CPUs={cpus} State=UNKNOWN
@@ -284,6 +286,18 @@ def final_line(text: str) -> str:
     return lines[0]
 
 
+def write_script(cluster: Cluster, project: Path, image: str, label: str, *options: str) -> Path:
+    script = cluster.shared / f"{label}.sbatch"
+    proc = run_cli(
+        "slurm",
+        str(project),
+        *("--nodes", "2", "--nproc-per-node", "2", "--image", image, "-o", str(script)),
+        *options,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return script
+
+
 def run_on_slurm(
     cluster: Cluster,
     project: Path,
@@ -294,14 +308,7 @@ def run_on_slurm(
 ) -> tuple[str, dict[str, Any], Path, float]:
     """Write the script with the CLI, submit it unchanged, wait; rank 0's final line, its
     metrics, the job's directory and the job's wall time (submit to end)."""
-    script = cluster.shared / f"{label}.sbatch"
-    proc = run_cli(
-        "slurm",
-        str(project),
-        *("--nodes", "2", "--nproc-per-node", "2", "--image", image, "-o", str(script)),
-        *options,
-    )
-    assert proc.returncode == 0, proc.stderr
+    script = write_script(cluster, project, image, label, *options)
     started = time.monotonic()
     # the submitting shell's variables reach the job (sbatch's --export=ALL)
     job = cluster.submit(script, env={"REPRO_THREADS": "1", **(env or {})})
@@ -405,3 +412,35 @@ def test_slurm_job_gives_the_compose_job_s_bits(
         env={"REPRO_DETERMINISM": "off"},
     )
     assert off != first
+
+
+def test_a_node_lost_mid_job_ends_it_with_slurm_s_state_and_one_line(
+    slurm_cluster: Cluster, pushed_image: str, tmp_path: Path
+) -> None:
+    """Last in this file: it stops compute node c2 for good."""
+    script = write_script(
+        slurm_cluster,
+        ddp_project(tmp_path),
+        pushed_image,
+        "lost",
+        # long enough to be stopped in the middle (see tests/engine/test_nodes.py)
+        *("--env", "DDP_EPOCHS=40", "--env", "DDP_SLEEP=0.05"),
+    )
+    job = slurm_cluster.submit(script, env={"REPRO_THREADS": "1", "REPRO_DIST_TIMEOUT_S": "30"})
+    out = slurm_cluster.shared / f"slurm-{job}.out"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not out.is_file() or "epoch 0 loss" not in out.read_text(errors="replace"):
+        assert time.monotonic() < deadline, out.read_text(errors="replace")[-3000:]
+        time.sleep(1)
+    docker("stop", "-t", "5", f"{slurm_cluster.prefix}-c2")
+    stopped = time.monotonic()
+    fields = slurm_cluster.wait(job)
+    took = time.monotonic() - stopped
+    text = out.read_text(errors="replace")
+    print(f"\nlost node: job {fields['JobState']} {took:.0f} s after c2 stopped")
+    assert fields["JobState"] in ("NODE_FAIL", "FAILED"), fields  # --no-requeue: not again
+    assert "final_loss" not in text and "epoch 39" not in text
+    errors = [line for line in text.splitlines() if line.startswith("reprobuild: error:")]
+    assert len(errors) == 1 and "the job's srun step failed" in errors[0], text[-3000:]
+    # nothing left on the other node: its container went with the step
+    assert slurm_cluster.exec("c1", "podman", "ps", "-aq").strip() == ""
