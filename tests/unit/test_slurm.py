@@ -380,3 +380,9 @@ def test_cli_writes_and_rewrites_its_own_script_only(
     assert mine.read_text() == "#!/bin/bash\necho hand-written\n"
     assert "reprobuild did not write it" in capsys.readouterr().err
     assert os.access(out, os.R_OK)
+
+
+def test_the_cli_offers_the_runtimes_the_writer_knows() -> None:
+    from reprobuild.cli.commands import slurm as command  # it does not import the writer
+
+    assert command.RUNTIMES == RUNTIMES
