@@ -25,11 +25,10 @@ from reprobuild.cluster.compose import (
     ComposeSpec,
     compose_project,
     document,
-    pin_image,
-    pinned_reference,
     render,
-    write_output,
 )
+from reprobuild.cluster.output import write_output
+from reprobuild.cluster.pinning import pin_image, pinned_reference
 from reprobuild.errors import (
     ConfigError,
     ImageNotBuiltError,

@@ -35,48 +35,37 @@ looked up on the engine and replaced by ``NAME@sha256:<repo digest>`` when the i
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import stat
-import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from reprobuild import __version__
-from reprobuild._util.fsutil import write_atomic
 from reprobuild.bases.refs import parse_ref
-from reprobuild.cluster.nodes import (
-    BACKEND_VAR,
-    DEFAULT_JOB_ID,
-    JOB_ID_VAR,
-    NODES_VAR,
-    JobShape,
-    JobShapeError,
-    program_args,
-    require_torch,
-    torchrun_command,
+from reprobuild.cluster.job import (
+    MOUNTS,
+    NodesJob,
+    ProjectJob,
+    Var,
+    job_shape,
+    project_job,
+    run_variables,
+)
+from reprobuild.cluster.nodes import DEFAULT_JOB_ID, JOB_ID_VAR, JobShape
+from reprobuild.cluster.pinning import (
+    IMAGE_ID_RE,
+    ImageLookup,
+    PinnedImage,
+    check_pinned,
+    pin_project_image,
 )
 from reprobuild.cluster.userenv import UserEnv, check_env, merged, parse_env, shell_names
-from reprobuild.errors import ImageNotBuiltError, ImageRefError, OutputError, ReprobuildError
-from reprobuild.imaging.plan import project_tag, variant_of
+from reprobuild.errors import ReprobuildError
 from reprobuild.project.config import ProjectConfig, load_config
-from reprobuild_entrypoint.contract import (
-    DATA_DIR,
-    IMAGE_VAR,
-    LABEL_PREFIX,
-    MODE_VAR,
-    OUT_DIR,
-    OUTPUT_DIR_VAR,
-    RECORD_DIR,
-    RUN_DIR_VAR,
-    SEED_VAR,
-    TRIAL_VAR,
-)
+from reprobuild_entrypoint.contract import IMAGE_VAR, MODE_VAR, SEED_VAR, TRIAL_VAR
 from reprobuild_entrypoint.settings import MODES, SEED_MAX
 
 # Mount points inside the container: the same as `reprobuild verify` uses.
@@ -96,9 +85,6 @@ SHM_SIZE = "1gb"
 # NVIDIA's recommended limits for its framework containers (NGC user guide:
 # --shm-size=1g --ulimit memlock=-1 --ulimit stack=67108864).
 GPU_ULIMITS: tuple[tuple[str, int], ...] = (("memlock", -1), ("stack", 67108864))
-
-_IMAGE_ID_RE = re.compile(r"^(?:sha256:)?([0-9a-f]{12,64})$")
-_FULL_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 # ---- the typed document -------------------------------------------------------------------
@@ -248,41 +234,22 @@ class ComposeSpec:
                 raise ReprobuildError(f"command word {word!r} contains a control character")
 
 
-def check_pinned(image: str) -> None:
-    """An image for a compose file must name one image for good: ``NAME@sha256:<digest>`` or
-    a full image ID ``sha256:<64 hex>``."""
-    if _FULL_ID_RE.fullmatch(image):
-        return
-    if parse_ref(image).digest is None:
-        raise ImageRefError(
-            f"image {image!r} is not pinned: use NAME@sha256:<digest> or an image ID "
-            "sha256:<64 hex>"
-        )
-
-
 def escape(value: str) -> str:
     """A literal value for compose, which interpolates ``$VAR`` in every string: ``$$``."""
     return value.replace("$", "$$")
 
 
-def _env(spec: ComposeSpec) -> tuple[tuple[str, str], ...]:
-    seed = "" if spec.seed is None else str(spec.seed)
-    mode = spec.determinism or ""
-    return (
-        (SEED_VAR, f"${{{SEED_VAR}:-{seed}}}"),
-        (MODE_VAR, f"${{{MODE_VAR}:-{mode}}}"),
-        (TRIAL_VAR, f"${{{TRIAL_VAR}:-}}"),  # trial k of the seed; empty: no trial
-        (RUN_DIR_VAR, RECORD_DIR),
-        (OUTPUT_DIR_VAR, OUT_DIR),
-        (IMAGE_VAR, spec.image),  # the run's MLflow tags name it (a container cannot see it)
-    )
+def _environment(variables: tuple[Var, ...], env: UserEnv) -> tuple[tuple[str, str], ...]:
+    """reprobuild's variables (those the shell may override as ``${NAME:-default}``), then the
+    user's ``--env`` variables, their values literal (``$$``)."""
+    own = tuple((v.name, f"${{{v.name}:-{v.value}}}" if v.shell else v.value) for v in variables)
+    return merged(own, tuple((name, escape(value)) for name, value in env))
 
 
-def _with_user_env(
-    spec: ComposeSpec, own: tuple[tuple[str, str], ...]
-) -> tuple[tuple[str, str], ...]:
-    """``own``, then the user's ``--env`` variables, their values literal (``$$``)."""
-    return merged(own, tuple((name, escape(value)) for name, value in spec.env))
+def _volumes(node: str) -> tuple[str, ...]:
+    """The job's mounts (:data:`reprobuild.cluster.job.MOUNTS`) for the service ``node``."""
+    host = {"data": HOST_DATA, "runs": f"{HOST_RUNS}/{node}", "out": f"{HOST_OUT}/{node}"}
+    return tuple(f"{host[m.kind]}:{m.target}{':ro' if m.read_only else ''}" for m in MOUNTS)
 
 
 def _from_shell(spec: ComposeSpec, names: tuple[str, ...]) -> str:
@@ -304,12 +271,8 @@ def _run_service(spec: ComposeSpec, name: str, profiles: tuple[str, ...] = ()) -
         profiles=profiles,
         depends_on=(DependsOn("prepare"),),
         command=tuple(escape(w) for w in spec.command) or None,
-        environment=_with_user_env(spec, _env(spec)),
-        volumes=(
-            f"{HOST_DATA}:{DATA_DIR}:ro",
-            f"{HOST_RUNS}/{name}:{RECORD_DIR}",
-            f"{HOST_OUT}/{name}:{OUT_DIR}",
-        ),
+        environment=_environment(run_variables(spec.image, spec.seed, spec.determinism), spec.env),
+        volumes=_volumes(name),
         shm_size=SHM_SIZE,
         ulimits=GPU_ULIMITS if spec.gpu else (),
         deploy=GpuReservation() if spec.gpu else None,
@@ -347,31 +310,30 @@ def document(spec: ComposeSpec) -> ComposeFile:
 # ---- a multi-node torchrun job (--nodes) ---------------------------------------------------
 
 JOB_NETWORK = "job"
-SHM_PER_PROCESS_GB = 1
-"""/dev/shm per training process: DataLoader workers pass batches through shared memory, and
-Docker's default of 64 MB is too little for one worker."""
+
+
+def nodes_job(spec: ComposeSpec, shape: JobShape) -> NodesJob:
+    """The job a ``--nodes`` spec describes (:mod:`reprobuild.cluster.job`)."""
+    return NodesJob(
+        image=spec.image,
+        shape=shape,
+        command=spec.command,
+        seed=spec.seed,
+        determinism=spec.determinism,
+        env=spec.env,
+        project=spec.project,
+        source=spec.source,
+    )
 
 
 def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
     """One service per node on the private network ``job``; every node runs torchrun with
     the c10d rendezvous on the first node (:mod:`reprobuild.cluster.nodes`)."""
-    names = shape.node_names()
-    program = tuple(escape(w) for w in spec.command)
-    program_args(spec.command)  # refuses a command torchrun cannot run, before anything else
+    job = nodes_job(spec, shape)  # refuses a command torchrun cannot run, before anything else
+    names = job.node_names()
     job_id = f"${{{JOB_ID_VAR}:-{DEFAULT_JOB_ID}}}"
-    prepare = _prepare(spec, names)
-    env = _with_user_env(
-        spec,
-        (
-            *_env(spec),
-            ("REPRO_THREADS", "${REPRO_THREADS:-}"),
-            # the collective timeout when the program gives none (empty: torch's default)
-            ("REPRO_DIST_TIMEOUT_S", "${REPRO_DIST_TIMEOUT_S:-}"),
-            (BACKEND_VAR, shape.backend),
-            (NODES_VAR, ",".join(names)),
-        ),
-    )
-    services: list[tuple[str, Service]] = [("prepare", prepare)]
+    env = _environment(job.variables(names), job.env)
+    services: list[tuple[str, Service]] = [("prepare", _prepare(spec, names))]
     for name in names:
         services.append(
             (
@@ -380,18 +342,14 @@ def nodes_document(spec: ComposeSpec, shape: JobShape) -> ComposeFile:
                     image=spec.image,
                     hostname=name,
                     depends_on=(DependsOn("prepare"),),
-                    command=torchrun_command(
-                        shape, program, node=name, endpoint=names[0], job_id=job_id
+                    command=job.torchrun(
+                        node=name, endpoint=names[0], job_id=job_id, escape=escape
                     ),
                     environment=env,
-                    volumes=(
-                        f"{HOST_DATA}:{DATA_DIR}:ro",
-                        f"{HOST_RUNS}/{name}:{RECORD_DIR}",
-                        f"{HOST_OUT}/{name}:{OUT_DIR}",
-                    ),
+                    volumes=_volumes(name),
                     network_mode=None,
                     networks=(JOB_NETWORK,),
-                    shm_size=f"{SHM_PER_PROCESS_GB * shape.nproc_per_node}gb",
+                    shm_size=f"{job.shm_gb()}gb",
                     ulimits=GPU_ULIMITS if spec.gpu else (),
                     deploy=GpuReservation(count=shape.nproc_per_node) if spec.gpu else None,
                 ),
@@ -529,76 +487,6 @@ def render(doc: ComposeFile) -> str:
     return header + body
 
 
-# ---- pinning the project's image ----------------------------------------------------------
-
-
-class ImageLookup(Protocol):
-    """What pinning needs from the engine (``reprobuild.backends.engine.Engine`` has it)."""
-
-    def image_id(self, ref: str) -> str | None: ...
-
-    def inspect(self, ref: str) -> dict[str, Any]: ...
-
-
-class ImageReader(ImageLookup, Protocol):
-    """What a multi-node job needs too: the image's manifest, to see that it has torch."""
-
-    def read_file(self, image: str, path: str, *, max_bytes: int = ...) -> bytes: ...
-
-
-@dataclass(frozen=True)
-class PinnedImage:
-    requested: str
-    reference: str
-    id: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    cmd: tuple[str, ...] = ()
-    """The image's CMD (what a job runs when the project names no command)."""
-
-
-def pinned_reference(name: str | None, image_id: str, repo_digests: list[str]) -> str:
-    """The most immutable name of an image: ``NAME@sha256:<repo digest>`` (the one for
-    ``name`` when there is one, else the first in sorted order), else its image ID."""
-    wanted = _repository(name) if name is not None else None
-    digests: list[tuple[str, str]] = []
-    for entry in sorted(repo_digests):
-        try:
-            ref = parse_ref(entry)
-        except ImageRefError:
-            continue
-        if ref.digest:
-            digests.append((ref.name, ref.digest))
-    for ref_name, digest in digests:
-        if wanted is not None and _repository(ref_name) == wanted:
-            return f"{ref_name}@{digest}"
-    if digests:
-        ref_name, digest = digests[0]
-        return f"{ref_name}@{digest}"
-    if not _FULL_ID_RE.fullmatch(image_id):
-        raise ReprobuildError(f"the engine gave image ID {image_id!r}, not sha256:<64 hex>")
-    return image_id
-
-
-def _repository(name: str) -> tuple[str, str]:
-    """``python``, ``docker.io/library/python``: one repository, written two ways."""
-    ref = parse_ref(name)
-    return ref.registry, ref.repository
-
-
-def pin_image(engine: ImageLookup, ref: str, *, build_command: str | None = None) -> PinnedImage:
-    """Look ``ref`` (a tag or an image ID) up on the engine and pin it."""
-    # an image ID (full or short, as docker accepts it) names no repository
-    name = None if _IMAGE_ID_RE.fullmatch(ref) else parse_ref(ref).name
-    if engine.image_id(ref) is None:
-        raise ImageNotBuiltError(ref, build_command)
-    attrs = engine.inspect(ref)
-    image_id = str(attrs.get("Id", ""))
-    labels = dict((attrs.get("Config") or {}).get("Labels") or {})
-    reference = pinned_reference(name, image_id, list(attrs.get("RepoDigests") or []))
-    cmd = tuple(str(w) for w in (attrs.get("Config") or {}).get("Cmd") or ())
-    return PinnedImage(ref, reference, image_id, labels, cmd)
-
-
 # ---- the whole command --------------------------------------------------------------------
 
 
@@ -608,12 +496,6 @@ class ComposeResult:
     spec: ComposeSpec
     image: PinnedImage | None
     """None when ``--image`` was already pinned by digest (used as written, not looked up)."""
-
-
-def build_command(directory: Path, *, gpu: bool, variant: str | None = None) -> str:
-    if variant is not None:
-        return f"reprobuild image {directory} --variant {variant}"
-    return f"reprobuild image {directory}{' --gpu' if gpu else ''}"
 
 
 def compose_project(
@@ -631,84 +513,38 @@ def compose_project(
     tag ``reprobuild image DIR [--gpu | --variant NAME]`` gives, or ``image``), pinned. With
     ``nodes``: a multi-node torchrun job (:func:`nodes_document`). ``env``: ``NAME=VALUE``
     options (``--env``), checked before anything else."""
+    if nodes is not None:
+        made: ProjectJob = project_job(
+            directory,
+            nodes=nodes,
+            nproc_per_node=nproc_per_node,
+            gpu=gpu,
+            image=image,
+            variant=variant,
+            engine=engine,
+            env=env,
+            what="compose file",
+        )
+        job = made.job
+        spec = spec_for(made.config, job.image, gpu=job.gpu, source=job.source)
+        spec = replace(spec, command=job.command, shape=job.shape, env=job.env)
+        return ComposeResult(render(document(spec)), spec, made.pinned)
     user_env = parse_env(env)
     config = load_config(directory)
     if variant is not None:
         gpu = config.variant(variant).gpu or gpu
-    shape = job_shape(config, nodes, nproc_per_node, gpu=gpu)
+    job_shape(config, nodes, nproc_per_node, gpu=gpu)  # --nproc-per-node without --nodes
     pinned: PinnedImage | None = None
-    command = config.command
-    digest_given = (
-        image is not None and not _IMAGE_ID_RE.fullmatch(image) and parse_ref(image).digest
-    )
-    if digest_given and shape is None:
-        reference = str(image)
+    if image is not None and not IMAGE_ID_RE.fullmatch(image) and parse_ref(image).digest:
+        reference = image
     else:
-        pinned, engine = _pin(directory, config, image, engine, gpu=gpu, variant=variant)
-        reference = str(image) if digest_given else pinned.reference
-        if shape is not None:
-            require_torch(pinned.requested, image_distributions(engine, pinned))
-            command = command or pinned.cmd
+        pinned, engine = pin_project_image(
+            directory, config, image, engine, gpu=gpu, variant=variant
+        )
+        reference = pinned.reference
     spec = spec_for(config, reference, gpu=gpu, source=pinned.requested if pinned else None)
-    spec = replace(spec, command=command, shape=shape, env=user_env)
+    spec = replace(spec, env=user_env)
     return ComposeResult(render(document(spec)), spec, pinned)
-
-
-def job_shape(
-    config: ProjectConfig, nodes: int | None, nproc_per_node: int | None, *, gpu: bool
-) -> JobShape | None:
-    """``--nodes``/``--nproc-per-node`` checked against the project (before any engine call)."""
-    if nodes is None:
-        if nproc_per_node is not None:
-            raise JobShapeError("--nproc-per-node goes with --nodes N (a multi-node job)")
-        return None
-    return JobShape(
-        nodes, 1 if nproc_per_node is None else nproc_per_node, config.max_world_size, gpu=gpu
-    )
-
-
-def _pin(
-    directory: Path,
-    config: ProjectConfig,
-    image: str | None,
-    engine: ImageLookup | None,
-    *,
-    gpu: bool,
-    variant: str | None,
-    what: str = "compose file",
-) -> tuple[PinnedImage, ImageLookup]:
-    if engine is None:
-        from reprobuild.backends.engine import Engine
-
-        engine = Engine()
-    if image is None:
-        tag = project_tag(config, gpu=gpu, variant_name=variant)
-        pinned = pin_image(
-            engine, tag, build_command=build_command(directory, gpu=gpu, variant=variant)
-        )
-    else:
-        pinned = pin_image(engine, image)
-    _check_variant(pinned, gpu=gpu, what=what)
-    return pinned, engine
-
-
-def image_distributions(engine: ImageLookup, image: PinnedImage) -> tuple[str, ...]:
-    """The distribution names in the image's manifest (checked against its label)."""
-    from reprobuild.imaging.manifest import MANIFEST_LABEL, MAX_MANIFEST_BYTES, Manifest
-    from reprobuild_entrypoint import MANIFEST_PATH
-
-    if not hasattr(engine, "read_file"):
-        raise TypeError("a multi-node job needs an engine that can read the image's manifest")
-    reader: ImageReader = engine  # type: ignore[assignment]
-    raw = reader.read_file(image.id, MANIFEST_PATH, max_bytes=MAX_MANIFEST_BYTES)
-    want = image.labels.get(MANIFEST_LABEL)
-    got = hashlib.sha256(raw).hexdigest()
-    if want != got:
-        raise ReprobuildError(
-            f"{image.requested}: {MANIFEST_PATH} has sha256 {got[:12]}... but the label says "
-            f"{(want or 'nothing')[:12]}...; the image was altered after it was built"
-        )
-    return tuple(d.name for d in Manifest.from_json(raw).distributions)
 
 
 def spec_for(
@@ -723,80 +559,3 @@ def spec_for(
         project=config.name,
         source=source,
     )
-
-
-def _check_variant(image: PinnedImage, *, gpu: bool, what: str = "compose file") -> None:
-    variant = image.labels.get(f"{LABEL_PREFIX}variant")
-    if variant is None:
-        raise ReprobuildError(
-            f"{image.requested} was not built by reprobuild (no io.reprobuild.variant label): "
-            "it has no reprobuild runtime to write run records"
-        )
-    want = variant_of(gpu)
-    if variant != want:
-        flag = "add --gpu" if variant == "gpu" else "drop --gpu"
-        raise ReprobuildError(
-            f"{image.requested} is a {variant.upper()} image but a {want.upper()} {what} "
-            f"was asked for: {flag}"
-        )
-
-
-GENERATED_MARK = b"# Generated by reprobuild "
-"""How every file that ``-o`` writes begins: the one kind of file ``-o`` may replace."""
-
-
-def _refuse_foreign(output: Path, mode: int) -> None:
-    """An existing ``output`` is replaced only when reprobuild wrote it (or it is empty): a
-    hand-written compose file, or /etc/passwd as root, is not lost to a mistyped ``-o``."""
-    hint = "give another file name, or remove it first; - writes to stdout"
-    if stat.S_ISLNK(mode):  # the rename would replace the link, never what it points to
-        raise OutputError(f"{output} is a symlink; -o replaces only a file it wrote", hint=hint)
-    try:
-        fd = os.open(output, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        try:
-            head = os.read(fd, len(GENERATED_MARK))
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise OutputError(f"cannot read {output}: {exc.strerror or exc}", hint=hint) from None
-    if head and head != GENERATED_MARK:
-        raise OutputError(
-            f"{output} exists and reprobuild did not write it (it does not begin with "
-            f"{GENERATED_MARK.decode().strip()!r}); -o replaces only a file it wrote",
-            hint=hint,
-        )
-
-
-def check_output(output: Path | None) -> None:
-    """Refuse an ``-o`` that ``write_output`` would refuse, before any work (the engine asked,
-    a job rendered): a directory, a FIFO or device, a symlink, a file reprobuild did not write.
-    """
-    if output is None or str(output) == "-":
-        return
-    if output.is_dir():
-        raise OutputError(f"{output} is a directory; give a file name (e.g. {output}/compose.yml)")
-    try:
-        mode = output.lstat().st_mode
-    except OSError:
-        return  # nothing there yet (or unreadable: the write says why)
-    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        # the atomic rename would replace the FIFO or device itself (/dev/null as root)
-        raise OutputError(
-            f"{output} is not a regular file; give a file name, or - for stdout",
-            hint="to discard the output, leave -o out and redirect stdout",
-        )
-    _refuse_foreign(output, mode)
-
-
-def write_output(text: str, output: Path | None) -> None:
-    """``output`` None or ``-``: stdout. Else written atomically (a temp file, then rename):
-    a failure leaves the old file or none, never half of one. An existing file is replaced
-    only when reprobuild wrote it (``check_output``, again at the write)."""
-    if output is None or str(output) == "-":
-        sys.stdout.write(text)
-        return
-    check_output(output)
-    try:
-        write_atomic(output, text)
-    except OSError as exc:
-        raise OutputError(f"cannot write {output}: {exc.strerror or exc}") from None

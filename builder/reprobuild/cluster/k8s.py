@@ -38,34 +38,13 @@ import yaml
 
 from reprobuild import __version__
 from reprobuild.bases.refs import parse_ref
-from reprobuild.cluster.compose import (
-    SHM_PER_PROCESS_GB,
-    ImageLookup,
-    _pin,
-    escape,
-    image_distributions,
-    job_shape,
-)
-from reprobuild.cluster.nodes import (
-    BACKEND_VAR,
-    NODES_VAR,
-    JobShape,
-    require_torch,
-    torchrun_command,
-)
-from reprobuild.cluster.userenv import INDEX_VAR, UserEnv, check_env, merged, parse_env
+from reprobuild.cluster.compose import escape
+from reprobuild.cluster.job import MOUNTS, PER_NODE, NodesJob, project_job
+from reprobuild.cluster.nodes import JobShape
+from reprobuild.cluster.pinning import ImageLookup
+from reprobuild.cluster.userenv import INDEX_VAR, UserEnv, check_env, merged
 from reprobuild.errors import ImageRefError, ReprobuildError
-from reprobuild.project.config import load_config
-from reprobuild_entrypoint.contract import (
-    DATA_DIR,
-    IMAGE_VAR,
-    MODE_VAR,
-    OUT_DIR,
-    OUTPUT_DIR_VAR,
-    RECORD_DIR,
-    RUN_DIR_VAR,
-    SEED_VAR,
-)
+from reprobuild_entrypoint.contract import DATA_DIR, OUT_DIR, RECORD_DIR
 
 KUBERNETES_VERSION = "1.34"
 """The Kubernetes release whose schemas the rendering is tested against (kubernetes-validate)."""
@@ -138,25 +117,32 @@ def service(spec: KubeSpec) -> dict[str, Any]:
     }
 
 
+def nodes_job(spec: KubeSpec) -> NodesJob:
+    """The job a spec describes (:mod:`reprobuild.cluster.job`)."""
+    return NodesJob(
+        image=spec.image,
+        shape=spec.shape,
+        command=spec.command,
+        seed=spec.seed,
+        determinism=spec.determinism,
+        env=spec.env,
+        project=spec.project,
+    )
+
+
 def job(spec: KubeSpec) -> dict[str, Any]:
     shape = spec.shape
-    node = f"{spec.name}-$({INDEX_VAR}).{spec.name}"
-    args = torchrun_command(
-        shape,
-        tuple(escape(w) for w in spec.command),
-        node=node,
+    nodes_spec = nodes_job(spec)
+    args = nodes_spec.torchrun(
+        node=f"{spec.name}-$({INDEX_VAR}).{spec.name}",
         endpoint=f"{spec.name}-0.{spec.name}",
         job_id=spec.name,
+        escape=escape,
     )
-    own = (
-        (SEED_VAR, str(spec.seed)),
-        (MODE_VAR, spec.determinism),
-        (RUN_DIR_VAR, RECORD_DIR),
-        (OUTPUT_DIR_VAR, OUT_DIR),
-        (IMAGE_VAR, spec.image),  # the run's MLflow tags name it (a container cannot see it)
-        (BACKEND_VAR, shape.backend),
-        (NODES_VAR, ",".join(f"{spec.name}-{i}.{spec.name}" for i in range(shape.nodes))),
-    )
+    pods = [f"{spec.name}-{i}.{spec.name}" for i in range(shape.nodes)]
+    # A manifest has no shell: a variable the shell would override is written as its value,
+    # and left out when empty (--env sets REPRO_THREADS and the like).
+    own = tuple((v.name, v.value) for v in nodes_spec.variables(pods) if v.value or not v.shell)
     user = tuple((name, escape(value)) for name, value in spec.env)
     env: list[dict[str, Any]] = [
         {
@@ -173,14 +159,13 @@ def job(spec: KubeSpec) -> dict[str, Any]:
         "ports": [{"name": "rendezvous", "containerPort": shape.port, "protocol": "TCP"}],
         "volumeMounts": [
             {"name": "shm", "mountPath": "/dev/shm"},
-            {"name": "runs", "mountPath": RECORD_DIR},
-            {"name": "out", "mountPath": OUT_DIR},
+            *({"name": m.kind, "mountPath": m.target} for m in MOUNTS if m.kind in PER_NODE),
         ],
     }
     if shape.gpu:
         gpus = {"nvidia.com/gpu": shape.nproc_per_node}
         container["resources"] = {"limits": dict(gpus), "requests": dict(gpus)}
-    shm = f"{SHM_PER_PROCESS_GB * shape.nproc_per_node}Gi"
+    shm = f"{nodes_spec.shm_gb()}Gi"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -199,8 +184,7 @@ def job(spec: KubeSpec) -> dict[str, Any]:
                     "containers": [container],
                     "volumes": [
                         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
-                        {"name": "runs", "emptyDir": {}},
-                        {"name": "out", "emptyDir": {}},
+                        *({"name": kind, "emptyDir": {}} for kind in PER_NODE),
                     ],
                 },
             },
@@ -254,28 +238,29 @@ def k8s_project(
 ) -> str:
     """The manifests for the project in ``directory``: its image, pinned by repository digest.
     ``env``: ``NAME=VALUE`` options (``--env``), checked before anything else."""
-    user_env = parse_env(env)
-    config = load_config(directory)
-    if variant is not None:
-        gpu = config.variant(variant).gpu or gpu
-    shape = job_shape(config, nodes, nproc_per_node, gpu=gpu)
-    assert shape is not None
-    job_name = check_name(name) if name is not None else default_name(config.name)
-    pinned, engine = _pin(
-        directory, config, image, engine, gpu=gpu, variant=variant, what="Kubernetes job"
+    if name is not None:
+        check_name(name)  # before the engine is asked anything
+    made = project_job(
+        directory,
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
+        gpu=gpu,
+        image=image,
+        variant=variant,
+        engine=engine,
+        env=env,
+        what="Kubernetes job",
     )
-    reference = pinned.reference
-    if image is not None and parse_ref(image).digest and not image.startswith("sha256:"):
-        reference = image
-    require_torch(pinned.requested, image_distributions(engine, pinned))
+    job_name = check_name(name) if name is not None else default_name(made.config.name)
+    nodes_spec = made.job
     spec = KubeSpec(
         name=job_name,
-        image=reference,
-        shape=shape,
-        command=config.command or pinned.cmd,
-        seed=config.seed,
-        determinism=config.determinism,
-        project=config.name,
-        env=user_env,
+        image=nodes_spec.image,
+        shape=nodes_spec.shape,
+        command=nodes_spec.command,
+        seed=made.config.seed,
+        determinism=made.config.determinism,
+        project=made.config.name,
+        env=nodes_spec.env,
     )
     return render(spec)

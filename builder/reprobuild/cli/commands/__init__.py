@@ -64,4 +64,8 @@ COMMANDS: dict[str, CommandInfo] = {
         "k8s",
         "write Kubernetes manifests for a multi-node torchrun job with the project's image",
     ),
+    "slurm": _info(
+        "slurm",
+        "write an sbatch script for a multi-node torchrun job with the project's image",
+    ),
 }

@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reprobuild.cluster.compose import check_output, compose_project, write_output
+    from reprobuild.cluster.compose import compose_project
+    from reprobuild.cluster.output import check_output, write_output
 
     check_output(args.output)
     result = compose_project(

@@ -34,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reprobuild.cluster.compose import check_output, write_output
     from reprobuild.cluster.k8s import k8s_project
+    from reprobuild.cluster.output import check_output, write_output
 
     check_output(args.output)
     text = k8s_project(

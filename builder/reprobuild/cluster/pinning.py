@@ -1,0 +1,174 @@
+"""Pinning a project's image: one image for good, as every job file names it.
+
+One job: look a tag or an image ID up on the engine and name the image by its repository
+digest (``NAME@sha256:<digest>``, when it was pushed or pulled) or else by its image ID; check
+that reprobuild built it for the variant asked for, and read its manifest (checked against its
+label) for what a multi-node job needs (torch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from reprobuild.bases.refs import parse_ref
+from reprobuild.errors import ImageNotBuiltError, ImageRefError, ReprobuildError
+from reprobuild.imaging.plan import project_tag, variant_of
+from reprobuild.project.config import ProjectConfig
+from reprobuild_entrypoint.contract import LABEL_PREFIX
+
+IMAGE_ID_RE = re.compile(r"^(?:sha256:)?([0-9a-f]{12,64})$")
+FULL_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def check_pinned(image: str) -> None:
+    """An image for a compose file must name one image for good: ``NAME@sha256:<digest>`` or
+    a full image ID ``sha256:<64 hex>``."""
+    if FULL_ID_RE.fullmatch(image):
+        return
+    if parse_ref(image).digest is None:
+        raise ImageRefError(
+            f"image {image!r} is not pinned: use NAME@sha256:<digest> or an image ID "
+            "sha256:<64 hex>"
+        )
+
+
+class ImageLookup(Protocol):
+    """What pinning needs from the engine (``reprobuild.backends.engine.Engine`` has it)."""
+
+    def image_id(self, ref: str) -> str | None: ...
+
+    def inspect(self, ref: str) -> dict[str, Any]: ...
+
+
+class ImageReader(ImageLookup, Protocol):
+    """What a multi-node job needs too: the image's manifest, to see that it has torch."""
+
+    def read_file(self, image: str, path: str, *, max_bytes: int = ...) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class PinnedImage:
+    requested: str
+    reference: str
+    id: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cmd: tuple[str, ...] = ()
+    """The image's CMD (what a job runs when the project names no command)."""
+    workdir: str = ""
+    """The image's WorkingDir (a runtime that does not apply it is given it)."""
+
+
+def pinned_reference(name: str | None, image_id: str, repo_digests: list[str]) -> str:
+    """The most immutable name of an image: ``NAME@sha256:<repo digest>`` (the one for
+    ``name`` when there is one, else the first in sorted order), else its image ID."""
+    wanted = _repository(name) if name is not None else None
+    digests: list[tuple[str, str]] = []
+    for entry in sorted(repo_digests):
+        try:
+            ref = parse_ref(entry)
+        except ImageRefError:
+            continue
+        if ref.digest:
+            digests.append((ref.name, ref.digest))
+    for ref_name, digest in digests:
+        if wanted is not None and _repository(ref_name) == wanted:
+            return f"{ref_name}@{digest}"
+    if digests:
+        ref_name, digest = digests[0]
+        return f"{ref_name}@{digest}"
+    if not FULL_ID_RE.fullmatch(image_id):
+        raise ReprobuildError(f"the engine gave image ID {image_id!r}, not sha256:<64 hex>")
+    return image_id
+
+
+def _repository(name: str) -> tuple[str, str]:
+    """``python``, ``docker.io/library/python``: one repository, written two ways."""
+    ref = parse_ref(name)
+    return ref.registry, ref.repository
+
+
+def pin_image(engine: ImageLookup, ref: str, *, build_command: str | None = None) -> PinnedImage:
+    """Look ``ref`` (a tag or an image ID) up on the engine and pin it."""
+    # an image ID (full or short, as docker accepts it) names no repository
+    name = None if IMAGE_ID_RE.fullmatch(ref) else parse_ref(ref).name
+    if engine.image_id(ref) is None:
+        raise ImageNotBuiltError(ref, build_command)
+    attrs = engine.inspect(ref)
+    image_id = str(attrs.get("Id", ""))
+    labels = dict((attrs.get("Config") or {}).get("Labels") or {})
+    reference = pinned_reference(name, image_id, list(attrs.get("RepoDigests") or []))
+    config = attrs.get("Config") or {}
+    cmd = tuple(str(w) for w in config.get("Cmd") or ())
+    workdir = str(config.get("WorkingDir") or "")
+    return PinnedImage(ref, reference, image_id, labels, cmd, workdir)
+
+
+def build_command(directory: Path, *, gpu: bool, variant: str | None = None) -> str:
+    if variant is not None:
+        return f"reprobuild image {directory} --variant {variant}"
+    return f"reprobuild image {directory}{' --gpu' if gpu else ''}"
+
+
+def pin_project_image(
+    directory: Path,
+    config: ProjectConfig,
+    image: str | None,
+    engine: ImageLookup | None,
+    *,
+    gpu: bool,
+    variant: str | None,
+    what: str = "compose file",
+) -> tuple[PinnedImage, ImageLookup]:
+    if engine is None:
+        from reprobuild.backends.engine import Engine
+
+        engine = Engine()
+    if image is None:
+        tag = project_tag(config, gpu=gpu, variant_name=variant)
+        pinned = pin_image(
+            engine, tag, build_command=build_command(directory, gpu=gpu, variant=variant)
+        )
+    else:
+        pinned = pin_image(engine, image)
+    check_variant(pinned, gpu=gpu, what=what)
+    return pinned, engine
+
+
+def image_distributions(engine: ImageLookup, image: PinnedImage) -> tuple[str, ...]:
+    """The distribution names in the image's manifest (checked against its label)."""
+    from reprobuild.imaging.manifest import MANIFEST_LABEL, MAX_MANIFEST_BYTES, Manifest
+    from reprobuild_entrypoint import MANIFEST_PATH
+
+    if not hasattr(engine, "read_file"):
+        raise TypeError("a multi-node job needs an engine that can read the image's manifest")
+    reader: ImageReader = engine  # type: ignore[assignment]
+    raw = reader.read_file(image.id, MANIFEST_PATH, max_bytes=MAX_MANIFEST_BYTES)
+    want = image.labels.get(MANIFEST_LABEL)
+    got = hashlib.sha256(raw).hexdigest()
+    if want != got:
+        raise ReprobuildError(
+            f"{image.requested}: {MANIFEST_PATH} has sha256 {got[:12]}... but the label says "
+            f"{(want or 'nothing')[:12]}...; the image was altered after it was built"
+        )
+    return tuple(d.name for d in Manifest.from_json(raw).distributions)
+
+
+def check_variant(image: PinnedImage, *, gpu: bool, what: str = "compose file") -> None:
+    variant = image.labels.get(f"{LABEL_PREFIX}variant")
+    if variant is None:
+        raise ReprobuildError(
+            f"{image.requested} was not built by reprobuild (no io.reprobuild.variant label): "
+            "it has no reprobuild runtime to write run records"
+        )
+    want = variant_of(gpu)
+    if variant != want:
+        flag = "add --gpu" if variant == "gpu" else "drop --gpu"
+        raise ReprobuildError(
+            f"{image.requested} is a {variant.upper()} image but a {want.upper()} {what} "
+            f"was asked for: {flag}"
+        )
