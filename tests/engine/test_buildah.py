@@ -125,9 +125,9 @@ def test_same_inputs_same_image_on_any_day(
         "reproducible": True,
     }
     labels = docker_client.images.get(tags[0]).attrs["Config"]["Labels"]
-    assert labels["io.reprobuild.imaging.builder"] == "buildah"
-    assert labels["io.reprobuild.imaging.builder-version"] == buildah_version()
-    assert labels["io.reprobuild.imaging.reproducible"] == "true"
+    assert labels["io.reprobuild.build.builder"] == "buildah"
+    assert labels["io.reprobuild.build.builder-version"] == buildah_version()
+    assert labels["io.reprobuild.build.reproducible"] == "true"
     assert docker_client.images.get(tags[0]).attrs["Created"].startswith("2023-11-14T22:13:20")
 
     # What is inside: no time but the epoch, hash-based bytecode, no day in /etc/shadow.
@@ -332,8 +332,8 @@ def test_auto_picks_buildah_says_so_and_reaps_a_killed_runs_stamp_image(
             for ln in lines
         ), proc.stderr[-3000:]
         labels = docker_client.images.get(tag).labels
-        assert labels["io.reprobuild.imaging.builder"] == "buildah"
-        assert labels["io.reprobuild.imaging.reproducible"] == "true"
+        assert labels["io.reprobuild.build.builder"] == "buildah"
+        assert labels["io.reprobuild.build.reproducible"] == "true"
         names = buildah_names()
         assert f"localhost/{dead}" not in names
         assert f"localhost/{live}" in names  # its owner (this process) still runs

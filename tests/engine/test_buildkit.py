@@ -109,8 +109,8 @@ def test_auto_picks_the_fastest_reproducible_builder_and_says_why(
     assert proc.returncode == 0, proc.stderr[-3000:]
     labels = docker_client.images.get(tag).labels
     lines = proc.stderr.splitlines()
-    assert labels["io.reprobuild.imaging.builder"] == "buildah"
-    assert labels["io.reprobuild.imaging.reproducible"] == "true"
+    assert labels["io.reprobuild.build.builder"] == "buildah"
+    assert labels["io.reprobuild.build.reproducible"] == "true"
     assert "builder: buildah (auto: reproducible, the same inputs give the same image ID)" in lines
     if possible:
         why_not = (
