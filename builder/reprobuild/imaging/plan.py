@@ -238,7 +238,7 @@ def plan_build(
         app_files=app_files(config),
         runtime_files=runtime_files(),
     )
-    python = base_python or (config.select.python if config.select else None)
+    python = base_python or config.select.python
     warning = None
     if python:
         python = ".".join(python.split(".")[:2])

@@ -117,7 +117,7 @@ class Services:
         tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]],
     ]
     base_for: Callable[[str, bool], str | None]
-    lock_format: Callable[[Path], str] = lambda path: _format_by_name(path.name)
+    lock_format: Callable[[Path], str]
     # One line when a Python is past its upstream end of life (None: still supported).
     eol_warning: Callable[[str], str | None] = lambda _python: None
     uv: str = "uv"
@@ -370,18 +370,7 @@ def _given_lock(root: Path, given: str, services: Services) -> tuple[str | None,
     return None, name
 
 
-_FORMATS_BY_NAME = {
-    "uv.lock": "uv",
-    "poetry.lock": "poetry",
-    "pdm.lock": "pdm",
-    "Pipfile.lock": "pipfile",
-    "pylock.toml": "pylock",
-}
 NATIVE_FORMATS = frozenset({"uv", "poetry", "pdm", "pipfile"})
-
-
-def _format_by_name(name: str) -> str:
-    return _FORMATS_BY_NAME.get(name, "requirements")
 
 
 def _pick_python(
