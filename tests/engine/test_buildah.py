@@ -36,6 +36,7 @@ from helpers import (
 )
 from reprobuild._util import leftovers
 from reprobuild.backends.engine import Engine
+from reprobuild.locks.wheels import CACHED_MTIME_NS
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -172,7 +173,8 @@ def test_wheels_downloaded_on_another_day_give_the_same_image(
     """The wheels reach buildah's RUN --mount from the wheel cache, where their mtimes are
     the day each was downloaded; buildah 1.39 digests a bind mount's source, mtimes included,
     into the history (issue 29). A cache whose wheels came on another day gives the same
-    image, and no build changes a cached file (the cache's index trusts size and mtime)."""
+    image: the cache gives every wheel one fixed mtime, and the build uses its links into the
+    cache as they are (no copy), changing no cached file's bytes."""
     root = project("tiny")
     cache = tmp_path / "cache"
     env = {**ENV, "XDG_CACHE_HOME": str(cache)}
@@ -181,9 +183,10 @@ def test_wheels_downloaded_on_another_day_give_the_same_image(
         args = ("--base", base_ref, "--builder", "buildah", "--no-cache")
         return str(build_json(str(root), *args, "--tag", unique_tag("days"), env=env)["id"])
 
-    first = build()  # downloads into the empty cache: today's mtimes
+    first = build()  # downloads into the empty cache, at the cache's one fixed time
     before = cached_wheels(cache)
     assert before and {links for *_, links in before.values()} == {1}, before
+    assert {mtime for _, mtime, _ in before.values()} == {CACHED_MTIME_NS}, before
     day = 86400 * 10**9
     for n, wheel in enumerate(sorted((cache / "reprobuild" / "wheels").glob("*/*.whl"))):
         stamp = wheel.stat().st_mtime_ns - (40 + n) * day  # each downloaded another day
@@ -192,7 +195,13 @@ def test_wheels_downloaded_on_another_day_give_the_same_image(
     second = build()
     print("image IDs:", first, second)
     assert first.startswith("sha256:") and second == first
-    assert cached_wheels(cache) == moved  # the build changed no cached wheel
+    # the same files (inodes) at the cache's time again, their bytes as the index says
+    after = cached_wheels(cache)
+    assert {n: ino for n, (ino, *_) in after.items()} == {n: i for n, (i, *_) in moved.items()}
+    assert {mtime for _, mtime, _ in after.values()} == {CACHED_MTIME_NS}, after
+    index = json.loads(next((cache / "reprobuild" / "wheels").glob("*/.index.json")).read_text())
+    for wheel in (cache / "reprobuild" / "wheels").glob("*/*.whl"):
+        assert hashlib.sha256(wheel.read_bytes()).hexdigest() == index[wheel.name][3]
 
 
 def test_a_cached_build_equals_a_clean_one(

@@ -65,7 +65,6 @@ ENV MKL_CBWR="AUTO,STRICT" \
     TF_NUM_INTRAOP_THREADS="4" \
     TORCHINDUCTOR_DETERMINISTIC="1"
 WORKDIR /app
-COPY app/ /app/
 USER 10001:10001
 ENTRYPOINT ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint"]
 CMD ["python", "hello.py"]
@@ -78,3 +77,6 @@ LABEL io.reprobuild.builder.version="0.0.0-golden" \
       org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
       org.opencontainers.image.created="2023-11-14T22:13:20Z" \
       org.opencontainers.image.title="example/golden"
+# The project's code last: a change to it alone rebuilds this one step (files owned by root,
+# read-only to the image's user, whatever USER says: COPY does not follow it).
+COPY app/ /app/

@@ -75,7 +75,6 @@ ENV CUBLAS_WORKSPACE_CONFIG=":4096:8" \
     TORCHINDUCTOR_DETERMINISTIC="1" \
     TORCH_ALLOW_TF32_CUBLAS_OVERRIDE="0"
 WORKDIR /app
-COPY app/ /app/
 USER 10001:10001
 ENTRYPOINT ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint"]
 CMD ["python", "hello.py"]
@@ -88,3 +87,6 @@ LABEL io.reprobuild.builder.version="0.0.0-golden" \
       org.opencontainers.image.base.name="nvcr.io/nvidia/pytorch:25.01-py3" \
       org.opencontainers.image.created="2023-11-14T22:13:20Z" \
       org.opencontainers.image.title="example/golden"
+# The project's code last: a change to it alone rebuilds this one step (files owned by root,
+# read-only to the image's user, whatever USER says: COPY does not follow it).
+COPY app/ /app/

@@ -146,6 +146,29 @@ def test_write_tree_fixes_mtimes(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- fsutil
 
 
+def test_clamp_times_keeps_links_at_the_caches_time(tmp_path: Path) -> None:
+    """A link into the wheel cache already at the cache's one fixed time is used as it is:
+    no copy of gigabytes of CUDA wheels per build; anything else linked is still copied."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    kept, other = cache / "a-1.0-py3-none-any.whl", cache / "b-1.0-py3-none-any.whl"
+    for path in (kept, other):
+        path.write_bytes(b"wheel")
+    os.utime(kept, ns=(0, 0))
+    os.utime(other, ns=(5, 5))
+    ctx = tmp_path / "ctx"
+    (ctx / "wheels").mkdir(parents=True)
+    for path in (kept, other):
+        os.link(path, ctx / "wheels" / path.name)
+    clamp_times(ctx, EPOCH, linked_at=0)
+    assert (ctx / "wheels" / kept.name).stat().st_ino == kept.stat().st_ino
+    assert kept.stat().st_mtime_ns == 0
+    assert (ctx / "wheels" / other.name).stat().st_ino != other.stat().st_ino
+    assert other.stat().st_mtime_ns == 5
+    assert (ctx / "wheels" / other.name).stat().st_mtime == EPOCH
+    assert (ctx / "wheels").stat().st_mtime == EPOCH
+
+
 def test_clamp_times_gives_linked_files_their_own_copy(tmp_path: Path) -> None:
     """The context's wheels are hard links into the wheel cache, whose index trusts size and
     mtime: clamping the context must not change the cached file's time (issue 29)."""

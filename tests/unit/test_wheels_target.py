@@ -195,7 +195,11 @@ def test_hash_index_hashes_files(folder: Path) -> None:
     stored = json.loads((folder / ".index.json").read_text())
     assert set(stored) == set(index)
     st = (folder / "a-1.0-py3-none-any.whl").stat()
-    assert stored["a-1.0-py3-none-any.whl"] == [st.st_size, st.st_mtime_ns, sha(b"alpha")]
+    assert stored["a-1.0-py3-none-any.whl"] == [
+        st.st_size, st.st_ino, st.st_ctime_ns, sha(b"alpha")
+    ]  # fmt: skip
+    # every cached file at the cache's one fixed time, whenever it was downloaded
+    assert {p.stat().st_mtime_ns for p in folder.glob("*.whl")} == {wheels.CACHED_MTIME_NS}
 
 
 def test_hash_index_uses_cache(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,7 +233,7 @@ def test_hash_index_rehashes_changed_file_only(
     index = _hash_index(folder)
     assert hashed == ["b-2.0-py3-none-any.whl"]
     assert index["b-2.0-py3-none-any.whl"] == sha(b"beta, rebuilt")
-    assert json.loads((folder / ".index.json").read_text())["b-2.0-py3-none-any.whl"][2] == sha(
+    assert json.loads((folder / ".index.json").read_text())["b-2.0-py3-none-any.whl"][3] == sha(
         b"beta, rebuilt"
     )
 
@@ -239,6 +243,30 @@ def test_hash_index_same_size_new_mtime_rehashed(folder: Path) -> None:
     path = folder / "a-1.0-py3-none-any.whl"
     path.write_bytes(b"ALPHA")  # same size
     os.utime(path, ns=(5, 5))
+    assert _hash_index(folder)["a-1.0-py3-none-any.whl"] == sha(b"ALPHA")
+
+
+def test_hash_index_same_size_and_mtime_rehashed(folder: Path) -> None:
+    """Damage that keeps size and mtime still moves the ctime, which no call sets back."""
+    _hash_index(folder)
+    path = folder / "a-1.0-py3-none-any.whl"
+    st = path.stat()
+    path.write_bytes(b"ALPHA")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert _hash_index(folder)["a-1.0-py3-none-any.whl"] == sha(b"ALPHA")
+
+
+def test_hash_index_refuses_a_needed_wheel_changed_in_place(folder: Path) -> None:
+    """A needed wheel whose bytes changed since it was stored: one error, and the index is
+    not rewritten (it still names the sha256 the file was stored with)."""
+    _hash_index(folder)
+    index_before = (folder / ".index.json").read_bytes()
+    path = folder / "a-1.0-py3-none-any.whl"
+    path.write_bytes(b"ALPHA")
+    with pytest.raises(WheelError, match="does not match the sha256 it was stored with"):
+        _hash_index(folder, needed=frozenset({sha(b"alpha")}))
+    assert (folder / ".index.json").read_bytes() == index_before
+    # not needed by this lock: only re-indexed
     assert _hash_index(folder)["a-1.0-py3-none-any.whl"] == sha(b"ALPHA")
 
 

@@ -26,18 +26,24 @@ def write_tree(files: dict[str, FileEntry], root: Path, *, epoch: int) -> None:
     clamp_times(root, epoch)
 
 
-def clamp_times(root: Path, epoch: int) -> None:
+def clamp_times(root: Path, epoch: int, *, linked_at: int | None = None) -> None:
     """Set the mtime of everything under ``root`` (and of ``root``) to ``epoch``. Also for
     what is added to a context after :func:`write_tree` (the wheels): buildah 1.39 records a
     digest of each RUN bind mount's source, mtimes included, in the image's history, so a
-    wheel downloaded on another day gave another image ID there (issue 29). A file with other
-    names (the wheels are hard links into the wheel cache, whose index trusts size and mtime)
-    first becomes a copy of its own, so no time set here reaches another name of it."""
+    wheel downloaded on another day gave another image ID there (issue 29).
+
+    A file with other names (the wheels are hard links into the wheel cache) keeps its time
+    when that is already ``linked_at`` (ns): the cache gives every wheel that one fixed time
+    (:data:`reprobuild.locks.wheels.CACHED_MTIME_NS`), so the link is used as it is, with no
+    copy. Any other linked file first becomes a copy of its own, so no time set here reaches
+    another name of it."""
     for dirpath, _dirs, names in os.walk(root, topdown=False):
         for name in names:
             path = Path(dirpath) / name
             st = path.lstat()
             if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+                if linked_at is not None and st.st_mtime_ns == linked_at:
+                    continue
                 _own_copy(path, st.st_mode)
             os.utime(path, (epoch, epoch), follow_symlinks=False)
         os.utime(dirpath, (epoch, epoch))

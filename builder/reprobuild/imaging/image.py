@@ -34,7 +34,7 @@ from reprobuild.imaging.render import (
     render_stamp,
 )
 from reprobuild.locks.lockfile import Lock
-from reprobuild.locks.wheels import Target, cache_root, fetch_wheels
+from reprobuild.locks.wheels import CACHED_MTIME_NS, Target, cache_root, fetch_wheels
 from reprobuild_entrypoint.contract import MODE_VAR
 
 Log = Callable[[str], None]
@@ -359,7 +359,8 @@ def _build_image(
         if not online:
             fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log, bar=bar)
             if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
-                clamp_times(ctx, spec.epoch)  # the linked wheels become copies first
+                # the wheels are links into the cache, at its one fixed time: kept as they are
+                clamp_times(ctx, spec.epoch, linked_at=CACHED_MTIME_NS)
         # Hermetic builds get no network unless apt packages must be fetched.
         network = online or bool(spec.apt)
         if builder == "buildah":

@@ -101,13 +101,29 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _hash_index(folder: Path) -> dict[str, str]:
-    """sha256 of every file in ``folder``, memoised in ``.index.json`` by (name, size, mtime)."""
+# Every cached wheel's mtime (ns). The context's wheels are hard links into the cache, and
+# buildah 1.39 digests a RUN bind mount's source, mtimes included, into the image's history
+# (issue 29): one fixed time for every cached file, whatever day it was downloaded, lets the
+# build use the links as they are (no copy of a wheel set of gigabytes per build) and keeps
+# the image ID independent of when the cache was filled.
+CACHED_MTIME_NS = 0
+
+
+def _hash_index(folder: Path, *, needed: frozenset[str] = frozenset()) -> dict[str, str]:
+    """sha256 of every file in ``folder``, memoised in ``.index.json`` by (name, size, inode,
+    ctime). The ctime is the kernel's: any write, rename into place or change of the file's
+    metadata moves it, and no call sets it back, so an entry is rehashed whenever its file
+    may have changed, and trusted otherwise (a build of gigabytes of CUDA wheels then hashes
+    nothing; pip checks each wheel against the lock's hashes again in the build). A file
+    whose mtime is not :data:`CACHED_MTIME_NS` gets it first.
+
+    A file stored with one of the ``needed`` sha256s whose bytes now have another is refused
+    (a damaged or replaced cache entry), before the index is written."""
     index_path = folder / ".index.json"
     try:
         old = jsonload.read_json_file(index_path, str(index_path))
     except (OSError, ReprobuildError):
-        old = {}  # only a cache (never waited on, never trusted for more than mtimes)
+        old = {}  # only a cache (never waited on, never trusted for more than its stamps)
     if not isinstance(old, dict):
         old = {}  # a damaged index is only a cache: rebuild it
     new: dict[str, list[object]] = {}
@@ -115,13 +131,24 @@ def _hash_index(folder: Path) -> dict[str, str]:
         if path.name.startswith(".") or not path.is_file():
             continue
         st = path.stat()
-        stamp = [st.st_size, st.st_mtime_ns]
+        if st.st_mtime_ns != CACHED_MTIME_NS:
+            with contextlib.suppress(OSError):  # a read-only cache: the context copies
+                os.utime(path, ns=(CACHED_MTIME_NS, CACHED_MTIME_NS))
+                st = path.stat()
+        stamp = [st.st_size, st.st_ino, st.st_ctime_ns]
         entry = old.get(path.name)
-        digest = entry[2] if isinstance(entry, list) and entry[:2] == stamp else _sha256(path)
+        known = isinstance(entry, list) and len(entry) == 4
+        digest = entry[3] if known and entry[:3] == stamp else _sha256(path)
+        if known and entry[3] != digest and entry[3] in needed:
+            raise WheelError(
+                f"cached wheel {str(path)!r} does not match the sha256 it was stored with",
+                hint="the cache was changed behind reprobuild's back: delete that file and build "
+                "again to fetch it anew",
+            )
         new[path.name] = [*stamp, digest]
     if new != old:
         write_atomic(index_path, json.dumps(new, sort_keys=True))
-    return {name: str(v[2]) for name, v in new.items()}
+    return {name: str(v[3]) for name, v in new.items()}
 
 
 def _needed(lock: Lock, digest: str) -> bool:
@@ -317,15 +344,6 @@ def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, sho
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _verified(path: Path, digest: str) -> bool:
-    """The cached file's content really has ``digest`` (the index only remembers it by size
-    and mtime, which a damaged or replaced file can keep)."""
-    try:
-        return _sha256(path) == digest
-    except OSError:
-        return False
-
-
 def fetch_wheels(
     lock: Lock,
     target: Target,
@@ -359,18 +377,12 @@ def _fetch_wheels(
     lock: Lock, target: Target, folder: Path, dest: Path, log: Log, show: Show
 ) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    if _unmatched(lock, _hash_index(folder)):
+    needed = frozenset(h.split(":", 1)[1] for r in lock.requirements for h in r.hashes)
+    if _unmatched(lock, _hash_index(folder, needed=needed)):
         _download_into_cache(lock, target, folder, log, show)
     else:
         log(f"all {len(lock.requirements)} locked wheels are cached for {target.key}")
     by_hash = {digest: folder / name for name, digest in _hash_index(folder).items()}
-    damaged = sorted(str(p) for d, p in by_hash.items() if _needed(lock, d) and not _verified(p, d))
-    if damaged:
-        raise WheelError(
-            f"cached wheel {damaged[0]!r} does not match the sha256 it was stored with",
-            hint="the cache was changed behind reprobuild's back: delete that file and build "
-            "again to fetch it anew",
-        )
     dest.mkdir(parents=True, exist_ok=True)
     chosen: list[Path] = []
     missing: list[str] = []
