@@ -195,9 +195,7 @@ def test_hash_index_hashes_files(folder: Path) -> None:
     stored = json.loads((folder / ".index.json").read_text())
     assert set(stored) == set(index)
     st = (folder / "a-1.0-py3-none-any.whl").stat()
-    assert stored["a-1.0-py3-none-any.whl"] == [
-        st.st_size, st.st_ino, st.st_ctime_ns, sha(b"alpha")
-    ]  # fmt: skip
+    assert stored["a-1.0-py3-none-any.whl"] == [st.st_size, wheels.CACHED_MTIME_NS, sha(b"alpha")]
     # every cached file at the cache's one fixed time, whenever it was downloaded
     assert {p.stat().st_mtime_ns for p in folder.glob("*.whl")} == {wheels.CACHED_MTIME_NS}
 
@@ -233,7 +231,7 @@ def test_hash_index_rehashes_changed_file_only(
     index = _hash_index(folder)
     assert hashed == ["b-2.0-py3-none-any.whl"]
     assert index["b-2.0-py3-none-any.whl"] == sha(b"beta, rebuilt")
-    assert json.loads((folder / ".index.json").read_text())["b-2.0-py3-none-any.whl"][3] == sha(
+    assert json.loads((folder / ".index.json").read_text())["b-2.0-py3-none-any.whl"][2] == sha(
         b"beta, rebuilt"
     )
 
@@ -246,14 +244,25 @@ def test_hash_index_same_size_new_mtime_rehashed(folder: Path) -> None:
     assert _hash_index(folder)["a-1.0-py3-none-any.whl"] == sha(b"ALPHA")
 
 
-def test_hash_index_same_size_and_mtime_rehashed(folder: Path) -> None:
-    """Damage that keeps size and mtime still moves the ctime, which no call sets back."""
+def test_wheel_check_finds_a_wheel_changed_in_place(folder: Path, tmp_path: Path) -> None:
+    """Damage that keeps size and mtime passes the index (it trusts them; a link into a
+    build context moves the ctime), and WheelCheck, run beside the build, names the file."""
     _hash_index(folder)
     path = folder / "a-1.0-py3-none-any.whl"
     st = path.stat()
     path.write_bytes(b"ALPHA")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert _hash_index(folder)["a-1.0-py3-none-any.whl"] == sha(b"ALPHA")
+    assert _hash_index(folder)["a-1.0-py3-none-any.whl"] == sha(b"alpha")  # trusted
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    for wheel in folder.glob("*.whl"):
+        os.link(wheel, ctx / wheel.name)
+    lock = tmp_path / "requirements.txt"
+    lock.write_text(f"a==1.0 --hash=sha256:{sha(b'alpha')}\nb==2.0 --hash=sha256:{sha(b'beta')}\n")
+    with pytest.raises(WheelError, match=f"{path.name}.* does not match the sha256"):
+        wheels.WheelCheck(load_lock(lock), ctx, folder).wait()
+    path.write_bytes(b"alpha")
+    wheels.WheelCheck(load_lock(lock), ctx, folder).wait()  # all good: says nothing
 
 
 def test_hash_index_refuses_a_needed_wheel_changed_in_place(folder: Path) -> None:

@@ -34,7 +34,14 @@ from reprobuild.imaging.render import (
     render_stamp,
 )
 from reprobuild.locks.lockfile import Lock
-from reprobuild.locks.wheels import CACHED_MTIME_NS, Target, cache_root, fetch_wheels
+from reprobuild.locks.wheels import (
+    CACHED_MTIME_NS,
+    Target,
+    WheelCheck,
+    cache_root,
+    fetch_wheels,
+    wheel_folder,
+)
 from reprobuild_entrypoint.contract import MODE_VAR
 
 Log = Callable[[str], None]
@@ -356,36 +363,49 @@ def _build_image(
         ctx = Path(tmp) / "context"
         ctx.mkdir()
         write_tree(files, ctx, epoch=spec.epoch)
+        checked: Callable[[], None] = _nothing_to_check
         if not online:
-            fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log, bar=bar)
+            target = Target.from_probe(probe)
+            fetch_wheels(spec.lock, target, ctx / "wheels", log=log, bar=bar)
             if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
                 # the wheels are links into the cache, at its one fixed time: kept as they are
                 clamp_times(ctx, spec.epoch, linked_at=CACHED_MTIME_NS)
+            checked = WheelCheck(spec.lock, ctx / "wheels", wheel_folder(target)).wait
         # Hermetic builds get no network unless apt packages must be fetched.
         network = online or bool(spec.apt)
         if builder == "buildah":
-            return _build_buildah(
-                engine,
-                spec,
-                ctx,
-                scratch,
-                final,
-                no_cache=no_cache,
-                network=network,
-                log=log,
-                push=push,
-            )
-        try:
-            with timed(log, f"building the image ({builder})"):
-                engine.build(
+            try:
+                return _build_buildah(
+                    engine,
+                    spec,
                     ctx,
                     scratch,
-                    builder=builder,
-                    log=log,
+                    final,
                     no_cache=no_cache,
                     network=network,
-                    epoch=epoch,
+                    log=log,
+                    push=push,
+                    checked=checked,
                 )
+            except ReprobuildError:
+                checked()  # a damaged cached wheel failed the build: that is the one line
+                raise
+        try:
+            with timed(log, f"building the image ({builder})"):
+                try:
+                    engine.build(
+                        ctx,
+                        scratch,
+                        builder=builder,
+                        log=log,
+                        no_cache=no_cache,
+                        network=network,
+                        epoch=epoch,
+                    )
+                except ReprobuildError:
+                    checked()
+                    raise
+            checked()
             manifest, sbom_json = _manifest(
                 engine,
                 spec,
@@ -410,6 +430,10 @@ def _build_image(
     return ImageResult(final, image_id, manifest)
 
 
+def _nothing_to_check() -> None:
+    """An online build installs from the indexes: pip checks the hashes there."""
+
+
 def _build_buildah(
     engine: Engine,
     spec: RenderSpec,
@@ -421,6 +445,7 @@ def _build_buildah(
     network: bool,
     log: Log,
     push: str | None,
+    checked: Callable[[], None],
 ) -> ImageResult:
     """Build with buildah, every time from SOURCE_DATE_EPOCH; probe the scratch image in
     buildah's storage (no docker-archive and load of the whole image for that), stamp it
@@ -444,6 +469,7 @@ def _build_buildah(
             scratch_id = buildah.bud(
                 ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
             )
+        checked()  # the wheels it used were the cache's, byte for byte
         manifest, sbom_json = _manifest(buildah.Prober(), spec, scratch_id, info)
         stamp = ctx.parent / "stamp"
         stamp.mkdir()

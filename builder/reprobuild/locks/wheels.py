@@ -110,12 +110,11 @@ CACHED_MTIME_NS = 0
 
 
 def _hash_index(folder: Path, *, needed: frozenset[str] = frozenset()) -> dict[str, str]:
-    """sha256 of every file in ``folder``, memoised in ``.index.json`` by (name, size, inode,
-    ctime). The ctime is the kernel's: any write, rename into place or change of the file's
-    metadata moves it, and no call sets it back, so an entry is rehashed whenever its file
-    may have changed, and trusted otherwise (a build of gigabytes of CUDA wheels then hashes
-    nothing; pip checks each wheel against the lock's hashes again in the build). A file
-    whose mtime is not :data:`CACHED_MTIME_NS` gets it first.
+    """sha256 of every file in ``folder``, memoised in ``.index.json`` by (name, size,
+    mtime). A file whose mtime is not :data:`CACHED_MTIME_NS` was written or touched since it
+    was indexed: it is hashed again, then given that time. (Not the ctime: linking a wheel
+    into a build context moves it.) A file changed in place that kept its size and time is
+    caught by :class:`WheelCheck` during the build, and by pip's own hash check in it.
 
     A file stored with one of the ``needed`` sha256s whose bytes now have another is refused
     (a damaged or replaced cache entry), before the index is written."""
@@ -131,24 +130,67 @@ def _hash_index(folder: Path, *, needed: frozenset[str] = frozenset()) -> dict[s
         if path.name.startswith(".") or not path.is_file():
             continue
         st = path.stat()
-        if st.st_mtime_ns != CACHED_MTIME_NS:
-            with contextlib.suppress(OSError):  # a read-only cache: the context copies
-                os.utime(path, ns=(CACHED_MTIME_NS, CACHED_MTIME_NS))
-                st = path.stat()
-        stamp = [st.st_size, st.st_ino, st.st_ctime_ns]
+        stamp = [st.st_size, st.st_mtime_ns]
         entry = old.get(path.name)
-        known = isinstance(entry, list) and len(entry) == 4
-        digest = entry[3] if known and entry[:3] == stamp else _sha256(path)
-        if known and entry[3] != digest and entry[3] in needed:
+        stored = entry if isinstance(entry, list) and len(entry) == 3 else None
+        settled = st.st_mtime_ns == CACHED_MTIME_NS
+        trusted = stored is not None and settled and stored[:2] == stamp
+        digest = stored[2] if stored is not None and trusted else _sha256(path)
+        if stored is not None and stored[2] != digest and stored[2] in needed:
             raise WheelError(
                 f"cached wheel {str(path)!r} does not match the sha256 it was stored with",
                 hint="the cache was changed behind reprobuild's back: delete that file and build "
                 "again to fetch it anew",
             )
+        if not settled:
+            with contextlib.suppress(OSError):  # a read-only cache: the context copies
+                os.utime(path, ns=(CACHED_MTIME_NS, CACHED_MTIME_NS))
+                stamp[1] = path.stat().st_mtime_ns
         new[path.name] = [*stamp, digest]
     if new != old:
         write_atomic(index_path, json.dumps(new, sort_keys=True))
-    return {name: str(v[3]) for name, v in new.items()}
+    return {name: str(v[2]) for name, v in new.items()}
+
+
+class WheelCheck:
+    """Hashes the wheels a build uses while it runs (a thread: hashlib lets go of the GIL),
+    instead of before it: a few seconds per gigabyte off every build, where the index alone
+    would trust a file changed in place that kept its size and time. ``wait`` raises the
+    first mismatch as one line naming the cached file; the image build calls it before it
+    stamps or loads anything, and when the build failed (pip in the build refuses such a
+    file too, in more words)."""
+
+    def __init__(self, lock: Lock, wheels: Path, folder: Path) -> None:
+        self._allowed = {h.split(":", 1)[1] for r in lock.requirements for h in r.hashes}
+        self._wheels, self._folder = wheels, folder
+        self._error: WheelError | None = None
+        self._thread = threading.Thread(target=self._run, name="wheel-check", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for path in sorted(self._wheels.iterdir()):
+                if path.name.startswith("."):  # the context's own .keep
+                    continue
+                if path.is_file() and _sha256(path) not in self._allowed:
+                    self._error = WheelError(
+                        f"cached wheel {str(self._folder / path.name)!r} does not match the "
+                        "sha256 it was stored with",
+                        hint="the cache was changed behind reprobuild's back: delete that file "
+                        "and build again to fetch it anew",
+                    )
+                    return
+        except OSError as exc:  # the context went away (an interrupted build): nothing to say
+            self._error = (
+                None
+                if not self._wheels.exists()
+                else WheelError(f"cannot read the build's wheels: {exc.strerror or exc}")
+            )
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _needed(lock: Lock, digest: str) -> bool:
@@ -344,6 +386,11 @@ def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, sho
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def wheel_folder(target: Target) -> Path:
+    """The cache's folder for one target's wheels."""
+    return cache_root() / "wheels" / target.key
+
+
 def fetch_wheels(
     lock: Lock,
     target: Target,
@@ -358,7 +405,7 @@ def fetch_wheels(
     The download's progress (per file and in total, bytes and rate) is a live bar on ``bar``
     where that is a terminal, else plain lines through ``log``: one per file fetched and a
     total every ``every`` seconds (:class:`~reprobuild._util.progress.Transfers`)."""
-    folder = cache_root() / "wheels" / target.key
+    folder = wheel_folder(target)
 
     def show(count: int) -> Transfers:
         return Transfers(log, count=count, bar=bar, every=every)
