@@ -172,9 +172,11 @@ def bud(
     log: Log = _quiet,
     no_cache: bool = False,
     network: bool = True,
+    layers: bool = True,
 ) -> str:
     """Build ``context/Dockerfile`` into buildah's storage as ``tag`` (None: untagged);
-    return the image ID (64 hex, no prefix). One layer per step (``--layers``); OCI format
+    return the image ID (64 hex, no prefix). One layer per step (``--layers``; ``layers=False``:
+    one layer for the whole build, committed once, for a build no later one reuses); OCI format
     (Docker's format records the build container's ID and hostname); every time from
     ``epoch``; a failed build removes its working containers. An image built FROM an
     untagged one records only its ID in its history, where a tag would record the tag's
@@ -182,7 +184,7 @@ def bud(
     argv = [
         require(),
         "bud",
-        "--layers",
+        f"--layers={str(layers).lower()}",
         "--format",
         "oci",
         "--timestamp",

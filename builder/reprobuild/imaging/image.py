@@ -475,7 +475,9 @@ def _build_buildah(
         stamp.mkdir()
         files = render_stamp(scratch_id, manifest.to_json(), manifest.labels(), sbom_json)
         write_tree(files, stamp, epoch=spec.epoch)
-        final_id = buildah.bud(stamp, stamp_tag, epoch=spec.epoch, log=log, network=False)
+        # One commit for the stamp's steps: no build reuses them (the manifest is new each
+        # time). Its log (a copy of every blob) says nothing to the user; a failure still does.
+        final_id = buildah.bud(stamp, stamp_tag, epoch=spec.epoch, network=False, layers=False)
         digest = None
         if push is not None:
             log(f"pushing {push}")
