@@ -5,7 +5,8 @@
 They come from what the runtime already knows: the image's manifest (its sha256 and the build's
 identity), this process's settings (seed, rank seed, mode, threads, trial: each torchrun rank
 reads its own ``RANK``) and, under the entrypoint, the run record (host CPU and GPU facts, the
-runtime's run id): in ``REPRO_RUN_DIR``, or where the entrypoint put it without one. Standard library only.
+runtime's run id): in ``REPRO_RUN_DIR``, or where the entrypoint put it without one.
+Standard library only.
 """
 
 from __future__ import annotations
