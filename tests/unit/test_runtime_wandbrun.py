@@ -442,7 +442,8 @@ def test_diff_of_a_run_online_without_a_key_is_one_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[0].startswith(
-        "error: team/proj/run1: reading a W&B run needs WANDB_API_KEY: set it"
+        "error: team/proj/run1 is no file here; read as a W&B run (ENTITY/PROJECT/RUN_ID) it "
+        "needs WANDB_API_KEY: set it"
     ), proc.stderr
 
 

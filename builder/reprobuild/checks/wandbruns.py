@@ -66,8 +66,9 @@ def download(path: str, into: Path) -> Path:
     key = os.environ.get(KEY_VAR, "").strip()
     if not key:
         raise DiffInputError(
-            f"{path}: reading a W&B run needs {KEY_VAR}: set it to your API key "
-            "(https://wandb.ai/authorize), and WANDB_BASE_URL for a server of your own",
+            f"{path} is no file here; read as a W&B run (ENTITY/PROJECT/RUN_ID) it needs "
+            f"{KEY_VAR}: set it to your API key (https://wandb.ai/authorize), and "
+            "WANDB_BASE_URL for a server of your own",
         )
     wandb = _wandb()
     try:
