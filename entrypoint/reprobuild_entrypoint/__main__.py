@@ -17,7 +17,12 @@ CMD or what ``docker run IMAGE ...`` passes; a leading ``--`` is dropped):
 4. with ``REPRO_RUN_DIR`` set, write ``run-<run id>.json`` there (atomically; written for a
    refused run too, with the reason) and export ``REPRO_RUN_ID`` and the absolute
    ``REPRO_RUN_DIR``, so that Python processes of the run add their framework records beside
-   it;
+   it. Without it, write the record to the container's own temporary directory
+   (:data:`DEFAULT_RECORD_DIR` under ``tempfile.gettempdir()``) and export ``REPRO_RUN_ID``
+   and ``REPRO_RUN_RECORD`` (its path) but no ``REPRO_RUN_DIR``: the trackers' hooks
+   (MLflow tags, W&B config) name the run and attach its record, and nothing else changes (no
+   framework records, the same summary line); a record that cannot be written there is left
+   out silently;
 5. print one summary line on stderr (``REPRO_QUIET=1`` silences it, and the check's warnings);
 6. run the command, through the base image's own entrypoint when the build baked one
    (``REPROBUILD_BASE_ENTRYPOINT``): ``exec`` it, so signals reach the program directly and its
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild_entrypoint import cpulevel, envplan, hostinfo, jsonfile, runrecord
-from reprobuild_entrypoint.contract import EMULATOR_VAR, RUN_DIR_VAR
+from reprobuild_entrypoint.contract import EMULATOR_VAR, RUN_DIR_VAR, RUN_RECORD_VAR
 from reprobuild_entrypoint.envplan import EnvPlan
 from reprobuild_entrypoint.launch import (
     exec_command,
@@ -194,7 +199,8 @@ def main(argv: Sequence[str]) -> int:
         return USAGE_ERROR
     requested_cpu = settings.cpu
     cpu_refusal, cpu_found = cpulevel.resolve(settings)
-    if cpu_found is None and run_dir_text:
+    default_dir = None if run_dir_text else default_record_dir()
+    if cpu_found is None and (run_dir_text or default_dir is not None):
         cpu_found = cpulevel.detect()
     if cpu_refusal is not None and settings.mode == "warn":
         if not _quiet(environ):
@@ -205,14 +211,14 @@ def main(argv: Sequence[str]) -> int:
     if emulator is not None:
         command = under_emulator(emulator, command, environ.get("PATH"))
     init = os.getpid() == 1 or environ.get("REPROBUILD_FORCE_INIT") == "1"
-    manifest: dict[str, Any] = {}
-    if run_dir_text or settings.variant == "gpu":
-        manifest = runrecord.manifest_info(runrecord.default_manifest_path(environ))
+    manifest: dict[str, Any] = runrecord.manifest_info(runrecord.default_manifest_path(environ))
     gpu = gpu_check(settings, environ, manifest, recording=bool(run_dir_text))
     record_path: Path | None = None
-    if run_dir_text:
-        run_dir = Path(run_dir_text).absolute()
-        host = runrecord.host_info(gpu.host if gpu.host is not None else hostinfo.gpu_info())
+    run_dir = Path(run_dir_text).absolute() if run_dir_text else default_dir
+    if run_dir is not None:
+        # the default record probes no GPU (no nvidia-smi at every start): what the check found
+        probed = hostinfo.gpu_info() if run_dir_text else None
+        host = runrecord.host_info(gpu.host if gpu.host is not None else probed)
         if cpu_found is not None:
             host["cpu"].update(
                 level=cpu_found.get("level"),
@@ -241,13 +247,18 @@ def main(argv: Sequence[str]) -> int:
         try:
             record_path = jsonfile.write_atomic(runrecord.run_record_path(run_dir, run_id), record)
         except OSError as exc:
-            sys.stderr.write(
-                f"reprobuild: cannot write the run record to REPRO_RUN_DIR={run_dir_text!r}: "
-                f"{exc.strerror or exc}\n"
-            )
-            return USAGE_ERROR
-        environ[RUN_DIR_VAR] = str(run_dir)
-        environ["REPRO_RUN_ID"] = run_id
+            if run_dir_text:  # the default place is asked for by no one: left out quietly
+                sys.stderr.write(
+                    f"reprobuild: cannot write the run record to REPRO_RUN_DIR={run_dir_text!r}: "
+                    f"{exc.strerror or exc}\n"
+                )
+                return USAGE_ERROR
+        if run_dir_text:
+            environ[RUN_DIR_VAR] = str(run_dir)
+            environ["REPRO_RUN_ID"] = run_id
+        elif record_path is not None:
+            environ[RUN_RECORD_VAR] = str(record_path)
+            environ["REPRO_RUN_ID"] = run_id
     if cpu_refusal is not None and settings.mode == "strict":
         sys.stderr.write(f"reprobuild: {cpu_refusal}\n")
         sys.stderr.flush()
@@ -260,7 +271,8 @@ def main(argv: Sequence[str]) -> int:
         sys.stderr.write(f"reprobuild: {gpu.message}\n")
     envplan.apply(env_plan, environ)
     if not _quiet(environ):
-        sys.stderr.write(summary(settings, env_plan, record_path, init, gpu.summary()) + "\n")
+        shown = record_path if run_dir_text else None  # the line names only a record asked for
+        sys.stderr.write(summary(settings, env_plan, shown, init, gpu.summary()) + "\n")
     sys.stderr.flush()
     if init:
         from reprobuild_entrypoint import initproc
@@ -281,6 +293,20 @@ def _write_exit_record(run_dir: Path, run_id: str, status: int, signals: Sequenc
         )
     except OSError as exc:
         sys.stderr.write(f"reprobuild: cannot write the exit record: {exc.strerror or exc}\n")
+
+
+DEFAULT_RECORD_DIR = "reprobuild-run"
+"""Where the run record goes without ``REPRO_RUN_DIR``: this folder in the container's
+temporary directory (``/tmp/reprobuild-run``), for the trackers' hooks to attach."""
+
+
+def default_record_dir() -> Path | None:
+    import tempfile
+
+    try:
+        return Path(tempfile.gettempdir()) / DEFAULT_RECORD_DIR
+    except (OSError, RuntimeError):  # no usable temporary directory at all
+        return None
 
 
 def entrypoint() -> None:

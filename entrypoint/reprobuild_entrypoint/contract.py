@@ -17,6 +17,9 @@ MODE_VAR = "REPRO_DETERMINISM"
 TRIAL_VAR = "REPRO_TRIAL"
 RUN_DIR_VAR = "REPRO_RUN_DIR"
 OUTPUT_DIR_VAR = "REPRO_OUTPUT_DIR"
+# The run record's path when the runtime wrote it to its default place (no RUN_DIR_VAR): what
+# the trackers' hooks attach to their runs (set by the entrypoint, read by stackfacts)
+RUN_RECORD_VAR = "REPRO_RUN_RECORD"
 # The image reference, set by the launchers reprobuild writes (compose, k8s): a container cannot
 # see its own image, and the MLflow tags name it
 IMAGE_VAR = "REPRO_IMAGE"

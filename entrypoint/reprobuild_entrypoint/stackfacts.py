@@ -4,8 +4,9 @@
 
 They come from what the runtime already knows: the image's manifest (its sha256 and the build's
 identity), this process's settings (seed, rank seed, mode, threads, trial: each torchrun rank
-reads its own ``RANK``) and, under the entrypoint with ``REPRO_RUN_DIR`` set, the run record
-(host CPU and GPU facts, the runtime's run id). Standard library only.
+reads its own ``RANK``) and, under the entrypoint, the run record (host CPU and GPU facts, the
+runtime's run id): in ``REPRO_RUN_DIR``, or where the entrypoint put it without one.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 from pathlib import Path
 
 from reprobuild_entrypoint import runrecord
-from reprobuild_entrypoint.contract import IMAGE_VAR, RUN_DIR_VAR
+from reprobuild_entrypoint.contract import IMAGE_VAR, RUN_DIR_VAR, RUN_RECORD_VAR
 from reprobuild_entrypoint.settings import from_environ
 
 TYPE_CHECKING = False
@@ -24,10 +25,13 @@ if TYPE_CHECKING:
 
 
 def run_record_path(environ: Mapping[str, str]) -> Path | None:
+    """``$REPRO_RUN_DIR/run-<id>.json``, else the record the entrypoint wrote to its default
+    place (``REPRO_RUN_RECORD``), else None."""
     run_dir, run_id = environ.get(RUN_DIR_VAR, ""), environ.get("REPRO_RUN_ID", "")
-    if not run_dir or not run_id:
-        return None
-    return runrecord.run_record_path(run_dir, run_id)
+    if run_dir and run_id:
+        return runrecord.run_record_path(run_dir, run_id)
+    record = environ.get(RUN_RECORD_VAR, "")
+    return Path(record) if record and run_id else None
 
 
 def _read_record(path: Path | None) -> dict[str, Any]:

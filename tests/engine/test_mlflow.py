@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 QUIET = {"GIT_PYTHON_REFRESH": "quiet", "REPRO_RUN_DIR": "/tmp/run"}
+NO_RUN_DIR = "12"  # this seed's run has no REPRO_RUN_DIR: the record goes to the default place
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
@@ -106,9 +107,14 @@ def image(
             docker_client.images.remove(tag, force=True)
 
 
-def _start(client: DockerClient, tag: str, command: list[str], env: dict[str, str]) -> Container:
+def _start(
+    client: DockerClient, tag: str, command: list[str], env: dict[str, str], run_dir: bool = True
+) -> Container:
+    environment = {**QUIET, **env}
+    if not run_dir:
+        del environment["REPRO_RUN_DIR"]
     return client.containers.run(
-        tag, command, detach=True, network_mode="host", environment={**QUIET, **env}
+        tag, command, detach=True, network_mode="host", environment=environment
     )
 
 
@@ -124,7 +130,7 @@ def _finish(container: Container, timeout: float = 300) -> tuple[int, str, str]:
 
 def _train(client: DockerClient, image: dict[str, Any], server: str, seed: str) -> str:
     env = {"MLFLOW_TRACKING_URI": server, "REPRO_SEED": seed, "REPRO_IMAGE": image["id"]}
-    status, out, err = _finish(_start(client, image["tag"], [], env))
+    status, out, err = _finish(_start(client, image["tag"], [], env, run_dir=seed != NO_RUN_DIR))
     assert status == 0, err[-3000:]
     assert "reprobuild: MLflow" not in err
     return out.split()[-1]
@@ -132,12 +138,13 @@ def _train(client: DockerClient, image: dict[str, Any], server: str, seed: str) 
 
 @pytest.fixture(scope="module")
 def runs(image: dict[str, Any], server: str, docker_client: DockerClient) -> dict[str, str]:
-    """Seed -> the MLflow run ID of train.py run with that seed."""
+    """Seed -> the MLflow run ID of train.py run with that seed (seed 12 without
+    ``REPRO_RUN_DIR``)."""
     return {seed: _train(docker_client, image, server, seed) for seed in ("11", "12")}
 
 
 def test_an_unmodified_run_is_tagged_with_the_image_stack(
-    image: dict[str, Any], server: str, runs: dict[str, str]
+    image: dict[str, Any], server: str, runs: dict[str, str], tmp_path: Path
 ) -> None:
     import mlflow
 
@@ -155,9 +162,14 @@ def test_an_unmodified_run_is_tagged_with_the_image_stack(
         assert tags["reprobuild.threads"].isdigit()
         assert tags["reprobuild.cpu.mode"] == "native"
         assert tags["reprobuild.cpu.model"]
+        # the run id and the record with or without REPRO_RUN_DIR (seed 12: the default place)
         run_record = f"run-{tags['reprobuild.run_id']}.json"
         logged = sorted(a.path for a in client.list_artifacts(run_id, mlflowtags.ARTIFACT_DIR))
         assert logged == ["reprobuild/manifest.json", f"reprobuild/{run_record}"]
+        local = client.download_artifacts(run_id, f"reprobuild/{run_record}", str(tmp_path))
+        record = json.loads(Path(local).read_text())
+        assert record["run_id"] == tags["reprobuild.run_id"]
+        assert record["determinism"]["seed"] == int(seed)
         metric = client.get_metric_history(run_id, "loss")
         assert len(metric) == 5
     assert runs["11"] != runs["12"]

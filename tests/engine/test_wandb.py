@@ -17,6 +17,7 @@ import docker.errors
 import pytest
 
 from helpers import DATA, build_json, run_cli
+from reprobuild.checks import wandbruns
 from reprobuild_entrypoint import wandbrun
 from wandblog import WandbRun, offline_runs, read_run, run_file
 
@@ -133,3 +134,26 @@ def test_diff_of_two_offline_runs_names_the_seed(runs: dict[str, Path]) -> None:
     assert seeds and (seeds[0]["a"], seeds[0]["b"]) == (11, 12), report["differences"]
     same = run_cli("diff", str(runs["11"]), str(runs["11"]))
     assert same.returncode == 0, same.stdout + same.stderr
+
+
+def test_verify_wandb_writes_the_verdict_into_both_offline_runs(
+    image: dict[str, Any], tmp_path: Path
+) -> None:
+    """``verify IMAGE --wandb --keep DIR``: both containers run W&B offline with its directory
+    on their record mounts; each kept run carries the stack and, after the comparison, the
+    verdict as a file of the run (``files/reprobuild/verify.json``, what ``wandb sync``
+    uploads with its other files)."""
+    keep, report = tmp_path / "keep", tmp_path / "report.json"
+    args = ("verify", image["tag"], "--wandb", "--keep", str(keep), "--report", str(report))
+    proc = run_cli(*args, "-q", "--", "python", "train.py", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    records = [r["run_record"]["run_id"] for r in json.loads(report.read_text())["runs"]]
+    run_dirs = wandbruns.offline_runs(keep)
+    assert len(run_dirs) == 2, proc.stderr[-3000:]
+    for run_dir, record_id in zip(run_dirs, records, strict=True):
+        stack = _read(run_dir).config[wandbrun.CONFIG_KEY]
+        assert stack["run_id"] == record_id
+        verdict = json.loads((run_dir / "files" / "reprobuild" / "verify.json").read_text())
+        assert verdict["result"] == "identical" and verdict["run_ids"] == records
+        assert verdict["report"] == str(report.absolute()) or verdict["report"] == str(report)
+    assert "wandb: verdict 'identical' written to 2 offline run(s)" in proc.stderr

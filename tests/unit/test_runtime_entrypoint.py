@@ -455,3 +455,24 @@ def test_as_pid_1_in_a_new_pid_namespace(tmp_path: Path) -> None:
         proc.kill()
     assert out.strip() == "handled 15", err
     assert proc.returncode == 7
+
+
+def test_without_a_run_dir_the_record_goes_to_the_temp_dir(tmp_path: Path) -> None:
+    """No ``REPRO_RUN_DIR``: the record is written to ``$TMPDIR/reprobuild-run`` for the
+    trackers' hooks (``REPRO_RUN_RECORD``, ``REPRO_RUN_ID``), and nothing else changes: no
+    ``REPRO_RUN_DIR`` (no framework records), the same summary line."""
+    result = run(PY, "-c", DUMP_ENV, env=image_environ(TMPDIR=str(tmp_path)))
+    env = child_env(result)
+    record = Path(env["REPRO_RUN_RECORD"])
+    assert record == tmp_path / "reprobuild-run" / f"run-{env['REPRO_RUN_ID']}.json"
+    assert json.loads(record.read_text())["run_id"] == env["REPRO_RUN_ID"]
+    assert "REPRO_RUN_DIR" not in env
+    assert len(result.stderr.splitlines()) == 1 and "record" not in result.stderr
+
+
+def test_a_default_record_that_cannot_be_written_is_left_out_quietly(tmp_path: Path) -> None:
+    (tmp_path / "reprobuild-run").write_text("")  # a file where the folder would go
+    result = run(PY, "-c", DUMP_ENV, env=image_environ(TMPDIR=str(tmp_path)))
+    env = child_env(result)
+    assert "REPRO_RUN_RECORD" not in env and "REPRO_RUN_ID" not in env
+    assert len(result.stderr.splitlines()) == 1

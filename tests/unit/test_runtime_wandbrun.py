@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import reprobuild_entrypoint
+from reprobuild.checks import wandbruns
 from reprobuild_entrypoint import wandbrun
 from reprobuild_entrypoint._startup import CPUS_CHECKED
 from wandblog import WandbRun, offline_runs, payloads, read_run, run_file
@@ -389,3 +390,127 @@ def test_a_lightning_wandb_logger_run_carries_the_stack(site_dir: Path, tmp_path
     assert run.config["batch"] == 8
     assert "reprobuild/manifest.json" in run.files
     assert run.kinds.count("history") >= 8  # 2 epochs of 4 steps, each step logged
+
+
+def _online_env(tmp_path: Path, url: str | None, key: str | None = "k" * 40) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_SILENT="true")
+    if url is not None:
+        env["WANDB_BASE_URL"] = url
+    if key is not None:
+        env[wandbruns.KEY_VAR] = key
+    return env
+
+
+def test_diff_of_two_runs_online_through_wandbs_api_against_a_fake_server(
+    seeded: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """``diff ENTITY/PROJECT/RUN_ID ...``: the two runs' ``reprobuild/`` files (those the
+    real offline runs above carry) served by a FAKE W&B server (tests/wandbfake.py: no real
+    one is reachable here), read through wandb's own ``Api`` pointed at it."""
+    from helpers import run_cli
+    from wandbfake import fake_server
+
+    runs = {}
+    for seed, (where, _) in seeded.items():
+        folder = offline_runs(where / "wandb")[0] / "files" / wandbrun.FILES_DIR
+        files = {f"{wandbrun.FILES_DIR}/{p.name}": p.read_bytes() for p in folder.iterdir()}
+        runs[f"team/proj/run{seed}"] = files
+    with fake_server(runs) as server:
+        env = _online_env(tmp_path, server.url)
+        proc = run_cli("diff", "team/proj/run11", "team/proj/run12", "--json", env=env)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["a"]["source"] == "team/proj/run11"
+        seeds = [d for d in report["differences"] if d["key"] == "seed"]
+        assert seeds and (seeds[0]["a"], seeds[0]["b"]) == (11, 12), report["differences"]
+        same = run_cli("diff", "team/proj/run11", "team/proj/run11", env=env)
+        assert same.returncode == 0, same.stdout + same.stderr
+        assert {"Run", "RunFiles"} <= set(server.operations)
+        missing = run_cli("diff", "team/proj/nosuch", "team/proj/run11", env=env)
+    assert missing.returncode == 2
+    lines = missing.stderr.splitlines()
+    assert lines[0].startswith("error: team/proj/nosuch: cannot read this W&B run: ")
+    assert "Could not find run" in lines[0] and len(lines) <= 2, missing.stderr
+
+
+def test_diff_of_a_run_online_without_a_key_is_one_line(tmp_path: Path) -> None:
+    from helpers import run_cli
+
+    proc = run_cli(
+        "diff", "team/proj/run1", "team/proj/run2", env=_online_env(tmp_path, None, None)
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0].startswith(
+        "error: team/proj/run1 is no file here; read as a W&B run (ENTITY/PROJECT/RUN_ID) it "
+        "needs WANDB_API_KEY: set it"
+    ), proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("team/proj/abc123", "team/proj/abc123"),
+        ("my-team/my.project/run_1", "my-team/my.project/run_1"),
+        ("localhost/ns/image", None),  # a registry on this host: an image
+        ("registry.example.com/ns/image", None),
+        ("127.0.0.1:5000/ns/image", None),
+        ("team/proj/abc:tag", None),
+        ("team/abc123", None),
+        ("runs:/0123", None),
+    ],
+)
+def test_what_names_a_wandb_run_online(value: str, expected: str | None) -> None:
+    assert wandbruns.run_path_of(value) == expected
+
+
+def test_verify_wandb_usage_errors() -> None:
+    from reprobuild.errors import VerifyUsageError
+
+    keep = Path("/tmp/keep")
+    with pytest.raises(VerifyUsageError, match="drop --local"):
+        wandbruns.run_env([], local=True, keep=keep)
+    with pytest.raises(VerifyUsageError, match="--wandb needs --keep DIR"):
+        wandbruns.run_env([], local=False, keep=None)
+    with pytest.raises(VerifyUsageError, match="drop -e WANDB_MODE=online"):
+        wandbruns.run_env(["WANDB_MODE=online"], local=False, keep=keep)
+    assert wandbruns.run_env([], local=False, keep=keep) == [
+        "WANDB_MODE=offline",
+        "WANDB_DIR=/reprobuild-run",
+    ]
+    assert wandbruns.run_env(["WANDB_MODE=offline"], local=False, keep=keep) == [
+        "WANDB_DIR=/reprobuild-run"
+    ]
+
+
+def test_verify_wandb_cli_without_keep_is_one_error_line() -> None:
+    from helpers import run_cli
+
+    proc = run_cli("verify", "some-image", "--wandb", "--", "true")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[0].startswith("error: --wandb needs --keep DIR"), proc.stderr
+
+
+def test_verify_wandb_writes_the_verdict_into_the_runs_that_carry_its_records(
+    seeded: dict[str, tuple[Path, subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    """The verdict goes into each kept offline run whose run record is a verified run's, as a
+    file of the run; a run that carries another record is left alone."""
+    import shutil
+
+    keep = tmp_path / "keep"
+    ids = []
+    for index, (where, _) in enumerate(seeded.values(), start=1):
+        source = offline_runs(where / "wandb")[0]
+        target = keep / f"run-{index}" / "records" / "wandb" / source.name
+        shutil.copytree(source, target)
+        record = next((target / "files" / wandbrun.FILES_DIR).glob("run-*.json"))
+        ids.append(json.loads(record.read_text())["run_id"])
+    line = wandbruns.log_verdict(keep, ids[:1], "identical", "2 runs identical", "/r.json")
+    assert line.startswith("wandb: verdict 'identical' written to 1 offline run(s): "), line
+    first, second = wandbruns.offline_runs(keep)
+    verdict = json.loads((first / "files" / wandbrun.FILES_DIR / "verify.json").read_text())
+    assert verdict["result"] == "identical" and verdict["run_ids"] == ids[:1]
+    assert not (second / "files" / wandbrun.FILES_DIR / "verify.json").exists()
+    none = wandbruns.log_verdict(keep, ["other"], "identical", "", "/r.json")
+    assert none.startswith("wandb: no offline W&B run under"), none

@@ -396,7 +396,8 @@ def _looks_like_path(value: str) -> bool:
 def load(value: str, engine: Engine | None = None) -> Stack:
     """A file when ``value`` names one (or can only be a path), a W&B run when it names a run
     directory, an MLflow run when it is ``runs:/<id>`` (or a bare run ID with
-    ``MLFLOW_TRACKING_URI`` set), else an image on the engine."""
+    ``MLFLOW_TRACKING_URI`` set), a W&B run online when it is ``ENTITY/PROJECT/RUN_ID``, else an
+    image on the engine."""
     from reprobuild.checks import mlflowruns, wandbruns
 
     path = Path(value)
@@ -406,6 +407,10 @@ def load(value: str, engine: Engine | None = None) -> Stack:
     if run_id is not None:
         with mlflowruns.temporary_dir() as tmp:
             return load_file(mlflowruns.download(run_id, Path(tmp)), source=f"runs:/{run_id}")
+    run_path = None if path.exists() else wandbruns.run_path_of(value)
+    if run_path is not None:
+        with wandbruns.temporary_dir() as tmp:
+            return load_file(wandbruns.download(run_path, Path(tmp)), source=run_path)
     if path.exists() or _looks_like_path(value):
         return load_file(path, source=value)
     return load_image(engine if engine is not None else Engine(), value)

@@ -14,15 +14,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Compare the stacks of A and B: image manifests (an image on this engine, "
         "or a manifest.json), run records (run-<id>.json), MLflow runs started in a reprobuild "
         "image (runs:/<id>, or a bare run ID with MLFLOW_TRACKING_URI set), W&B runs started "
-        "in one (a run directory, wandb/offline-run-*), or one of each. "
+        "in one (a run directory, wandb/offline-run-*, or ENTITY/PROJECT/RUN_ID online with "
+        "WANDB_API_KEY set), or one of each. "
         "Exit 0: identical; "
         "1: they differ; 2: bad usage or an input that cannot be read."
     )
     parser.add_argument(
         "a",
         metavar="A",
-        help="image reference or ID, manifest.json, run record, MLflow run (runs:/<id>), or W&B "
-        "run directory",
+        help="image reference or ID, manifest.json, run record, MLflow run (runs:/<id>), W&B "
+        "run directory, or W&B run online (ENTITY/PROJECT/RUN_ID)",
     )
     parser.add_argument("b", metavar="B", help="the same, compared with A")
     json_flag(parser)

@@ -174,6 +174,13 @@ def _comparison_options(parser: argparse.ArgumentParser) -> None:
         "an address the containers reach, such as the Docker bridge's)",
     )
     parser.add_argument(
+        "--wandb",
+        action="store_true",
+        help="run W&B offline in every run (WANDB_MODE=offline, its directory on the run's "
+        "record mount), keep the runs' W&B directories under --keep DIR and write the verdict "
+        "into each (files/reprobuild/verify.json, uploaded by `wandb sync`)",
+    )
+    parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress (run 1's stdout) on stderr"
     )
     json_flag(parser)
@@ -224,6 +231,10 @@ def run(args: argparse.Namespace) -> int:
         from reprobuild.checks.mlflowruns import run_env
 
         args.env.extend(run_env(args.env, local=args.local, network=args.network, nodes=args.nodes))
+    if args.wandb:
+        from reprobuild.checks import wandbruns
+
+        args.env.extend(wandbruns.run_env(args.env, local=args.local, keep=args.keep))
     spec = verify_spec_from_args(
         args.image,
         args.cmd,
@@ -270,12 +281,17 @@ def run(args: argparse.Namespace) -> int:
         err(f"report: {result.path}")
     else:
         print("\n".join(result.lines()))
+    report = result.report
+    ids = [str((r.run_record or {}).get("run_id")) for r in report.runs if r.run_record]
     if args.mlflow:
         from reprobuild.checks.mlflowruns import log_verdict
 
-        report = result.report
-        ids = [str((r.run_record or {}).get("run_id")) for r in report.runs if r.run_record]
         err(log_verdict(ids, report.result, report.summary, str(result.path)))
+    if args.wandb and args.keep is not None:
+        from reprobuild.checks import wandbruns
+
+        keep = args.keep.absolute()
+        err(wandbruns.log_verdict(keep, ids, report.result, report.summary, str(result.path)))
     return 0 if result.report.identical else EXIT_ERROR
 
 
