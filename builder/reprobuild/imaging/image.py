@@ -26,6 +26,8 @@ from reprobuild.imaging import plan, sbom
 from reprobuild.imaging.context import clamp_times, write_tree
 from reprobuild.imaging.manifest import Distribution, Manifest
 from reprobuild.imaging.render import (
+    BUILD_DIR,
+    BUILD_EPOCH,
     ENTRYPOINT,
     LOCK_LABEL,
     RenderSpec,
@@ -34,7 +36,7 @@ from reprobuild.imaging.render import (
     render_stamp,
 )
 from reprobuild.locks.lockfile import Lock
-from reprobuild.locks.wheels import Target, cache_root, fetch_wheels
+from reprobuild.locks.wheels import Target, cache_root, fetch_sources, fetch_wheels
 from reprobuild_entrypoint.contract import MODE_VAR
 
 Log = Callable[[str], None]
@@ -360,6 +362,8 @@ def _build_image(
             fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log, bar=bar)
             if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
                 clamp_times(ctx, spec.epoch)  # the linked wheels become copies first
+        if spec.build_lock is not None:
+            _fill_build_stage(spec, Target.from_probe(probe), ctx, log, bar)
         # Hermetic builds get no network unless apt packages must be fetched.
         network = online or bool(spec.apt)
         if builder == "buildah":
@@ -407,6 +411,19 @@ def _build_image(
         finally:
             engine.untag(scratch)
     return ImageResult(final, image_id, manifest)
+
+
+def _fill_build_stage(
+    spec: RenderSpec, target: Target, ctx: Path, log: Callable[[str], None], bar: TextIO | None
+) -> None:
+    """The wheel-build stage's inputs, fetched on the host: the sdists (sha256-checked) and
+    the build lock's wheels (hash-checked), online or not (the stage never reaches an index).
+    Their times are the stage's own epoch, so its cache does not move with the project's."""
+    assert spec.build_lock is not None
+    build = ctx / BUILD_DIR
+    fetch_sources(spec.lock, build / "sdists", log=log)
+    fetch_wheels(spec.build_lock, target, build / "wheels", log=log, bar=bar)
+    clamp_times(build, BUILD_EPOCH)
 
 
 def _build_buildah(
