@@ -215,7 +215,7 @@ def test_render_adds_the_wheel_build_stage(tmp_path: Path) -> None:
     assert "AS sdist-build" in dockerfile
     assert "SOURCE_DATE_EPOCH=315532800" in dockerfile
     assert "--no-build-isolation" in (ctx / "build" / "build_sdists.py").read_text()
-    assert "COPY --from=sdist-build /out/ /opt/reprobuild/built/" in dockerfile
+    assert "COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/" in dockerfile
     sources = (ctx / "build" / "sources.json").read_text()
     assert ANTLR in sources and "docopt-0.6.2.tar.gz" in sources
     assert "--hash=sha256:" in (ctx / "build" / "requirements.lock").read_text()
