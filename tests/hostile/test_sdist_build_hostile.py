@@ -50,7 +50,9 @@ def test_a_build_dependency_with_a_wrong_hash_is_one_line(  # type: ignore[no-un
     wrong = f"setuptools=={block.group(1)} --hash=sha256:{'0' * 64}\n"
     build.write_text(text.replace(block.group(0), wrong))
     tag = f"reprobuild-hostile/sdist:{uuid.uuid4().hex[:8]}"
-    snap = Snapshot.take([root, filled_cache], docker_client)
+    # the wheel and sdist caches (the base's probe facts may be cached beside them: not ours)
+    caches = [filled_cache / "reprobuild" / "wheels", filled_cache / "reprobuild" / "sources"]
+    snap = Snapshot.take([root, *caches], docker_client)
     proc = run_cli(
         "image", str(root), "--base", base_ref, "--builder", "buildah", "--tag", tag, "-q",
         env={"XDG_CACHE_HOME": str(filled_cache)}, timeout=300,
@@ -80,7 +82,9 @@ def test_an_sdist_with_other_bytes_is_one_line(  # type: ignore[no-untyped-def]
         re.sub(r"(?<=# reprobuild build lock for: )sha256:[0-9a-f]{64}", key, build.read_text())
     )
     tag = f"reprobuild-hostile/sdist:{uuid.uuid4().hex[:8]}"
-    snap = Snapshot.take([root, filled_cache], docker_client)
+    # the wheel and sdist caches (the base's probe facts may be cached beside them: not ours)
+    caches = [filled_cache / "reprobuild" / "wheels", filled_cache / "reprobuild" / "sources"]
+    snap = Snapshot.take([root, *caches], docker_client)
     proc = run_cli(
         "image", str(root), "--base", base_ref, "--builder", "buildah", "--tag", tag, "-q",
         env={"XDG_CACHE_HOME": str(filled_cache)}, timeout=300,
