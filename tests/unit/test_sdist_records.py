@@ -7,6 +7,7 @@ real sdist-only packages (antlr4-python3-runtime 4.9.3, docopt 0.6.2).
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,28 @@ def test_render_adds_the_wheel_build_stage(tmp_path: Path) -> None:
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "build_lock build-requirements.lock is stale" in errors[0]
     assert not (tmp_path / "ctx2").exists()
+
+
+def test_init_writes_the_build_lock_and_names_it(tmp_path: Path) -> None:
+    """`reprobuild init` on a uv.lock of sdists only: the sdists are fetched from PyPI
+    (143 kB, hash-checked), their legacy build requirements resolved with the pinned uv into
+    build-requirements.lock, which reprobuild.yaml names and `render` takes."""
+    import shutil
+
+    from helpers import run_cli
+
+    root = tmp_path / "p"
+    root.mkdir()
+    for name in ("uv.lock", "pyproject.toml", "hello.py"):
+        shutil.copy(PROJECT / name, root / name)
+    proc = run_cli("init", str(root), "--command", "python hello.py", "--python", "3.11")
+    assert proc.returncode == 0, proc.stderr
+    assert "uv.lock builds 2 packages from their sdists" in proc.stderr
+    config = (root / "reprobuild.yaml").read_text()
+    assert "\nbuild_lock: build-requirements.lock" in config
+    text = (root / "build-requirements.lock").read_text()
+    assert "# antlr4-python3-runtime==4.9.3 builds with: setuptools>=40.8.0, wheel" in text
+    assert re.search(r"^setuptools==\S+ \\$", text, re.M)
+    rendered = run_cli("render", str(root), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    assert (tmp_path / "ctx" / "build" / "sources.json").is_file()
