@@ -332,3 +332,35 @@ def test_a_c_extension_sdist_built_twice_gives_the_same_bytes(tmp_path: Path) ->
     third, _ = build("c", prefix_map=False)
     fourth, _ = build("d", prefix_map=False)
     assert third != fourth  # the build path leaks without the map
+
+
+@pytest.mark.parametrize("mount_install", [True, False])
+def test_a_lock_of_wheels_and_sdists_installs_both(mount_install: bool) -> None:
+    """pyannote-audio's uv.lock (117 wheels, julius as an sdist): both install paths (one
+    stage with RUN --mount; the deps stage for the classic builder) install the hashed wheels
+    first, then the built wheel with --no-deps; a lock of sdists only has no hashed install."""
+    import dataclasses
+
+    from reprobuild.bases.refs import parse_ref
+    from reprobuild.imaging.render import RenderSpec, render_dockerfile
+
+    wild = PROJECT.parent.parent / "lockfiles" / "wild" / "pyannote-audio-4.0.7" / "uv.lock"
+    spec = RenderSpec(
+        name="t/x",
+        variant="cpu",
+        base=parse_ref("127.0.0.1:5000/a/b@sha256:" + "ab" * 32),
+        lock=load_lock(wild),
+        seed=0,
+        determinism="warn",
+        builder_version="0",
+        build_lock=load_lock(PROJECT / "build-requirements.lock"),
+        mount_install=mount_install,
+    )
+    text = render_dockerfile(spec)
+    where = "/.reprobuild" if mount_install else "/tmp/reprobuild"
+    built = "/opt/reprobuild/built" if mount_install else "/tmp/reprobuild/built"
+    hashed = text.index(f"-r {where}/requirements.lock")
+    assert hashed < text.index(f"$install --no-index --no-deps {built}/*.whl")
+    assert text.index("AS sdist-build") < text.index("COPY --from=sdist-build")
+    only = dataclasses.replace(spec, lock=load_lock(PROJECT / "uv.lock"))
+    assert "-r " + where + "/requirements.lock" not in render_dockerfile(only)
