@@ -140,10 +140,6 @@ def test_robyn_group_matches_poetry_export() -> None:
 @pytest.mark.parametrize(
     ("lock", "export", "line", "reason"),
     [
-        # julius is locked as an sdist only: no wheel to install, so no hermetic build; the
-        # export lists it (julius==0.2.7), pip would build it at install time.
-        ("pyannote-audio-4.0.7/uv.lock", "export-main.txt", 1486,
-         r"package julius 0\.2\.7 has no wheel for CPython 3\.11 on linux x86_64"),
         # black itself is in [packages] as an editable local path; `pipenv requirements`
         # exports it as `-e .`, which is not a pinned, hashed wheel.
         ("black-20.8b1/Pipfile.lock", "export-main.txt", 67,
@@ -171,9 +167,7 @@ def test_wild_lock_refused_in_one_line(lock: str, export: str, line: int, reason
     assert message.startswith(f"{path}:{line}: "), message
     assert re.search(reason, message), message
     evidence = (path.parent / export).read_text()
-    if lock.startswith("pyannote"):
-        assert "julius==0.2.7" in evidence.splitlines()
-    elif lock.startswith("black"):
+    if lock.startswith("black"):
         assert "-e ." in evidence.splitlines()
     elif lock.startswith("polyfactory"):
         assert "inherit_metadata" in evidence
@@ -182,13 +176,27 @@ def test_wild_lock_refused_in_one_line(lock: str, export: str, line: int, reason
         assert "[metadata.files]" in path.read_text().splitlines()
 
 
+def test_pyannote_julius_is_built_from_its_sdist() -> None:
+    """julius 0.2.7 has no wheel on PyPI: pyannote-audio's uv.lock locks its sdist (url and
+    sha256), which becomes the one record built in the image; every other pin is a wheel."""
+    path = WILD / "pyannote-audio-4.0.7" / "uv.lock"
+    lock = load_lock(path)
+    assert [(r.name, r.version) for r in lock.sources] == [("julius", "0.2.7")]
+    (julius,) = lock.sources
+    assert julius.source is not None and julius.source.filename == "julius-0.2.7.tar.gz"
+    assert julius.hashes == (julius.source.sha256,)
+    assert julius.source.sha256 in path.read_text()
+    ours = {r.name: r.version for r in lock.requirements}
+    assert ours == exported_pins(path.parent / "export-main.txt")
+
+
 @pytest.mark.parametrize(
     ("folder", "lock", "refused"),
     [
         ("outlines-1.3.3", "uv.lock", None),
         ("robyn-0.69.0", "poetry.lock", None),
         ("robyn-0.44.0", "poetry.lock", None),
-        ("pyannote-audio-4.0.7", "uv.lock", r"uv\.lock:1486: package julius"),
+        ("pyannote-audio-4.0.7", "uv.lock", None),  # julius 0.2.7: built from its sdist
         ("black-20.8b1", "Pipfile.lock", r"Pipfile\.lock:67: package black"),
         ("polyfactory-2.12.0", "pdm.lock", r"pdm\.lock:8: was locked without"),
         ("qcs-sdk-python-0.1.0", "poetry.lock", r"poetry\.lock:104: is stale"),
@@ -216,7 +224,9 @@ def test_cli_init_and_render_on_a_copy(
     assert rendered.returncode == 0, rendered.stderr
     text = (tmp_path / "ctx" / "requirements.lock").read_text()
     pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+) --hash=sha256:", text, re.MULTILINE))
-    assert pins == exported_pins(project / "export-main.txt")
+    # a package locked as an sdist only is named in a comment: the image builds its wheel
+    built = dict(re.findall(r"^# ([A-Za-z0-9._-]+)==(\S+): built from ", text, re.MULTILINE))
+    assert {**pins, **built} == exported_pins(project / "export-main.txt")
 
 
 @pytest.mark.parametrize(
