@@ -152,6 +152,15 @@ def _hash_index(folder: Path, *, needed: frozenset[str] = frozenset()) -> dict[s
     return {name: str(v[2]) for name, v in new.items()}
 
 
+def _verified(path: Path, digest: str) -> bool:
+    """The file's content really has ``digest`` (for the small source archives, checked
+    whole on every use)."""
+    try:
+        return _sha256(path) == digest
+    except OSError:
+        return False
+
+
 class WheelCheck:
     """Hashes the wheels a build uses while it runs (a thread: hashlib lets go of the GIL),
     instead of before it: a few seconds per gigabyte off every build, where the index alone
