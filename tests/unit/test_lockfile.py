@@ -393,14 +393,14 @@ def test_pylock_inline_packages_array_names_the_line(tmp_path: Path) -> None:
         "packages = [\n"
         '  { name = "six", version = "1.17.0", wheels = [{ url = "https://h.example/'
         f'six-1.17.0-py2.py3-none-any.whl", hashes = {{ sha256 = "{_sha("six")}" }} }}] }},\n'
-        '  { name = "numpy", version = "2.4.6", sdist = { url = "https://h.example/'
-        f'numpy-2.4.6.tar.gz", hashes = {{ sha256 = "{_sha("np")}" }} }} }},\n'
+        '  { name = "numpy", version = "2.4.6", sdist = { path = "numpy-2.4.6.tar.gz", '
+        f'hashes = {{ sha256 = "{_sha("np")}" }} }} }},\n'
         "]\n"
     )
     with pytest.raises(LockfileError) as info:
         parse_pylock(text, tmp_path / "pylock.toml")
     assert info.value.line == 4
-    assert "package numpy 2.4.6 has an sdist only" in str(info.value)
+    assert "package numpy: its sdist has no 'url'" in str(info.value)
 
 
 def test_records_are_frozen() -> None:

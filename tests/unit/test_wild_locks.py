@@ -140,10 +140,6 @@ def test_robyn_group_matches_poetry_export() -> None:
 @pytest.mark.parametrize(
     ("lock", "export", "line", "reason"),
     [
-        # julius is locked as an sdist only: no wheel to install, so no hermetic build; the
-        # export lists it (julius==0.2.7), pip would build it at install time.
-        ("pyannote-audio-4.0.7/uv.lock", "export-main.txt", 1486,
-         r"package julius 0\.2\.7 has no wheel for CPython 3\.11 on linux x86_64"),
         # locked by an older PDM without inherit_metadata; PDM 2.26.1 itself refuses to
         # export it (export-refused.txt).
         ("polyfactory-2.12.0/pdm.lock", "export-refused.txt", 8,
@@ -167,13 +163,25 @@ def test_wild_lock_refused_in_one_line(lock: str, export: str, line: int, reason
     assert message.startswith(f"{path}:{line}: "), message
     assert re.search(reason, message), message
     evidence = (path.parent / export).read_text()
-    if lock.startswith("pyannote"):
-        assert "julius==0.2.7" in evidence.splitlines()
-    elif lock.startswith("polyfactory"):
+    if lock.startswith("polyfactory"):
         assert "inherit_metadata" in evidence
     elif lock.startswith("qcs"):
         assert "not up to date with the latest changes in pyproject.toml" in evidence
         assert "[metadata.files]" in path.read_text().splitlines()
+
+
+def test_pyannote_julius_is_built_from_its_sdist() -> None:
+    """julius 0.2.7 has no wheel on PyPI: pyannote-audio's uv.lock locks its sdist (url and
+    sha256), which becomes the one record built in the image; every other pin is a wheel."""
+    path = WILD / "pyannote-audio-4.0.7" / "uv.lock"
+    lock = load_lock(path)
+    assert [(r.name, r.version) for r in lock.sources] == [("julius", "0.2.7")]
+    (julius,) = lock.sources
+    assert julius.source is not None and julius.source.filename == "julius-0.2.7.tar.gz"
+    assert julius.hashes == (julius.source.sha256,)
+    assert julius.source.sha256 in path.read_text()
+    ours = {r.name: r.version for r in lock.requirements}
+    assert ours == exported_pins(path.parent / "export-main.txt")
 
 
 @pytest.mark.parametrize(
@@ -182,7 +190,7 @@ def test_wild_lock_refused_in_one_line(lock: str, export: str, line: int, reason
         ("outlines-1.3.3", "uv.lock", None),
         ("robyn-0.69.0", "poetry.lock", None),
         ("robyn-0.44.0", "poetry.lock", None),
-        ("pyannote-audio-4.0.7", "uv.lock", r"uv\.lock:1486: package julius"),
+        ("pyannote-audio-4.0.7", "uv.lock", None),  # julius 0.2.7: built from its sdist
         # black itself is in [packages] as an editable path '.': the project, copied by
         # `include` as every lock's own project is (`pipenv requirements` exports `-e .`)
         ("black-20.8b1", "Pipfile.lock", None),
@@ -212,7 +220,9 @@ def test_cli_init_and_render_on_a_copy(
     assert rendered.returncode == 0, rendered.stderr
     text = (tmp_path / "ctx" / "requirements.lock").read_text()
     pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+) --hash=sha256:", text, re.MULTILINE))
-    assert pins == exported_pins(project / "export-main.txt")
+    # a package locked as an sdist only is named in a comment: the image builds its wheel
+    built = dict(re.findall(r"^# ([A-Za-z0-9._-]+)==(\S+): built from ", text, re.MULTILINE))
+    assert {**pins, **built} == exported_pins(project / "export-main.txt")
 
 
 @pytest.mark.parametrize(

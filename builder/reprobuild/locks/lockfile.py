@@ -202,7 +202,7 @@ def parse_lock_bytes(
         options=options,
         notes=notes,
         choice=choice,
-        sources=sources,
+        source_pins=sources,
     )
 
 

@@ -30,6 +30,7 @@ from reprobuild.locks.records import (
     NAME_RE,
     IndexOptions,
     Requirement,
+    SourceArchive,
     SourcePin,
     check_hash,
     hash_problem,
@@ -50,7 +51,6 @@ _WHEEL_LINE_RE = re.compile(
 # The same, as uv writes them: each begins with a newline and literal text, which lets the
 # regex engine jump from one candidate to the next (a '^' pattern is tried at every position).
 _UV_WHEEL_LINE_RE = re.compile(r'\n    \{ url = "([^"\n]+\.whl)"[^{}\n]*\},?[ \t]*(?=\n)')
-_SDIST_LINE_RE = re.compile(r"\nsdist = \{[^{}\n]*\}[ \t]*(?=\n)")
 
 
 @dataclass(frozen=True)
@@ -143,12 +143,11 @@ class Selection:
 
     def prune_foreign_wheels(self, text: str) -> str:
         """``text`` with each one-line wheel entry (``{ url|path|file = "....whl", ... },``)
-        that this platform cannot install blanked out, and uv's one-line ``sdist = {...}``
-        entries too (an sdist is never installed), line numbers kept.
+        that this platform cannot install blanked out, line numbers kept (uv's one-line
+        ``sdist = {...}`` entries stay: a package with no wheel that fits is built from it).
 
         Native locks list every platform's wheels; TOML-parsing them all is most of the
         reading time, and a wheel that does not fit is never looked at afterwards."""
-        text = _SDIST_LINE_RE.sub("\n", text)
         wheels = text.count('.whl"')
         handled = 0
 
@@ -435,11 +434,14 @@ def wheel_hashes(
     path: Path,
     locate: Callable[[str], int | None],
     hint: str,
+    *,
+    allow_none: bool = False,
 ) -> tuple[str, ...]:
     """The sha256 hashes of the wheels among ``files`` (file name, hash) that fit the platform.
 
     Refuses a malformed or missing hash on a wheel that fits, a wheel of another package or
-    version, and a package left with no wheel for the platform."""
+    version, and (unless ``allow_none``: the caller has an sdist to build) a package left
+    with no wheel for the platform."""
     label = f"package {name} {version}"
     seen = False
     out: list[str] = []
@@ -474,17 +476,90 @@ def wheel_hashes(
                 hint=hint,
             )
         out.append(normal)
-    if not out:
+    if not out and not allow_none:
         line = locate(name)
         what = "files" if seen else "no files at all"
         raise LockfileError(
             path,
             line,
-            f"{label} has no wheel for {selection.label} ({what} locked): only wheels are "
-            "installed (an sdist is built at install time and is not reproducible)",
+            f"{label} has no wheel for {selection.label} ({what} locked) and no hashed sdist "
+            "to build one from",
             hint="lock a version with a wheel for this platform, or choose another --python",
         )
     return tuple(sorted(set(out)))
+
+
+def wheels_or_sdist(
+    files: Iterable[tuple[str, object]],
+    sdist: tuple[str, str, object] | None,
+    name: str,
+    version: str,
+    selection: Selection,
+    path: Path,
+    locate: Callable[[str], int | None],
+    hint: str,
+) -> tuple[tuple[str, ...], SourceArchive | None]:
+    """What every native reader installs for one package: the sha256 hashes of its wheels
+    that fit the platform (:func:`wheel_hashes`), or, when none fits and the lock records an
+    sdist (``sdist``: its file name, URL and hash as the lock writes them), that sdist to build
+    (:class:`~reprobuild.locks.records.SourceArchive`, its hash as the only one)."""
+    hashes = wheel_hashes(
+        files, name, version, selection, path, locate, hint, allow_none=sdist is not None
+    )
+    if hashes or sdist is None:
+        return hashes, None
+    source = sdist_archive(sdist, name, version, path, locate, hint)
+    return (source.sha256,), source
+
+
+def sdist_archive(
+    sdist: tuple[str, str, object],
+    name: str,
+    version: str,
+    path: Path,
+    locate: Callable[[str], int | None],
+    hint: str,
+) -> SourceArchive:
+    """The sdist ``(file name, URL, hash)`` of ``name`` ``version`` as a checked record:
+    its name is the package's (PEP 625 or the older un-normalized form), its URL is one the
+    host may fetch, its hash a sha256."""
+    filename, url, digest = sdist
+    label = f"package {name} {version}"
+    line = locate(filename)
+    try:
+        # "name-version.tar.gz" (older sdists keep the project's own spelling of the name).
+        stem = filename.removesuffix(".tar.gz").removesuffix(".zip")
+        sdist_name, _, sdist_version = stem.rpartition("-")
+        fits = canonicalize_name(sdist_name) == name and Version(sdist_version) == Version(version)
+    except InvalidVersion:
+        fits = False
+    if not fits:
+        raise LockfileError(
+            path, line, f"{label}: sdist {quoted(filename)} is not an sdist of {name} {version}"
+        )
+    if not isinstance(digest, str) or not digest:
+        raise LockfileError(
+            path,
+            line,
+            f"{label}: sdist {quoted(filename)} has no hash: an sdist is built only when its "
+            "sha256 is locked",
+            hint=hint,
+        )
+    normal = check_hash(digest)
+    if normal is None or not normal.startswith("sha256:"):
+        problem = (
+            hash_problem(digest)
+            if normal is None
+            else f"sdist {quoted(filename)} has no sha256 hash"
+        )
+        raise LockfileError(path, line, f"{label}: {problem}", hint=hint)
+    url_refused = index_url_problem(url, what=f"{label}: sdist")
+    if url_refused is not None:
+        raise LockfileError(path, line, url_refused)
+    try:
+        return SourceArchive(filename=filename, sha256=normal, url=url)
+    except ValueError as exc:
+        raise LockfileError(path, line, f"{label}: {exc}") from None
 
 
 class Opened(NamedTuple):
@@ -534,7 +609,7 @@ class Pins:
     :class:`~reprobuild.locks.records.Lock` holds."""
 
     def __init__(self) -> None:
-        self._chosen: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        self._chosen: dict[str, tuple[str, tuple[str, ...], int, SourceArchive | None]] = {}
         self.indexes: list[str] = []
         self._sources: dict[str, SourcePin] = {}
 
@@ -546,7 +621,7 @@ class Pins:
         :mod:`reprobuild.locks.sources`); the first pin of a name stays."""
         self._sources.setdefault(pin.name, pin)
 
-    def sources(self) -> tuple[SourcePin, ...]:
+    def source_pins(self) -> tuple[SourcePin, ...]:
         """The source pins, sorted by name."""
         return tuple(sorted(self._sources.values(), key=lambda p: p.name))
 
@@ -564,11 +639,13 @@ class Pins:
         index: str | None = None,
         *,
         keep_first: bool = False,
+        source: SourceArchive | None = None,
     ) -> None:
         """Pin ``name``; ``keep_first``: a pin already there stays (a reader that meets the
-        same version twice keeps the first one it met). ``index`` is noted once."""
+        same version twice keeps the first one it met). ``index`` is noted once. ``source``:
+        the package is built from this archive (``hashes`` then holds its sha256 alone)."""
         if not (keep_first and name in self._chosen):
-            self._chosen[name] = (version, hashes, line)
+            self._chosen[name] = (version, hashes, line, source)
         if index is not None and index not in self.indexes:
             self.indexes.append(index)
 
@@ -576,8 +653,8 @@ class Pins:
         """The records, sorted as every reader sorts them."""
         return sorted_requirements(
             [
-                Requirement(name=name, version=version, hashes=hashes, line=line)
-                for name, (version, hashes, line) in self._chosen.items()
+                Requirement(name=name, version=version, hashes=hashes, line=line, source=source)
+                for name, (version, hashes, line, source) in self._chosen.items()
             ]
         )
 

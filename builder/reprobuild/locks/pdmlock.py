@@ -70,7 +70,7 @@ def parse_pdmlock(
         pins.pin(name, version_text, hashes, line, keep_first=True)
     if not pins:
         raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)
-    return pins.requirements(), pins.index_options(), (), pins.sources()
+    return pins.requirements(), pins.index_options(), (), pins.source_pins()
 
 
 def _metadata(doc: dict[str, Any], path: Path, lines: LockLines) -> dict[str, Any]:

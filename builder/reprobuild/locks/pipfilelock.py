@@ -67,7 +67,7 @@ def parse_pipfilelock(
         _pin_section(doc, section, sources, selection, path, lines, pins, notes)
     if not pins:
         raise LockfileError(path, None, "pins no package for the sections asked for", hint=_HINT)
-    return pins.requirements(), pins.index_options(), tuple(notes), pins.sources()
+    return pins.requirements(), pins.index_options(), tuple(notes), pins.source_pins()
 
 
 def _meta(doc: object, selection: Selection, path: Path, lines: LockLines) -> dict[str, Any]:

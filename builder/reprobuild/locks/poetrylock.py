@@ -170,7 +170,12 @@ def parse_poetrylock(
         # a package with no [package.source] comes from PyPI
         pins.pin(name, version_text, hashes, line, index or _PYPI)
     # PyPI first: the others are extra indexes
-    return pins.requirements(), pins.index_options(_PYPI), _notes(pyproject, path), pins.sources()
+    return (
+        pins.requirements(),
+        pins.index_options(_PYPI),
+        _notes(pyproject, path),
+        pins.source_pins(),
+    )
 
 
 def _source_pin(name: str, entry: dict[str, Any], line: int, path: Path) -> SourcePin | None:

@@ -17,11 +17,13 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from reprobuild.errors import LockfileError, shorten
+from reprobuild.locks.native import sdist_archive
 from reprobuild.locks.records import (
     ALLOWED_HASHES,
     NAME_RE,
     IndexOptions,
     Requirement,
+    SourceArchive,
     check_duplicates,
     check_hash,
     hash_problem,
@@ -236,6 +238,17 @@ def _pylock_package(
     marker = _package_marker(package, label, where, path)
     index = _package_index(package, label, where, path)
     wheels = package.get("wheels")
+    if not wheels and isinstance(package.get("sdist"), dict):
+        source = _pylock_sdist(package["sdist"], canonicalize_name(name), version, where, path)
+        req = Requirement(
+            name=canonicalize_name(name),
+            version=version,
+            hashes=(source.sha256,),
+            marker=marker,
+            line=where.line,
+            source=source,
+        )
+        return req, index
     if not wheels:
         kind = "an sdist only" if "sdist" in package else "no wheels"
         raise LockfileError(
@@ -258,6 +271,31 @@ def _pylock_package(
         line=where.line,
     )
     return req, index
+
+
+def _pylock_sdist(
+    sdist: dict[str, Any], name: str, version: str, where: _Where, path: Path
+) -> SourceArchive:
+    """A package's ``sdist`` table (PEP 751: ``name``, ``url``, ``hashes``) as the archive to
+    build; the checks are every reader's (:func:`~reprobuild.locks.native.sdist_archive`)."""
+    url = sdist.get("url")
+    if not isinstance(url, str):
+        raise LockfileError(
+            path, where.header, f"package {name}: its sdist has no 'url' (a 'path' is not built)"
+        )
+    filename = sdist.get("name")
+    if not isinstance(filename, str):
+        filename = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    table = sdist.get("hashes")
+    digest = table.get("sha256") if isinstance(table, dict) else None
+    return sdist_archive(
+        (filename, url, f"sha256:{digest}" if isinstance(digest, str) else None),
+        name,
+        version,
+        path,
+        lambda needle: where.at(needle),
+        _EXPORT_HINT,
+    )
 
 
 def _wheel_location(wheel: dict[str, Any], label: str, where: _Where, path: Path) -> str:

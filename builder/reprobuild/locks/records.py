@@ -114,6 +114,40 @@ REGENERATE_HINT = (
 )
 
 
+# A source archive's file name: an sdist (``.tar.gz``, PEP 625) or a ``.zip`` as older sdists
+# are; git commits and workspace members are packed as ``.tar.gz`` by the host.
+SOURCE_ARCHIVE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.(tar\.gz|zip)$")
+
+
+@dataclass(frozen=True)
+class SourceArchive:
+    """Build this package's wheel from a source archive: the one record for every package that
+    has no installable wheel (an sdist locked by an index lock; a git commit or a workspace
+    member packed into a ``.tar.gz`` on the host).
+
+    ``filename`` is the archive's file name (what it is saved as in the build context);
+    ``sha256`` is ``"sha256:<64 hex>"`` of its bytes; ``url`` is where the host fetches it
+    (``https://``, loopback ``http://`` or ``file://``), ``None`` when whoever made the record
+    already put the archive at ``local`` on the host."""
+
+    filename: str
+    sha256: str
+    url: str | None = None
+    local: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not SOURCE_ARCHIVE_RE.fullmatch(self.filename):
+            raise ValueError(f"source archive {quoted(self.filename)} is not a .tar.gz or .zip")
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", self.sha256):
+            raise ValueError(f"source archive sha256 {quoted(self.sha256)} is not sha256:<hex>")
+        if (self.url is None) == (self.local is None):
+            raise ValueError("a source archive has exactly one of url and local")
+
+    @property
+    def hex(self) -> str:
+        return self.sha256.split(":", 1)[1]
+
+
 @dataclass(frozen=True)
 class Requirement:
     """One pinned, hashed requirement.
@@ -121,7 +155,10 @@ class Requirement:
     ``name`` is canonical (PEP 503); ``version`` is exactly as pinned (for a URL requirement:
     as written in the wheel's file name); ``hashes`` are ``"<algo>:<hex>"``, sorted and
     deduplicated; ``marker`` is ``str(packaging.markers.Marker(...))`` or ``None``; ``line`` is
-    the 1-based line where the requirement starts in its source file.
+    the 1-based line where the requirement starts in its source file. ``source``: the package
+    has no installable wheel and is built from this archive (``hashes`` is then its sha256);
+    such a requirement is never handed to pip's index install (:meth:`Lock.render` leaves it
+    out) but built by the image's wheel-build stage.
     """
 
     name: str
@@ -131,6 +168,7 @@ class Requirement:
     marker: str | None = None
     url: str | None = None
     line: int = 0
+    source: SourceArchive | None = None
 
     def line_text(self) -> str:
         """The canonical one-line form, e.g. ``'numpy==2.4.6 ; python_version < "3.11"
@@ -211,13 +249,24 @@ class Lock:
     notes: tuple[str, ...] = ()
     # A native lock's extras and groups as asked; None for the requirements and pylock formats.
     choice: LockChoice | None = None
-    # The packages installed from a git commit or a project directory, built on the host into
-    # source archives (by name); empty when every package is a wheel from an index.
-    sources: tuple[SourcePin, ...] = ()
+    # The packages installed from a git commit or a project directory, not yet archived (by
+    # name): :func:`reprobuild.locks.sourcearchive.archive_sources` packs each on the host and
+    # turns it into a Requirement with a SourceArchive, as an sdist is.
+    source_pins: tuple[SourcePin, ...] = ()
 
     @property
     def format_name(self) -> str:
         return FORMAT_NAMES[self.format]
+
+    @property
+    def sources(self) -> tuple[Requirement, ...]:
+        """The requirements built from a source archive (see :class:`SourceArchive`)."""
+        return tuple(r for r in self.requirements if r.source is not None)
+
+    @property
+    def wheel_requirements(self) -> tuple[Requirement, ...]:
+        """The requirements installed from a locked wheel."""
+        return tuple(r for r in self.requirements if r.source is None)
 
     def render(self, *, index_options: bool) -> str:
         """Canonical requirements text for pip's hash-checking mode.
@@ -232,7 +281,12 @@ class Lock:
         ]
         if index_options:
             lines.extend(self.options.lines())
-        lines.extend(req.line_text() for req in self.requirements)
+        lines.extend(req.line_text() for req in self.wheel_requirements)
+        lines.extend(
+            f"# {req.name}=={req.version}: built from {req.source.filename} {req.source.sha256}"
+            for req in self.sources
+            if req.source is not None
+        )
         return "\n".join(lines) + "\n"
 
 

@@ -35,9 +35,9 @@ from reprobuild.locks.native import (
     open_toml_lock,
     pyproject_beside,
     source_refusal,
-    wheel_hashes,
+    wheels_or_sdist,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, SourcePin, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
 from reprobuild.locks.sources import git_pin, path_pin, split_uv_git
 
 __all__ = ["parse_uvlock"]
@@ -113,11 +113,11 @@ def parse_uvlock(
             if pin is not None:
                 pins.source(pin)
             continue
-        hashes, index = _hashes_and_index(package, selection, path, lines)
-        pins.pin(package.name, package.version, hashes, package.line, index)
+        hashes, source, index = _hashes_and_index(package, selection, path, lines)
+        pins.pin(package.name, package.version, hashes, package.line, index, source=source)
     # PyPI first: the others are extra indexes
     options = pins.index_options("https://pypi.org/simple")
-    return pins.requirements(), options, tuple(notes), pins.sources()
+    return pins.requirements(), options, tuple(notes), pins.source_pins()
 
 
 # The sources built on the host into archives (a virtual member is never built: only its
@@ -323,7 +323,7 @@ def _where(package: _Package) -> str:
 
 def _hashes_and_index(
     package: _Package, selection: Selection, path: Path, lines: LockLines
-) -> tuple[tuple[str, ...], str]:
+) -> tuple[tuple[str, ...], SourceArchive | None, str]:
     line = package.line or None
     kind, where = next(iter(package.source.items()))
     if kind != "registry":
@@ -360,5 +360,21 @@ def _hashes_and_index(
     def locate(needle: str) -> int | None:
         return lines.find(needle, package.line) if package.line else None
 
-    hashes = wheel_hashes(files, package.name, package.version, selection, path, locate, _HINT)
-    return hashes, index
+    sdist = _sdist(package, path, line)
+    hashes, source = wheels_or_sdist(
+        files, sdist, package.name, package.version, selection, path, locate, _HINT
+    )
+    return hashes, source, index
+
+
+def _sdist(package: _Package, path: Path, line: int | None) -> tuple[str, str, object] | None:
+    """The package's ``sdist = { url, hash, ... }`` as (file name, URL, hash); None if none."""
+    sdist = package.entry.get("sdist")
+    if sdist is None:
+        return None
+    location = sdist.get("url", sdist.get("path")) if isinstance(sdist, dict) else None
+    if isinstance(location, str) and location.startswith("/"):  # a local index's file
+        location = "file://" + location
+    if not isinstance(location, str):
+        raise LockfileError(path, line, f"package {package.name}: its sdist has no 'url'")
+    return _basename(location), location, sdist.get("hash")

@@ -371,6 +371,8 @@ def _given_lock(root: Path, given: str, services: Services) -> tuple[str | None,
 
 
 NATIVE_FORMATS = frozenset({"uv", "poetry", "pdm", "pipfile"})
+# How a rendered lock names a package built from its sdist (Lock.render's comment line).
+_BUILT_RE = re.compile(r"^# ([A-Za-z0-9._-]+==\S+): built from ", re.MULTILINE)
 
 
 def _pick_python(
@@ -380,6 +382,10 @@ def _pick_python(
     wheels both), and why each one before it was passed over."""
     first: ReprobuildError | None = None
     skipped: list[tuple[str, str]] = []
+    # The newest Python that needs an sdist built, kept in case none installs every package
+    # from a wheel (a wheel is preferred: a build needs its toolchain on the base).
+    fallback: tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
+    fallback_skipped: list[tuple[str, str]] = []
     for python in candidates:
         try:
             rendered, names, indexes, notes = services.read_lock(
@@ -391,7 +397,18 @@ def _pick_python(
                 raise
             skipped.append((python, exc.message))
             continue
+        built = _BUILT_RE.findall(rendered)
+        if built:
+            if fallback is None:
+                fallback = (python, rendered, names, indexes, notes)
+                fallback_skipped = list(skipped)
+            skipped.append(
+                (python, f"{lock.name}: {built[0]} has no wheel for it (its sdist would be built)")
+            )
+            continue
         return python, rendered, names, indexes, notes, skipped
+    if fallback is not None:
+        return (*fallback, fallback_skipped)
     assert first is not None
     if len(candidates) == 1:
         raise first

@@ -1,0 +1,127 @@
+"""Packages locked as an sdist only become records that say "build from this archive".
+
+The uv.lock in ``tests/data/sdist-project/`` was written by uv 0.9 for a project that pins two
+real sdist-only packages (antlr4-python3-runtime 4.9.3, docopt 0.6.2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from reprobuild.errors import LockfileError
+from reprobuild.locks.lockfile import load_lock, parse_lock_bytes
+from reprobuild.locks.records import Requirement, SourceArchive
+
+PROJECT = Path(__file__).resolve().parent.parent / "data" / "sdist-project"
+ANTLR = "sha256:f224469b4168294902bb1efa80a8bf7855f24c99aef99cbefc1bcd3cce77881b"
+
+
+def _h(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_uv_lock_sdist_only_packages_become_source_records() -> None:
+    lock = load_lock(PROJECT / "uv.lock")
+    assert [r.name for r in lock.sources] == ["antlr4-python3-runtime", "docopt"]
+    antlr = lock.sources[0]
+    assert antlr.version == "4.9.3" and antlr.hashes == (ANTLR,)
+    assert antlr.source is not None
+    assert antlr.source.filename == "antlr4-python3-runtime-4.9.3.tar.gz"
+    assert antlr.source.sha256 == ANTLR
+    assert antlr.source.url is not None and antlr.source.url.startswith("https://files.")
+    assert lock.wheel_requirements == ()
+    rendered = lock.render(index_options=False)
+    # never handed to pip's index install; named in a comment only
+    assert "--hash" not in rendered
+    assert "# docopt==0.6.2: built from docopt-0.6.2.tar.gz sha256:" in rendered
+
+
+def _uv(sdist: str, wheels: str = "") -> bytes:
+    return (
+        'version = 1\nrequires-python = ">=3.11"\n\n[[package]]\nname = "demo"\nversion = "1.0"\n'
+        'source = { virtual = "." }\ndependencies = [{ name = "tiny" }]\n\n'
+        '[[package]]\nname = "tiny"\nversion = "0.1"\n'
+        'source = { registry = "https://pypi.org/simple" }\n'
+        f"{sdist}{wheels}"
+    ).encode()
+
+
+def test_a_wheel_that_fits_wins_over_the_sdist() -> None:
+    sdist = f'sdist = {{ url = "https://h.example/tiny-0.1.tar.gz", hash = "sha256:{_h("s")}" }}\n'
+    wheels = (
+        "wheels = [\n"
+        '    { url = "https://h.example/tiny-0.1-py3-none-any.whl", '
+        f'hash = "sha256:{_h("w")}" }},\n'
+        "]\n"
+    )
+    lock = parse_lock_bytes(_uv(sdist, wheels), Path("uv.lock"))
+    (tiny,) = lock.requirements
+    assert tiny.source is None and tiny.hashes == (f"sha256:{_h('w')}",)
+
+
+@pytest.mark.parametrize(
+    ("sdist", "problem"),
+    [
+        ('sdist = { url = "https://h.example/tiny-0.1.tar.gz" }\n', r"has no hash"),
+        (
+            'sdist = { url = "https://h.example/tiny-0.1.tar.gz", hash = "md5:abc" }\n',
+            r"md5 is too weak",
+        ),
+        (
+            'sdist = { url = "https://h.example/other-0.1.tar.gz", '
+            f'hash = "sha256:{_h("s")}" }}\n',
+            r"sdist 'other-0\.1\.tar\.gz' is not an sdist of tiny 0\.1",
+        ),
+        (
+            f'sdist = {{ url = "http://h.example/tiny-0.1.tar.gz", hash = "sha256:{_h("s")}" }}\n',
+            r"plain http:// is only allowed to a loopback host",
+        ),
+    ],
+)
+def test_a_bad_sdist_is_one_line_at_its_place(sdist: str, problem: str) -> None:
+    with pytest.raises(LockfileError, match=problem) as info:
+        parse_lock_bytes(_uv(sdist), Path("uv.lock"))
+    assert info.value.line == 14
+    assert "\n" not in str(info.value).split("\nhint")[0]
+
+
+def test_no_wheel_and_no_sdist_is_still_refused() -> None:
+    with pytest.raises(
+        LockfileError, match=r"has no wheel for CPython 3\.11 .* and no hashed sdist"
+    ):
+        parse_lock_bytes(_uv(""), Path("uv.lock"))
+
+
+def test_pylock_sdist_only_package_is_a_source_record(tmp_path: Path) -> None:
+    text = (
+        'lock-version = "1.0"\ncreated-by = "t"\n\n[[packages]]\nname = "docopt"\n'
+        'version = "0.6.2"\n[packages.sdist]\n'
+        'url = "https://h.example/docopt-0.6.2.tar.gz"\n'
+        f'hashes = {{ sha256 = "{_h("d")}" }}\n'
+    )
+    lock = parse_lock_bytes(text.encode(), tmp_path / "pylock.toml")
+    (docopt,) = lock.sources
+    assert docopt.source == SourceArchive(
+        "docopt-0.6.2.tar.gz", f"sha256:{_h('d')}", url="https://h.example/docopt-0.6.2.tar.gz"
+    )
+
+
+def test_source_archive_checks_itself() -> None:
+    good = f"sha256:{_h('x')}"
+    SourceArchive("pkg-1.0.tar.gz", good, local=Path("/tmp/pkg-1.0.tar.gz"))
+    with pytest.raises(ValueError, match=r"not a \.tar\.gz or \.zip"):
+        SourceArchive("pkg-1.0.whl", good, url="https://h.example/pkg-1.0.whl")
+    with pytest.raises(ValueError, match="sha256"):
+        SourceArchive("pkg-1.0.tar.gz", "sha256:xyz", url="https://h.example/pkg-1.0.tar.gz")
+    with pytest.raises(ValueError, match="exactly one"):
+        SourceArchive("pkg-1.0.tar.gz", good)
+    req = Requirement(
+        "pkg",
+        "1.0",
+        (good,),
+        source=SourceArchive("pkg-1.0.zip", good, url="file:///x/pkg-1.0.zip"),
+    )
+    assert req.source is not None and req.source.hex == good[7:]
