@@ -134,6 +134,9 @@ class SourceArchive:
     sha256: str
     url: str | None = None
     local: Path | None = None
+    # Where a host-made archive came from, for the manifest and the SBOM: ``git <url>@<commit>``
+    # or ``path <folder>`` (:meth:`SourcePin.describe`); None for an sdist from an index.
+    origin: str | None = None
 
     def __post_init__(self) -> None:
         if not SOURCE_ARCHIVE_RE.fullmatch(self.filename):
