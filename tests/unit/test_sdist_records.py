@@ -15,7 +15,7 @@ from reprobuild.errors import LockfileError
 from reprobuild.locks.lockfile import load_lock, parse_lock_bytes
 from reprobuild.locks.records import Requirement, SourceArchive
 
-PROJECT = Path(__file__).resolve().parent.parent / "data" / "sdist-project"
+PROJECT = Path(__file__).resolve().parent.parent / "data" / "projects" / "sdist"
 ANTLR = "sha256:f224469b4168294902bb1efa80a8bf7855f24c99aef99cbefc1bcd3cce77881b"
 
 

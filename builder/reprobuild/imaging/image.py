@@ -24,8 +24,10 @@ from reprobuild.bases.refs import ImageRef, parse_ref
 from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
 from reprobuild.imaging import plan, sbom
 from reprobuild.imaging.context import clamp_times, write_tree
-from reprobuild.imaging.manifest import Distribution, Manifest
+from reprobuild.imaging.manifest import BUILT_KEYS, Distribution, Manifest
 from reprobuild.imaging.render import (
+    BUILD_DIR,
+    BUILD_EPOCH,
     ENTRYPOINT,
     LOCK_LABEL,
     RenderSpec,
@@ -34,7 +36,7 @@ from reprobuild.imaging.render import (
     render_stamp,
 )
 from reprobuild.locks.lockfile import Lock
-from reprobuild.locks.wheels import Target, cache_root, fetch_wheels
+from reprobuild.locks.wheels import Target, cache_root, fetch_sources, fetch_wheels
 from reprobuild_entrypoint.contract import MODE_VAR
 
 Log = Callable[[str], None]
@@ -360,6 +362,8 @@ def _build_image(
             fetch_wheels(spec.lock, Target.from_probe(probe), ctx / "wheels", log=log, bar=bar)
             if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
                 clamp_times(ctx, spec.epoch)  # the linked wheels become copies first
+        if spec.build_lock is not None:
+            _fill_build_stage(spec, Target.from_probe(probe), ctx, log, bar)
         # Hermetic builds get no network unless apt packages must be fetched.
         network = online or bool(spec.apt)
         if builder == "buildah":
@@ -407,6 +411,19 @@ def _build_image(
         finally:
             engine.untag(scratch)
     return ImageResult(final, image_id, manifest)
+
+
+def _fill_build_stage(
+    spec: RenderSpec, target: Target, ctx: Path, log: Callable[[str], None], bar: TextIO | None
+) -> None:
+    """The wheel-build stage's inputs, fetched on the host: the sdists (sha256-checked) and
+    the build lock's wheels (hash-checked), online or not (the stage never reaches an index).
+    Their times are the stage's own epoch, so its cache does not move with the project's."""
+    assert spec.build_lock is not None
+    build = ctx / BUILD_DIR
+    fetch_sources(spec.lock, build / "sdists", log=log)
+    fetch_wheels(spec.build_lock, target, build / "wheels", log=log, bar=bar)
+    clamp_times(build, BUILD_EPOCH)
 
 
 def _build_buildah(
@@ -595,6 +612,7 @@ def _manifest(
         )
     )
     check_installed(spec.lock, tuple(d for d in dists if d.origin == "lock"))
+    built = _built_from_source(engine, spec, image)
     stack, gpu_facts = _gpu_stack(engine, image, probe, dists) if gpu else ({}, None)
     manifest = Manifest(
         builder_version=spec.builder_version,
@@ -615,9 +633,39 @@ def _manifest(
         stack=stack,
         gpu=gpu_facts,
         build=build,
+        built_from_source=built,
+        build_lock=(
+            {"file": spec.build_lock.path.name, "sha256": spec.build_lock.sha256}
+            if spec.build_lock is not None
+            else None
+        ),
     )
     document = sbom.make_sbom(manifest, spec.lock, facts, spec.epoch)
     return replace(manifest, sbom_sha256=sbom.sha256(document)), document
+
+
+BUILT_JSON = "/opt/reprobuild/built/built.json"
+
+
+def _built_from_source(engine: Prober, spec: RenderSpec, image: str) -> list[dict[str, str]] | None:
+    """What the wheel-build stage built (its ``built.json`` in the image), checked against
+    the lock: one entry per sdist the lock builds, each with the locked sdist's sha256."""
+    if spec.build_lock is None or not spec.lock.sources:
+        return None
+    result = engine.run(image, [BUILT_JSON], entrypoint=["cat"])
+    what = f"{BUILT_JSON} in the built image"
+    if result.exit_code != 0:
+        raise EngineError(f"cannot read {what}: {result.stderr.decode(errors='replace')[-200:]}")
+    data = jsonload.loads(result.stdout, what, max_bytes=1 << 20, error=EngineError)
+    want = {r.name: r.source.sha256 for r in spec.lock.sources if r.source is not None}
+    if not isinstance(data, list) or not all(
+        isinstance(b, dict) and all(isinstance(b.get(k), str) for k in BUILT_KEYS) for b in data
+    ):
+        raise EngineError(f"{what} is not a list of {{{', '.join(BUILT_KEYS)}}}")
+    got = {b["name"]: b["sdist_sha256"] for b in data}
+    if got != want:
+        raise EngineError(f"{what} does not list the lock's sdists: {sorted(got)}")
+    return [{k: str(b[k]) for k in BUILT_KEYS} for b in sorted(data, key=lambda b: b["name"])]
 
 
 def _gpu_stack(

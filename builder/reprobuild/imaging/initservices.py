@@ -3,11 +3,15 @@ it: a lock read for one selection, and a catalog base for a Python."""
 
 from __future__ import annotations
 
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 from reprobuild.bases.catalog import eol_warning, load_catalog, python_eol
-from reprobuild.locks.lockfile import Selection, format_of_file, load_lock
+from reprobuild.locks.buildlock import compile_build_lock
+from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
+from reprobuild.locks.wheels import fetch_sources
 from reprobuild.project.init import Services
 
 
@@ -20,6 +24,30 @@ def read_lock(
     indexes = tuple(u for u in (options.index_url, *options.extra_index_urls) if u)
     names = tuple(r.name for r in lock.requirements)
     return lock.render(index_options=True), names, indexes, lock.notes
+
+
+def build_lock_text(lock: Lock, python: str, uv: str) -> str | None:
+    """The build-requirements lock for the sdists ``lock`` builds on CPython ``python``
+    (:mod:`reprobuild.locks.buildlock`), each sdist fetched and hash-checked first; None when
+    it builds none."""
+    if not lock.sources:
+        return None
+
+    def log(line: str) -> None:
+        print(f"note: {line}", file=sys.stderr)
+
+    with tempfile.TemporaryDirectory(prefix="reprobuild-sdists-") as tmp:
+        archives = fetch_sources(lock, Path(tmp), log=log)
+        return compile_build_lock(lock, python, archives, uv, log=log)
+
+
+def _build_lock(
+    path: Path, python: str, extras: tuple[str, ...], groups: tuple[str, ...]
+) -> str | None:
+    from uv import find_uv_bin
+
+    lock = load_lock(path, Selection(python=python, extras=extras, groups=groups))
+    return build_lock_text(lock, python, str(find_uv_bin()))
 
 
 def base_for(python: str, gpu: bool) -> str | None:
@@ -48,4 +76,5 @@ def init_services() -> Services:
         lock_format=format_of_file,
         eol_warning=python_eol_warning,
         uv=str(find_uv_bin()),
+        build_lock=_build_lock,
     )

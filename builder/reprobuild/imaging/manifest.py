@@ -27,9 +27,13 @@ _OPTIONAL = (
     "sbom_sha256",
     "lock_format",
     "lock_selection",
+    "built_from_source",
+    "build_lock",
 )
 # Left out of the JSON when None: a manifest from before they existed keeps its bytes.
-_OMIT_NONE = ("sbom_sha256", "lock_format", "lock_selection")
+_OMIT_NONE = ("sbom_sha256", "lock_format", "lock_selection", "built_from_source", "build_lock")
+# What each entry of built_from_source holds (the wheel-build stage's built.json).
+BUILT_KEYS = ("name", "version", "sdist", "sdist_sha256", "wheel", "wheel_sha256")
 # The label carrying the manifest file's sha256 (the file's path in the image is the runtime's
 # reprobuild_entrypoint.MANIFEST_PATH: it reads the file in every run).
 MANIFEST_LABEL = f"{LABEL_PREFIX}manifest.sha256"
@@ -79,6 +83,11 @@ class Manifest:
     # A native lock's selection: {"extras": [...], "groups": [...], "default_groups": false};
     # None for the requirements and pylock formats (and in older images).
     lock_selection: dict[str, Any] | None = None
+    # The packages built from their sdists in the image's wheel-build stage: name, version,
+    # sdist, sdist_sha256, wheel, wheel_sha256 (each "sha256:<hex>"); None when none was.
+    built_from_source: list[dict[str, str]] | None = None
+    # The build requirements lock those were built with: {"file": ..., "sha256": ...}.
+    build_lock: dict[str, str] | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -149,6 +158,23 @@ class Manifest:
                 "manifest field 'lock_selection' is not {extras: [...], groups: [...], "
                 "default_groups: true|false}"
             )
+        built = fields.get("built_from_source")
+        if built is not None and not (
+            isinstance(built, list)
+            and all(
+                isinstance(b, dict) and all(isinstance(b.get(k), str) for k in BUILT_KEYS)
+                for b in built
+            )
+        ):
+            raise ReprobuildError(
+                f"manifest field 'built_from_source' is not a list of {{{', '.join(BUILT_KEYS)}}}"
+            )
+        build_lock = fields.get("build_lock")
+        if build_lock is not None and not (
+            isinstance(build_lock, dict)
+            and all(isinstance(build_lock.get(k), str) for k in ("file", "sha256"))
+        ):
+            raise ReprobuildError("manifest field 'build_lock' is not {file: ..., sha256: ...}")
         return cls(**fields, distributions=dists)
 
     @classmethod

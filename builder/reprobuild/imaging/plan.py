@@ -26,6 +26,7 @@ from reprobuild.bases.refs import parse_pinned
 from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
 from reprobuild.imaging.render import FileEntry, Kind, RenderSpec
 from reprobuild.imaging.runtimefiles import runtime_package
+from reprobuild.locks.buildlock import load_build_lock
 from reprobuild.locks.lockfile import (
     NATIVE_NAMES,
     Lock,
@@ -218,6 +219,10 @@ def plan_build(
         )
     ca_bytes = _read_ca(ca_cert) if ca_cert is not None else None
     lock = read_lock(config, lock_path, base_python)
+    # The sdists the lock builds need their pinned build requirements (one line if missing or
+    # stale; render never resolves anything itself).
+    image_python = lock_selection(config, lock_path, base_python).python
+    build_lock = load_build_lock(config.build_lock, lock, image_python, config.root)
     spec = RenderSpec(
         name=config.name,
         variant=variant,
@@ -235,6 +240,7 @@ def plan_build(
         revision=git_revision(config.root),
         version=git_version(config.root),
         base_entrypoint=known_entrypoint,
+        build_lock=build_lock,
         app_files=app_files(config),
         runtime_files=runtime_files(),
     )

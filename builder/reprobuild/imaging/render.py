@@ -7,6 +7,7 @@ files under tests/golden/ hold this module to.
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import json
 import posixpath
 import re
@@ -66,6 +67,9 @@ class RenderSpec:
     # The base image's own ENTRYPOINT (NGC images have one): ours replaces it and chains it.
     # None: not known (a render without the base at hand); `image` always knows it.
     base_entrypoint: tuple[str, ...] | None = None
+    # The pinned build requirements of the sdists the lock builds
+    # (reprobuild.locks.buildlock); None when it builds none.
+    build_lock: Lock | None = None
     app_files: dict[str, FileEntry] = field(default_factory=dict)
     runtime_files: dict[str, FileEntry] = field(default_factory=dict)
 
@@ -167,7 +171,53 @@ def render_dockerfile(spec: RenderSpec) -> str:
         entrypoint=ENTRYPOINT,
         command=spec.command or DEFAULT_COMMAND,
         labels=sorted(static_labels(spec).items()),
+        build_sources=bool(spec.lock.sources),
+        build_epoch=BUILD_EPOCH,
+        wheel_count=len(spec.lock.wheel_requirements),
     )
+
+
+# The wheel-build stage's SOURCE_DATE_EPOCH (1980-01-01, the earliest time a zip file holds):
+# the built wheels depend on their inputs alone, never on the project's commit time.
+BUILD_EPOCH = 315532800
+BUILD_DIR = "build"
+
+
+def build_files(spec: RenderSpec) -> dict[str, FileEntry]:
+    """The wheel-build stage's files (``build/``): the build lock as pip reads it, the list
+    of sdists to build (``sources.json``) and the build script; the host adds ``sdists/`` and
+    ``wheels/``. Empty when the lock builds nothing."""
+    sources = [r for r in spec.lock.sources if r.source is not None]
+    if not sources:
+        return {}
+    if spec.build_lock is None:
+        raise ReprobuildError(
+            f"{spec.lock.path.name} builds packages from their sdists but no build lock was given"
+        )
+    listed = [
+        {
+            "name": r.name,
+            "version": r.version,
+            "filename": r.source.filename,
+            "sha256": r.source.sha256,
+        }
+        for r in sources
+        if r.source is not None
+    ]
+    script = (
+        importlib.resources.files("reprobuild.imaging")
+        .joinpath("templates/build_sdists.py")
+        .read_text(encoding="utf-8")
+    )
+    return {
+        f"{BUILD_DIR}/requirements.lock": FileEntry(
+            spec.build_lock.render(index_options=False).encode()
+        ),
+        f"{BUILD_DIR}/sources.json": FileEntry(
+            (json.dumps(listed, indent=2, sort_keys=True) + "\n").encode()
+        ),
+        f"{BUILD_DIR}/build_sdists.py": FileEntry(script.encode()),
+    }
 
 
 WHEELS_KEEP = "wheels/.keep"
@@ -184,6 +234,7 @@ def render_context(spec: RenderSpec) -> dict[str, FileEntry]:
         files[WHEELS_KEEP] = FileEntry(b"")
     if spec.online and spec.ca_cert is not None:
         files["ca/ca.pem"] = FileEntry(spec.ca_cert)
+    files.update(build_files(spec))
     for rel, entry in spec.app_files.items():
         files[f"app/{rel}"] = entry
     for rel, entry in spec.runtime_files.items():

@@ -116,6 +116,9 @@ def make_sbom(manifest: Manifest, lock: Lock, facts: dict[str, Any], epoch: int)
                 "reprobuild:lock_file": manifest.lock_file,
                 "reprobuild:lock_sha256": manifest.lock_sha256,
                 "reprobuild:machine": manifest.machine,
+                # the sdists' pinned build requirements (none when nothing was built)
+                "reprobuild:build_lock_file": (manifest.build_lock or {}).get("file", ""),
+                "reprobuild:build_lock_sha256": (manifest.build_lock or {}).get("sha256", ""),
             }
         ),
     )
@@ -218,11 +221,15 @@ def _python_dists(manifest: Manifest, lock: Lock, facts: dict[str, Any]) -> Iter
             key = (canonicalize_name(str(meta.get("name", ""))), str(meta.get("version", "")))
             licences.setdefault(key, licence_text(meta))
     factory = LicenseFactory()
+    built = {canonicalize_name(b["name"]): b for b in manifest.built_from_source or []}
     for dist in manifest.distributions:
         name = canonicalize_name(dist.name)
         req = pinned.get(name) if dist.origin == "lock" else None
         hashes = []
-        for spec in req.hashes if req is not None else ():
+        made = built.get(name) if req is not None and req.source is not None else None
+        # A wheel built in the image: its own sha256, and the sdist's beside it.
+        digests = (made["wheel_sha256"],) if made else req.hashes if req is not None else ()
+        for spec in digests:
             algo, _, hexdigest = spec.partition(":")
             if algo in _HASHES:
                 hashes.append(HashType(alg=HashAlgorithm(_HASHES[algo]), content=hexdigest))
@@ -236,7 +243,14 @@ def _python_dists(manifest: Manifest, lock: Lock, facts: dict[str, Any]) -> Iter
             purl=purl,
             hashes=hashes,
             licenses=[factory.make_from_string(licence)] if licence else [],
-            properties=_properties({"reprobuild:origin": dist.origin}),
+            properties=_properties(
+                {
+                    "reprobuild:origin": dist.origin,
+                    "reprobuild:built_from_sdist": (
+                        f"{made['sdist']} {made['sdist_sha256']}" if made else ""
+                    ),
+                }
+            ),
         )
 
 

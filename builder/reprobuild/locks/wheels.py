@@ -341,6 +341,8 @@ def fetch_wheels(
     where that is a terminal, else plain lines through ``log``: one per file fetched and a
     total every ``every`` seconds (:class:`~reprobuild._util.progress.Transfers`)."""
     folder = cache_root() / "wheels" / target.key
+    # A package built from its sdist has no wheel to fetch (fetch_sources brings the sdist).
+    lock = replace(lock, requirements=lock.wheel_requirements)
 
     def show(count: int) -> Transfers:
         return Transfers(log, count=count, bar=bar, every=every)
@@ -394,3 +396,78 @@ def _fetch_wheels(
             f"no wheel matching the lock's hashes was fetched for: {', '.join(missing)}"
         )
     return chosen
+
+
+_SOURCE_PREFIX = ".fetch-"
+
+
+def fetch_sources(lock: Lock, dest: Path, *, log: Log = print) -> dict[str, Path]:
+    """Put each source archive ``lock`` builds (:attr:`Lock.sources`) into ``dest``, its
+    sha256 checked: from the cache (``sources/`` beside the wheels'), else fetched from its
+    URL (or copied from its local path) into the cache first. Return name -> file."""
+    folder = cache_root() / "sources"
+    out: dict[str, Path] = {}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        for req in lock.sources:
+            source = req.source
+            assert source is not None
+            cached = folder / f"{source.hex}-{source.filename}"
+            if not (cached.is_file() and _verified(cached, source.hex)):
+                _fetch_source(lock, req.name, req.version, req.line, cached, log)
+            target = dest / source.filename
+            target.unlink(missing_ok=True)
+            try:
+                os.link(cached, target)
+            except OSError:
+                shutil.copy2(cached, target)
+            out[req.name] = target
+    except OSError as exc:
+        raise WheelError(
+            f"cannot use the source cache {str(exc.filename or folder)!r}: {exc.strerror or exc}",
+            hint="make it writable, or point XDG_CACHE_HOME (or REPROBUILD_CACHE_DIR) elsewhere",
+        ) from None
+    return out
+
+
+def _fetch_source(lock: Lock, name: str, version: str, line: int, cached: Path, log: Log) -> None:
+    """Fetch one source archive into a temp file beside ``cached``; renamed in only when its
+    sha256 is the locked one (a mismatch is one line naming both, nothing kept)."""
+    import urllib.request
+
+    req = next(r for r in lock.sources if r.name == name)
+    source = req.source
+    assert source is not None
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f"{_SOURCE_PREFIX}{leftovers.owner()}-", dir=cached.parent
+    )
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if source.local is not None:
+                with source.local.open("rb") as fh:
+                    shutil.copyfileobj(fh, out)
+            else:
+                assert source.url is not None
+                log(f"fetching {source.filename}")
+                try:
+                    with urllib.request.urlopen(source.url, timeout=60) as response:
+                        shutil.copyfileobj(response, out)
+                except (OSError, ValueError) as exc:
+                    raise WheelError(
+                        f"cannot fetch the sdist of {name} {version} from {source.url}: {exc}",
+                        hint="check the network to the lock's index, and that the file is there",
+                    ) from None
+        got = _sha256(tmp)
+        if got != source.hex:
+            where = f"{lock.path}:{line}" if line else str(lock.path)
+            raise WheelError(
+                f"{where}: the downloaded {source.filename} has sha256 {got}, which is not the "
+                f"lock's {source.hex}",
+                hint="the lock is wrong or the file was tampered with; regenerate the lock and "
+                "compare",
+            )
+        os.replace(tmp, cached)
+    finally:
+        tmp.unlink(missing_ok=True)

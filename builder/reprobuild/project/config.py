@@ -36,6 +36,7 @@ KEYS = (
     "matrix",
     "max_world_size",
     "select",
+    "build_lock",
 )
 BASE_KEYS = ("cpu", "gpu")
 SELECT_KEYS = ("python", "extras", "groups", "default_groups")
@@ -125,6 +126,10 @@ class ProjectConfig:
     max_world_size: int = DEFAULT_MAX_WORLD_SIZE
     # `select:`: the Python, extras and groups a native lock is read for.
     select: LockSelection = field(default_factory=LockSelection)
+    # The pinned, hashed build requirements of the sdists the lock builds
+    # (reprobuild.locks.buildlock); None when it names none. Checked by render, not here: a
+    # missing or stale one is refused with the command that writes it.
+    build_lock: Path | None = None
     # Where each value was written (FILE:LINE for a message about it); None: not from a file.
     at: At | None = field(default=None, compare=False, repr=False)
 
@@ -300,8 +305,21 @@ def _validate(root: Path, at: At, data: dict[Any, Any]) -> ProjectConfig:
         matrix=matrix,
         max_world_size=_max_world_size(at, data.get("max_world_size", DEFAULT_MAX_WORLD_SIZE)),
         select=_select(at, data.get("select", {})),
+        build_lock=_build_lock(root, at, data.get("build_lock")),
         at=at,
     )
+
+
+def _build_lock(root: Path, at: At, value: object) -> Path | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            at("build_lock"),
+            "build_lock must be a path to the build requirements lock, got "
+            + (type_name(value) if value else "an empty string"),
+        )
+    return _inside(root, at("build_lock"), "build_lock", value)
 
 
 def _select(at: At, value: object) -> LockSelection:

@@ -26,6 +26,8 @@ from reprobuild.errors import ReprobuildError
 from reprobuild.project.config import CONFIG_NAME, SELECT_NAME_RE
 
 RESOLVED_NAME = "requirements.lock"
+# Where init writes the sdists' build requirements (reprobuild.locks.buildlock's name for it).
+BUILD_LOCK_NAME = "build-requirements.lock"
 # The native and hashed locks used in place, in the order they are looked for.
 LOCK_NAMES = ("uv.lock", "poetry.lock", "pdm.lock", "Pipfile.lock", "pylock.toml")
 NATIVE_NAMES = ("uv.lock", "poetry.lock", "pdm.lock", "Pipfile.lock")
@@ -121,6 +123,12 @@ class Services:
     # One line when a Python is past its upstream end of life (None: still supported).
     eol_warning: Callable[[str], str | None] = lambda _python: None
     uv: str = "uv"
+    # ``build_lock(path, python, extras, groups)``: the build-requirements lock's text for the
+    # sdists the lock builds on that Python (reprobuild.locks.buildlock), None when it builds
+    # none. The default builds nothing.
+    build_lock: Callable[[Path, str, tuple[str, ...], tuple[str, ...]], str | None] = (
+        lambda _path, _python, _extras, _groups: None
+    )
 
 
 @dataclass
@@ -249,15 +257,21 @@ def init_project(
             f"{lock_name} carries CUDA as wheels: the image is built on the plain Python base "
             f"{base} and runs on CPU and under `docker run --gpus all`"
         )
-    includes = _includes(root, exclude={CONFIG_NAME, lock_name, *LOCK_NAMES})
+    # The sdists the lock builds: their build requirements, resolved and hashed beside it.
+    extra = _build_lock_file(root, lock_name, python, options, services, result)
+    includes = _includes(root, exclude={CONFIG_NAME, lock_name, *LOCK_NAMES, BUILD_LOCK_NAME})
     native = resolve_from is None and services.lock_format(root / lock_name) in NATIVE_FORMATS
     yaml_text = _config_text(
         root, lock_name, base, (gpu, cuda_wheels, native), command, includes, python, options
+    )
+    yaml_text += "".join(
+        f"build_lock: {n}  # the sdists' build requirements, hashed\n" for n in extra
     )
     if text is not None:
         _link_new(root, RESOLVED_NAME, text)
         result.written.append(root / RESOLVED_NAME)
     try:
+        _link_all(root, extra, result)
         _link_new(root, CONFIG_NAME, yaml_text)
     except InitError:
         for path in result.written:
@@ -291,6 +305,27 @@ def _check_options(options: InitOptions) -> None:
     for word in options.command:
         if any(ord(c) < 32 or ord(c) == 127 for c in word):
             raise InitError(f"--command word {word!r} holds a control character")
+
+
+def _build_lock_file(
+    root: Path,
+    lock_name: str,
+    python: str,
+    options: InitOptions,
+    services: Services,
+    result: InitResult,
+) -> dict[str, str]:
+    """The build-requirements lock for the sdists the lock builds, as {file name: text}
+    (empty: it builds none)."""
+    text = services.build_lock(root / lock_name, python, options.extras, options.groups)
+    if text is None:
+        return {}
+    _refuse_existing(root / BUILD_LOCK_NAME)
+    result.notes.append(
+        f"{lock_name} builds {text.count(' builds with: ')} packages from their sdists: "
+        f"their build requirements are pinned in {BUILD_LOCK_NAME}"
+    )
+    return {BUILD_LOCK_NAME: text}
 
 
 def _refuse_existing(path: Path) -> None:
@@ -488,6 +523,12 @@ def _write_temp(root: Path, name: str, text: str) -> Path:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
     return Path(tmp)
+
+
+def _link_all(root: Path, files: dict[str, str], result: InitResult) -> None:
+    for name, content in files.items():
+        _link_new(root, name, content)
+        result.written.append(root / name)
 
 
 def _link_new(root: Path, name: str, text: str) -> None:

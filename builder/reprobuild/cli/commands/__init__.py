@@ -36,6 +36,9 @@ def _info(name: str, summary: str) -> CommandInfo:
 COMMANDS: dict[str, CommandInfo] = {
     "init": _info("init", "write reprobuild.yaml from the project's lock (never overwrites)"),
     "render": _info("render", "write the build context (Dockerfile, lock, runtime)"),
+    "build-lock": _info(
+        "build_lock", "pin the build requirements of the sdists the lock builds (hashed)"
+    ),
     "image": _info("image", "render, build, stamp and tag the image"),
     "matrix": _info("matrix", "print the project's variants as a CI build matrix (JSON)"),
     "rebuild": _info(

@@ -1,0 +1,127 @@
+"""reprobuild's wheel-build stage: build each locked source archive into a wheel.
+
+Runs inside the image build, on the pinned base, with the interpreter of a venv that holds
+exactly the build lock's wheels (installed with --require-hashes --no-index). Standard
+library only. Each archive's sha256 is checked again, it is unpacked to a fixed path
+(``/.reprobuild-build/src/NAME``: no random temp dir reaches a compiled file), members that
+would land outside it are refused, and it is built with ``pip wheel --no-deps
+--no-build-isolation --no-index`` under SOURCE_DATE_EPOCH. The wheels and ``built.json``
+(each wheel's sha256 beside its sdist's) go to ``/out``, with their times set to the epoch.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import NoReturn
+
+ROOT = Path("/.reprobuild-build")
+OUT = Path("/out")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def safe_name(name: str, filename: str) -> PurePosixPath:
+    rel = PurePosixPath(name.lstrip("./") or ".")
+    if rel.is_absolute() or ".." in rel.parts:
+        fail(f"{filename}: member {name!r} would be written outside its build folder")
+    return rel
+
+
+def unpack(archive: Path, dest: Path) -> None:
+    """Unpack ``archive`` into ``dest``; only plain files and folders, all inside ``dest``."""
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                rel = safe_name(info.filename, archive.name)
+                target = dest / rel
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, target.open("wb") as out:
+                    shutil.copyfileobj(src, out)
+                mode = (info.external_attr >> 16) & 0o777
+                target.chmod(0o755 if mode & 0o111 else 0o644)
+        return
+    with tarfile.open(archive, "r:gz") as tf:
+        for member in tf:
+            rel = safe_name(member.name, archive.name)
+            target = dest / rel
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif member.isfile():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = tf.extractfile(member)
+                assert data is not None
+                with data, target.open("wb") as out:
+                    shutil.copyfileobj(data, out)
+                target.chmod(0o755 if member.mode & 0o111 else 0o644)
+            else:  # links, devices: an sdist needs none
+                fail(f"{archive.name}: member {member.name!r} is not a plain file or folder")
+
+
+def main() -> None:
+    os.umask(0o022)
+    epoch = int(os.environ["SOURCE_DATE_EPOCH"])
+    sources = json.loads((ROOT / "sources.json").read_text())
+    OUT.mkdir()
+    built: list[dict[str, str]] = []
+    for source in sources:
+        archive = ROOT / "sdists" / source["filename"]
+        got = sha256(archive)
+        if got != source["sha256"]:
+            fail(f"{source['filename']} has {got}, not the locked {source['sha256']}")
+        dest = ROOT / "src" / source["name"]
+        dest.mkdir(parents=True)
+        unpack(archive, dest)
+        tops = [p for p in dest.iterdir() if p.is_dir()]
+        tree = tops[0] if len(tops) == 1 and not (dest / "setup.py").exists() else dest
+        before = set(OUT.iterdir())
+        print(f"building {source['name']} {source['version']} from {source['filename']}")
+        proc = subprocess.run(
+            [
+                sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                "--no-index", "--use-pep517", "--no-cache-dir", "--wheel-dir", str(OUT),
+                str(tree),
+            ],
+            check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            fail(f"building {source['name']} {source['version']} from its sdist failed")
+        new = sorted(set(OUT.iterdir()) - before)
+        if len(new) != 1 or not new[0].name.endswith(".whl"):
+            fail(f"building {source['name']} gave {[p.name for p in new]}, not one wheel")
+        built.append(
+            {
+                "name": source["name"],
+                "version": source["version"],
+                "sdist": source["filename"],
+                "sdist_sha256": source["sha256"],
+                "wheel": new[0].name,
+                "wheel_sha256": sha256(new[0]),
+            }
+        )
+    (OUT / "built.json").write_text(json.dumps(built, indent=2, sort_keys=True) + "\n")
+    for path in OUT.iterdir():
+        os.utime(path, (epoch, epoch))
+
+
+if __name__ == "__main__":
+    main()

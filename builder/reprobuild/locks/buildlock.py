@@ -1,0 +1,218 @@
+"""The build-dependency lock: what the source archives a lock selects need to build, pinned.
+
+Neither uv.lock nor poetry.lock locks build dependencies, and pip cannot hash-check a build
+environment; so for the packages a lock builds from an sdist
+(:attr:`~reprobuild.locks.records.Lock.sources`), ``reprobuild init`` (and
+``reprobuild build-lock``) reads each archive's ``[build-system] requires`` (setuptools'
+legacy default, ``setuptools>=40.8.0`` and ``wheel``, where it has none), resolves them all
+with the pinned ``uv pip compile --generate-hashes --only-binary :all:`` for the image's Python
+and platform, and writes the result beside the project's lock. The image's wheel-build stage
+installs exactly those wheels with ``--require-hashes --no-index``; nothing floats at build
+time.
+
+The file's header records the sha256 of what it was made for (the image's Python and every
+source archive's name, version and sha256): :func:`load_build_lock` refuses a lock made for
+other inputs (stale) or none at all, without any network, so ``render`` stays pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as PackagingRequirement
+
+from reprobuild.errors import ReprobuildError
+from reprobuild.locks.lockfile import Lock, load_lock
+from reprobuild.locks.records import quoted
+
+BUILD_LOCK_NAME = "build-requirements.lock"
+# What pip and build assume for an sdist whose pyproject.toml names no build system.
+LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
+UV_PLATFORM = "x86_64-manylinux_2_28"
+_KEY_LINE = "# reprobuild build lock for: "
+_KEY_RE = re.compile(r"^# reprobuild build lock for: (sha256:[0-9a-f]{64})[ \t]*\r?$", re.M)
+# A pyproject.toml is a few kB: anything near this is not one.
+_MAX_PYPROJECT = 1 << 20
+
+
+class BuildLockError(ReprobuildError):
+    """The build-dependency lock is missing, stale or cannot be made."""
+
+
+def refresh_hint(directory: Path | str) -> str:
+    return f"write it: reprobuild build-lock {directory}"
+
+
+def inputs_key(lock: Lock, python: str) -> str:
+    """The sha256 of what a build lock is made for: the image's Python (X.Y) and each source
+    archive (name, version, sha256), sorted."""
+    python = ".".join(python.split(".")[:2])
+    lines = [f"python {python}", f"platform {UV_PLATFORM}"]
+    lines += sorted(
+        f"{r.name}=={r.version} {r.source.sha256}" for r in lock.sources if r.source is not None
+    )
+    return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def build_requires(archive: Path) -> tuple[str, ...]:
+    """The ``[build-system] requires`` of the sdist (``.tar.gz`` or ``.zip``) at ``archive``,
+    read from its top folder's ``pyproject.toml``; the legacy default where it has none."""
+    data = _member(archive, "pyproject.toml")
+    if data is None:
+        return LEGACY_REQUIRES
+    try:
+        doc = tomllib.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise BuildLockError(
+            f"{archive.name}: its pyproject.toml is not valid TOML ({str(exc)[:80]})"
+        ) from None
+    system = doc.get("build-system")
+    if not isinstance(system, dict) or "requires" not in system:
+        return LEGACY_REQUIRES
+    requires = system["requires"]
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        raise BuildLockError(f"{archive.name}: [build-system] requires is not a list of strings")
+    for text in requires:
+        try:
+            PackagingRequirement(text)
+        except InvalidRequirement:
+            raise BuildLockError(
+                f"{archive.name}: build requirement {quoted(text)} is not a valid requirement"
+            ) from None
+    return tuple(requires)
+
+
+def _member(archive: Path, name: str) -> bytes | None:
+    """The bytes of ``<top folder>/name`` in an sdist; None when it has none."""
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                for info in zf.infolist():
+                    parts = info.filename.split("/")
+                    if len(parts) == 2 and parts[1] == name and info.file_size <= _MAX_PYPROJECT:
+                        return zf.read(info)
+            return None
+        with tarfile.open(archive, "r:gz") as tf:
+            for member in tf:
+                parts = member.name.lstrip("./").split("/")
+                if len(parts) == 2 and parts[1] == name and member.isfile():
+                    if member.size > _MAX_PYPROJECT:
+                        return None
+                    handle = tf.extractfile(member)
+                    return handle.read() if handle is not None else None
+        return None
+    except (OSError, tarfile.TarError, zipfile.BadZipFile) as exc:
+        raise BuildLockError(f"{archive.name}: cannot read the source archive: {exc}") from None
+
+
+def compile_build_lock(
+    lock: Lock,
+    python: str,
+    archives: dict[str, Path],
+    uv: str,
+    log: Callable[[str], None] = print,
+) -> str:
+    """The build lock's text for ``lock``'s source archives (``archives``: name -> the fetched,
+    hash-checked file) on CPython ``python``: the header, then ``uv pip compile``'s pins."""
+    python = ".".join(python.split(".")[:2])
+    notes: list[str] = []
+    wanted: list[str] = []
+    for req in lock.sources:
+        requires = build_requires(archives[req.name])
+        notes.append(f"# {req.name}=={req.version} builds with: {', '.join(requires)}")
+        wanted += [r for r in requires if r not in wanted]
+    argv = [
+        uv, "pip", "compile", "--generate-hashes", "--no-header", "--no-annotate",
+        "--only-binary", ":all:", "--python-version", python, "--python-platform", UV_PLATFORM,
+    ]  # fmt: skip
+    options = lock.options
+    if options.index_url is not None:
+        argv += ["--index-url", options.index_url]
+    for url in options.extra_index_urls:
+        argv += ["--extra-index-url", url]
+    for link in (*options.find_links, *os.environ.get("PIP_FIND_LINKS", "").split()):
+        argv += ["--find-links", link]
+    log(f"resolving the build requirements of {len(lock.sources)} sdists for CPython {python}")
+    with tempfile.TemporaryDirectory(prefix="reprobuild-buildlock-") as tmp:
+        source = Path(tmp) / "build-requirements.in"
+        source.write_text("\n".join(sorted(wanted)) + "\n")
+        try:
+            proc = subprocess.run(
+                [*argv, str(source)], capture_output=True, text=True, check=False, timeout=600
+            )
+        except FileNotFoundError:
+            raise BuildLockError(f"cannot run the resolver {uv!r}: not found") from None
+        except subprocess.TimeoutExpired:
+            raise BuildLockError("resolving the build requirements took over 10 minutes") from None
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        reason = next((ln for ln in lines if "No solution" in ln or "error" in ln), None)
+        reason = reason or (lines[0] if lines else f"exit status {proc.returncode}")
+        raise BuildLockError(
+            f"cannot resolve the build requirements {', '.join(sorted(wanted))} for CPython "
+            f"{python} on {UV_PLATFORM}: {reason[:300]}",
+            hint="check the sdists' [build-system] requires are on the lock's index as wheels",
+        )
+    header = [
+        f"# Build dependencies of the sdists {lock.path.name} selects, for CPython {python} "
+        f"on {UV_PLATFORM}.",
+        "# Written by reprobuild (init, `reprobuild build-lock`) with uv pip compile "
+        "--generate-hashes; do not edit.",
+        f"{_KEY_LINE}{inputs_key(lock, python)}",
+        *notes,
+    ]
+    return "\n".join(header) + "\n" + proc.stdout.rstrip("\n") + "\n"
+
+
+def load_build_lock(path: Path | None, lock: Lock, python: str, directory: Path) -> Lock | None:
+    """The build lock ``path`` for ``lock`` on CPython ``python``, checked to be the one made
+    for these inputs; None when ``lock`` builds nothing. One line when missing or stale."""
+    if not lock.sources:
+        return None
+    first = lock.sources[0]
+    what = f"{lock.path.name} builds {len(lock.sources)} packages from their sdists "
+    what += f"({first.name} {first.version}{', ...' if len(lock.sources) > 1 else ''})"
+    if path is None:
+        raise BuildLockError(
+            f"{what} and reprobuild.yaml names no build_lock (their pinned build requirements)",
+            hint=refresh_hint(directory),
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BuildLockError(
+            f"{what}, and its build_lock {path.name} does not exist", hint=refresh_hint(directory)
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BuildLockError(f"build_lock {path}: cannot read it: {exc}") from None
+    found = _KEY_RE.search(text)
+    want = inputs_key(lock, python)
+    if found is None or found.group(1) != want:
+        raise BuildLockError(
+            f"build_lock {path.name} is stale: it was not made for the sdists {lock.path.name} "
+            f"selects on CPython {'.'.join(python.split('.')[:2])}",
+            hint=refresh_hint(directory),
+        )
+    return load_lock(path)
+
+
+def write_build_lock(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file and a rename (never half a file)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
