@@ -30,12 +30,12 @@ import io
 import re
 import tarfile
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from reprobuild.errors import LockfileError
-from reprobuild.locks.records import Lock
+from reprobuild.locks.records import Lock, SourceArchive
 
 __all__ = [
     "APT_TOOLS",
@@ -185,13 +185,19 @@ def needs_of_bytes(filename: str, data: bytes) -> Needs:
     return Needs(frozenset(tools), evidence)
 
 
-def check_buildable(lock: Lock, base: BaseTools) -> None:
-    """Refuse, in one line, the first source-built package of ``lock`` (those whose archive
-    is on the host) that needs what ``base`` lacks; the order is the lock's."""
+def check_buildable(
+    lock: Lock, base: BaseTools, locate: Callable[[SourceArchive], Path | None] | None = None
+) -> None:
+    """Refuse, in one line, the first source-built package of ``lock`` that needs what
+    ``base`` lacks; the order is the lock's. Only archives on the host are read: ``local``
+    ones, and those ``locate`` finds (an sdist already in the host's cache)."""
     for req in lock.sources:
-        if req.source is None or req.source.local is None:
+        if req.source is None:
             continue
-        needs = needs_of(req.source.local)
+        found = req.source.local or (locate(req.source) if locate is not None else None)
+        if found is None or not found.is_file():
+            continue
+        needs = needs_of(found)
         check_needs(needs, base, lock.path, req.line, f"{req.name} {req.version}")
 
 

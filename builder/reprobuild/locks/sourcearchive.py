@@ -39,6 +39,7 @@ from typing import NamedTuple
 from reprobuild.errors import LockfileError
 from reprobuild.locks.buildneeds import BaseTools, check_needs, needs_of_bytes
 from reprobuild.locks.records import Lock, Requirement, SourceArchive, SourcePin, quoted
+from reprobuild.locks.wheels import cache_root
 
 __all__ = [
     "ARCHIVE_MTIME",
@@ -50,6 +51,7 @@ __all__ = [
     "archive_sources",
     "pack_git",
     "pack_path",
+    "with_archives",
 ]
 
 # 1980-01-01T00:00:00Z: the earliest time a zip (and so a wheel) can hold.
@@ -131,6 +133,12 @@ def archive_sources(lock: Lock, project: Path, dest: Path, base: BaseTools | Non
         )
     requirements = sorted([*lock.requirements, *added], key=lambda r: (r.name, r.marker or ""))
     return replace(lock, requirements=tuple(requirements), source_pins=())
+
+
+def with_archives(lock: Lock, base: BaseTools | None = None) -> Lock:
+    """:func:`archive_sources` into the host's cache (``packed/`` beside the wheels'), paths
+    relative to the lock's folder: what ``init``, ``build-lock``, ``render`` and ``image`` do."""
+    return archive_sources(lock, lock.path.parent, cache_root() / "packed", base)
 
 
 def archive_git(pin: SourcePin, dest: Path, lock_path: Path) -> SourceArchive:

@@ -1,0 +1,57 @@
+"""Issue 39's git dependencies and workspace members on the real buildah builder.
+
+A uv workspace (locked by uv itself) whose project depends on an editable workspace member
+(``packages/core``) and on a git dependency pinned by commit (a ``file://`` repository made
+here with real git: GitHub is not reachable from CI). ``reprobuild build-lock`` packs both
+into deterministic source archives and pins their build requirements; ``reprobuild image``
+builds them into wheels on the base in the wheel-build stage; both import inside the image,
+and the manifest names each archive (sha256) beside the wheel built from it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import MakeTag, build_json, make_uv_workspace, run_cli
+
+pytestmark = [pytest.mark.engine, pytest.mark.registry]
+ENV = {"SOURCE_DATE_EPOCH": "1700000000"}
+
+
+def test_git_commit_and_editable_member_build_and_import(
+    tmp_path: Path, base_ref: str, unique_tag: MakeTag
+) -> None:
+    project, commit = make_uv_workspace(tmp_path)
+    (project / "train.py").write_text("import core, gitdep\nprint(core.NAME, gitdep.VALUE)\n")
+    (project / "reprobuild.yaml").write_text(
+        "name: reprobuild-test/sourcepins\nlock: uv.lock\nbase:\n  cpu: python-3.11-slim-bookworm\n"
+        'seed: 7\ndeterminism: warn\ninclude:\n  - train.py\ncommand: ["python", "train.py"]\n'
+        'select:\n  python: "3.11"\nbuild_lock: build-requirements.lock\n'
+    )
+    made = run_cli("build-lock", str(project), env=ENV)
+    assert made.returncode == 0, made.stderr[-3000:]
+    build_lock = (project / "build-requirements.lock").read_text()
+    assert "core==0.3.0 builds with: setuptools>=61" in build_lock
+    assert "gitdep==1.2.0 builds with: setuptools>=61" in build_lock
+
+    tag = unique_tag("sourcepins")
+    result = build_json(
+        str(project), "--base", base_ref, "--builder", "buildah", "--tag", tag, env=ENV
+    )
+    built = {b["name"]: b for b in result["manifest"]["built_from_source"]}
+    print("built from source:", json.dumps(built, indent=1))
+    assert set(built) == {"core", "gitdep"}
+    assert built["gitdep"]["wheel"] == "gitdep-1.2.0-py3-none-any.whl"
+    assert all(b["sdist_sha256"].startswith("sha256:") for b in built.values())
+
+    ran = subprocess.run(
+        ["docker", "run", "--rm", tag],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip().splitlines()[-1] == "core 42"
+    assert len(commit) == 40
