@@ -90,7 +90,6 @@ def test_lock_lines_headers_and_find_match_a_line_by_line_scan() -> None:
 
 def _pruned(selection: Selection, text: str) -> str:
     """prune_foreign_wheels as it was: wheel_fits on every wheel line."""
-    text = native._SDIST_LINE_RE.sub("\n", text)
     wheels = text.count('.whl"')
     handled = 0
 

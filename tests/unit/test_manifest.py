@@ -31,6 +31,17 @@ def manifest(**over: Any) -> Manifest:
         sbom_sha256="ef" * 32,
         lock_format="uv.lock",
         lock_selection={"extras": ["cpu"], "groups": [], "default_groups": True},
+        built_from_source=[
+            {
+                "name": "docopt",
+                "version": "0.6.2",
+                "sdist": "docopt-0.6.2.tar.gz",
+                "sdist_sha256": "sha256:" + "12" * 32,
+                "wheel": "docopt-0.6.2-py2.py3-none-any.whl",
+                "wheel_sha256": "sha256:" + "34" * 32,
+            }
+        ],
+        build_lock={"file": "build-requirements.lock", "sha256": "56" * 32},
     )
     values.update(over)
     return Manifest(**values)
@@ -176,6 +187,8 @@ def test_missing_schema_version_refused() -> None:
             "sbom_sha256",
             "lock_format",
             "lock_selection",
+            "built_from_source",
+            "build_lock",
         )
     ],
 )
@@ -279,3 +292,23 @@ def test_build_must_be_an_object() -> None:
     data["build"] = ["buildah"]
     with pytest.raises(ReprobuildError, match="manifest field 'build' is not a JSON object"):
         Manifest.from_dict(data)
+
+
+def test_a_manifest_from_before_sdist_builds_keeps_its_bytes_and_bad_entries_are_refused() -> None:
+    """Images built before issue 39 have no built_from_source/build_lock: the same bytes read
+    back; a malformed entry is one error naming the field."""
+    data = manifest().to_dict()
+    del data["built_from_source"], data["build_lock"]
+    raw = (json.dumps(data, sort_keys=True, indent=2) + "\n").encode()
+    old = Manifest.from_json(raw)
+    assert old.built_from_source is None and old.build_lock is None
+    assert old.to_json() == raw
+    assert Manifest.from_json(manifest().to_json()) == manifest()
+    bad = manifest().to_dict()
+    bad["built_from_source"] = [{"name": "docopt"}]
+    with pytest.raises(ReprobuildError, match="'built_from_source' is not a list of"):
+        Manifest.from_dict(bad)
+    bad = manifest().to_dict()
+    bad["build_lock"] = {"file": 1}
+    with pytest.raises(ReprobuildError, match="'build_lock' is not"):
+        Manifest.from_dict(bad)

@@ -125,3 +125,107 @@ def test_source_archive_checks_itself() -> None:
         source=SourceArchive("pkg-1.0.zip", good, url="file:///x/pkg-1.0.zip"),
     )
     assert req.source is not None and req.source.hex == good[7:]
+
+
+# ---------------------------------------------------------------- the build-dependency lock
+
+
+def _sdist(tmp_path: Path, name: str, pyproject: str | None) -> Path:
+    """A tiny sdist ``name-1.0.tar.gz`` with a setup.py and, when given, a pyproject.toml."""
+    import io
+    import tarfile
+
+    path = tmp_path / f"{name}-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        files = {"setup.py": "from setuptools import setup\nsetup()\n"}
+        if pyproject is not None:
+            files["pyproject.toml"] = pyproject
+        for rel, text in files.items():
+            info = tarfile.TarInfo(f"{name}-1.0/{rel}")
+            info.size = len(text.encode())
+            tf.addfile(info, io.BytesIO(text.encode()))
+    return path
+
+
+def test_build_requires_reads_pyproject_or_takes_the_legacy_default(tmp_path: Path) -> None:
+    from reprobuild.locks.buildlock import LEGACY_REQUIRES, BuildLockError, build_requires
+
+    assert build_requires(_sdist(tmp_path, "plain", None)) == LEGACY_REQUIRES
+    no_system = _sdist(tmp_path, "tool", "[tool.black]\nline-length = 99\n")
+    assert build_requires(no_system) == LEGACY_REQUIRES
+    hatch = _sdist(tmp_path, "hatch", '[build-system]\nrequires = ["hatchling>=1.20"]\n')
+    assert build_requires(hatch) == ("hatchling>=1.20",)
+    bad = _sdist(tmp_path, "bad", '[build-system]\nrequires = ["not a req !"]\n')
+    with pytest.raises(BuildLockError, match=r"bad-1\.0\.tar\.gz: build requirement"):
+        build_requires(bad)
+
+
+def test_build_lock_is_resolved_hashed_and_checked_for_staleness(tmp_path: Path) -> None:
+    """The real resolver (the pinned uv) against this machine's local index (no network):
+    the legacy default of two sdists gives setuptools and wheel, every pin hashed; render's
+    check takes it for these inputs and refuses it as stale once an sdist's hash moves."""
+    import dataclasses
+
+    from uv import find_uv_bin
+
+    from reprobuild.locks.buildlock import (
+        BuildLockError,
+        compile_build_lock,
+        inputs_key,
+        load_build_lock,
+    )
+    from reprobuild.locks.records import IndexOptions
+
+    lock = load_lock(PROJECT / "uv.lock")
+    local = dataclasses.replace(lock, options=IndexOptions(index_url="file:///opt/pypi/simple"))
+    archives = {
+        "antlr4-python3-runtime": _sdist(tmp_path, "antlr4-python3-runtime", None),
+        "docopt": _sdist(tmp_path, "docopt", None),
+    }
+    text = compile_build_lock(local, "3.11", archives, str(find_uv_bin()), log=lambda _: None)
+    assert f"# reprobuild build lock for: {inputs_key(lock, '3.11')}\n" in text
+    path = tmp_path / "build-requirements.lock"
+    path.write_text(text)
+    build = load_build_lock(path, lock, "3.11", tmp_path)
+    assert build is not None
+    assert {r.name for r in build.requirements} >= {"setuptools", "wheel"}
+    assert all(r.hashes for r in build.requirements)
+    with pytest.raises(BuildLockError, match=r"is stale: .* on CPython 3\.12") as info:
+        load_build_lock(path, lock, "3.12", tmp_path)
+    assert info.value.hint is not None and "reprobuild build-lock" in info.value.hint
+    with pytest.raises(BuildLockError, match=r"names no build_lock"):
+        load_build_lock(None, lock, "3.11", tmp_path)
+    with pytest.raises(BuildLockError, match=r"its build_lock gone\.lock does not exist"):
+        load_build_lock(tmp_path / "gone.lock", lock, "3.11", tmp_path)
+
+
+def test_render_adds_the_wheel_build_stage(tmp_path: Path) -> None:
+    """The committed test project renders an sdist-build stage before the image's, with the
+    build lock's pins, the sdists to build and their install beside the locked wheels."""
+    import shutil
+
+    from helpers import run_cli
+
+    root = tmp_path / "p"
+    shutil.copytree(PROJECT, root)
+    proc = run_cli("render", str(root), "-o", str(tmp_path / "ctx"))
+    assert proc.returncode == 0, proc.stderr
+    ctx = tmp_path / "ctx"
+    dockerfile = (ctx / "Dockerfile").read_text()
+    assert "AS sdist-build" in dockerfile
+    assert "SOURCE_DATE_EPOCH=315532800" in dockerfile
+    assert "--no-build-isolation" in (ctx / "build" / "build_sdists.py").read_text()
+    assert "COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/" in dockerfile
+    sources = (ctx / "build" / "sources.json").read_text()
+    assert ANTLR in sources and "docopt-0.6.2.tar.gz" in sources
+    assert "--hash=sha256:" in (ctx / "build" / "requirements.lock").read_text()
+    # stale: made for other inputs (as after a relock that moved an sdist)
+    build = root / "build-requirements.lock"
+    text = build.read_text()
+    key = text.split("# reprobuild build lock for: sha256:", 1)[1][:64]
+    build.write_text(text.replace(key, "0" * 64))
+    proc = run_cli("render", str(root), "-o", str(tmp_path / "ctx2"))
+    assert proc.returncode == 1
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "build_lock build-requirements.lock is stale" in errors[0]
+    assert not (tmp_path / "ctx2").exists()

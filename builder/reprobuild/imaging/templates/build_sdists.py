@@ -6,7 +6,8 @@ library only. Each archive's sha256 is checked again, it is unpacked to a fixed 
 (``/.reprobuild-build/src/NAME``: no random temp dir reaches a compiled file), members that
 would land outside it are refused, and it is built with ``pip wheel --no-deps
 --no-build-isolation --no-index`` under SOURCE_DATE_EPOCH. The wheels and ``built.json``
-(each wheel's sha256 beside its sdist's) go to ``/out``, with their times set to the epoch.
+(each wheel's sha256 beside its sdist's) go to ``/.reprobuild-build/out``, their times
+set to the epoch.
 """
 
 import hashlib
@@ -21,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
 ROOT = Path("/.reprobuild-build")
-OUT = Path("/out")
+OUT = ROOT / "out"
 
 
 def sha256(path: Path) -> str:
