@@ -47,6 +47,8 @@ def test_git_commit_and_editable_member_build_and_import(
     assert set(built) == {"core", "gitdep"}
     assert built["gitdep"]["wheel"] == "gitdep-1.2.0-py3-none-any.whl"
     assert all(b["sdist_sha256"].startswith("sha256:") for b in built.values())
+    assert built["gitdep"]["origin"] == f"git file://{tmp_path}/gitdep@{commit}"
+    assert built["core"]["origin"] == "path packages/core (editable)"
 
     ran = subprocess.run(
         ["docker", "run", "--rm", tag],
@@ -54,4 +56,10 @@ def test_git_commit_and_editable_member_build_and_import(
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert ran.stdout.strip().splitlines()[-1] == "core 42"
-    assert len(commit) == 40
+
+    sbom = run_cli("sbom", tag)
+    assert sbom.returncode == 0, sbom.stderr
+    components = {c["name"]: c for c in json.loads(sbom.stdout)["components"]}
+    props = {p["name"]: p["value"] for p in components["gitdep"]["properties"]}
+    assert props["reprobuild:source_origin"].endswith(f"@{commit}")
+    assert props["reprobuild:built_from_sdist"].endswith(built["gitdep"]["sdist_sha256"])
