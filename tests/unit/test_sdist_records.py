@@ -7,6 +7,7 @@ real sdist-only packages (antlr4-python3-runtime 4.9.3, docopt 0.6.2).
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,137 @@ def test_render_adds_the_wheel_build_stage(tmp_path: Path) -> None:
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "build_lock build-requirements.lock is stale" in errors[0]
     assert not (tmp_path / "ctx2").exists()
+
+
+def test_init_writes_the_build_lock_and_names_it(tmp_path: Path) -> None:
+    """`reprobuild init` on a uv.lock of sdists only: the sdists are fetched from PyPI
+    (143 kB, hash-checked), their legacy build requirements resolved with the pinned uv into
+    build-requirements.lock, which reprobuild.yaml names and `render` takes."""
+    import shutil
+
+    from helpers import run_cli
+
+    root = tmp_path / "p"
+    root.mkdir()
+    for name in ("uv.lock", "pyproject.toml", "hello.py"):
+        shutil.copy(PROJECT / name, root / name)
+    proc = run_cli("init", str(root), "--command", "python hello.py", "--python", "3.11")
+    assert proc.returncode == 0, proc.stderr
+    assert "uv.lock builds 2 packages from their sdists" in proc.stderr
+    config = (root / "reprobuild.yaml").read_text()
+    assert "\nbuild_lock: build-requirements.lock" in config
+    text = (root / "build-requirements.lock").read_text()
+    assert "# antlr4-python3-runtime==4.9.3 builds with: setuptools>=40.8.0, wheel" in text
+    assert re.search(r"^setuptools==\S+ \\$", text, re.M)
+    rendered = run_cli("render", str(root), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    assert (tmp_path / "ctx" / "build" / "sources.json").is_file()
+
+
+_CEXT_SETUP = """from setuptools import Extension, setup
+setup(name="cext_demo", version="0.1", ext_modules=[Extension("cext_demo", ["cext_demo.c"])])
+"""
+_CEXT_C = """#include <Python.h>
+static PyObject *where(PyObject *self, PyObject *args) { return PyUnicode_FromString(__FILE__); }
+static PyMethodDef M[] = {{"where", where, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef D = {PyModuleDef_HEAD_INIT, "cext_demo", NULL, -1, M};
+PyMODINIT_FUNC PyInit_cext_demo(void) { return PyModule_Create(&D); }
+"""
+
+
+def test_a_c_extension_sdist_built_twice_gives_the_same_bytes(tmp_path: Path) -> None:
+    """The wheel-build stage's own script (templates/build_sdists.py), run on this machine's
+    gcc and CPython under two different build roots with the stage's environment: the same
+    wheel bytes, and no build path in the compiled extension (``-ffile-prefix-map``; without
+    it, with debug info, the two wheels differ: the second half checks that, so the test
+    can fail)."""
+    import io
+    import json
+    import os
+    import subprocess
+    import sys
+    import tarfile
+    import zipfile
+
+    import reprobuild.imaging
+
+    script = Path(reprobuild.imaging.__file__).parent / "templates" / "build_sdists.py"
+    sdist = io.BytesIO()
+    with tarfile.open(fileobj=sdist, mode="w:gz") as tf:
+        for rel, text in (("setup.py", _CEXT_SETUP), ("cext_demo.c", _CEXT_C)):
+            info = tarfile.TarInfo(f"cext_demo-0.1/{rel}")
+            info.size, info.mode = len(text.encode()), 0o644
+            tf.addfile(info, io.BytesIO(text.encode()))
+    data = sdist.getvalue()
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def build(name: str, prefix_map: bool) -> tuple[str, bytes]:
+        root = tmp_path / name / "reprobuild-build"
+        (root / "sdists").mkdir(parents=True)
+        (root / "sdists" / "cext_demo-0.1.tar.gz").write_bytes(data)
+        listed = [{"name": "cext-demo", "version": "0.1", "filename": "cext_demo-0.1.tar.gz"}]
+        listed[0]["sha256"] = digest
+        (root / "sources.json").write_text(json.dumps(listed))
+        # -g: debug info names the build folder (DW_AT_comp_dir), whatever the interpreter's
+        # own CFLAGS say
+        flags = f"-g -ffile-prefix-map={root}/src=." if prefix_map else "-g"
+        env = {
+            **os.environ,
+            "REPROBUILD_BUILD_ROOT": str(root),
+            "SOURCE_DATE_EPOCH": "315532800",
+            "PYTHONHASHSEED": "0",
+            "TZ": "UTC",
+            "PIP_NO_INDEX": "1",
+            "CFLAGS": flags,
+        }
+        proc = subprocess.run(
+            [sys.executable, "-I", str(script)], env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (built,) = json.loads((root / "out" / "built.json").read_text())
+        assert built["sdist_sha256"] == digest
+        wheel = root / "out" / built["wheel"]
+        assert built["wheel_sha256"] == "sha256:" + hashlib.sha256(wheel.read_bytes()).hexdigest()
+        with zipfile.ZipFile(wheel) as zf:
+            so = next(n for n in zf.namelist() if n.endswith(".so"))
+            return built["wheel_sha256"], zf.read(so)
+
+    first, so = build("a", prefix_map=True)
+    second, _ = build("b", prefix_map=True)
+    assert first == second
+    assert str(tmp_path).encode() not in so
+    third, _ = build("c", prefix_map=False)
+    fourth, _ = build("d", prefix_map=False)
+    assert third != fourth  # the build path leaks without the map
+
+
+@pytest.mark.parametrize("mount_install", [True, False])
+def test_a_lock_of_wheels_and_sdists_installs_both(mount_install: bool) -> None:
+    """pyannote-audio's uv.lock (117 wheels, julius as an sdist): both install paths (one
+    stage with RUN --mount; the deps stage for the classic builder) install the hashed wheels
+    first, then the built wheel with --no-deps; a lock of sdists only has no hashed install."""
+    import dataclasses
+
+    from reprobuild.bases.refs import parse_ref
+    from reprobuild.imaging.render import RenderSpec, render_dockerfile
+
+    wild = PROJECT.parent.parent / "lockfiles" / "wild" / "pyannote-audio-4.0.7" / "uv.lock"
+    spec = RenderSpec(
+        name="t/x",
+        variant="cpu",
+        base=parse_ref("127.0.0.1:5000/a/b@sha256:" + "ab" * 32),
+        lock=load_lock(wild),
+        seed=0,
+        determinism="warn",
+        builder_version="0",
+        build_lock=load_lock(PROJECT / "build-requirements.lock"),
+        mount_install=mount_install,
+    )
+    text = render_dockerfile(spec)
+    where = "/.reprobuild" if mount_install else "/tmp/reprobuild"
+    built = "/opt/reprobuild/built" if mount_install else "/tmp/reprobuild/built"
+    hashed = text.index(f"-r {where}/requirements.lock")
+    assert hashed < text.index(f"$install --no-index --no-deps {built}/*.whl")
+    assert text.index("AS sdist-build") < text.index("COPY --from=sdist-build")
+    only = dataclasses.replace(spec, lock=load_lock(PROJECT / "uv.lock"))
+    assert "-r " + where + "/requirements.lock" not in render_dockerfile(only)

@@ -316,7 +316,10 @@ def _build_lock_file(
     result: InitResult,
 ) -> dict[str, str]:
     """The build-requirements lock for the sdists the lock builds, as {file name: text}
-    (empty: it builds none)."""
+    (empty: it builds none, or it is a requirements lock init resolves, written later: the
+    requirements format records no sdist to build)."""
+    if not (root / lock_name).is_file():
+        return {}
     text = services.build_lock(root / lock_name, python, options.extras, options.groups)
     if text is None:
         return {}

@@ -21,7 +21,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
-ROOT = Path("/.reprobuild-build")
+# The stage's fixed build root (a test runs the script on the host under another).
+ROOT = Path(os.environ.get("REPROBUILD_BUILD_ROOT", "/.reprobuild-build"))
 OUT = ROOT / "out"
 
 
