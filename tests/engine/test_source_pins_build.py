@@ -2,8 +2,9 @@
 
 A uv workspace (locked by uv itself) whose project depends on an editable workspace member
 (``packages/core``) and on a git dependency pinned by commit (a ``file://`` repository made
-here with real git: GitHub is not reachable from CI). ``reprobuild build-lock`` packs both
-into deterministic source archives and pins their build requirements; ``reprobuild image``
+here with real git: GitHub is not reachable from CI). ``reprobuild init`` packs both into
+deterministic source archives, pins their build requirements and says so in reprobuild.yaml's
+comment; ``reprobuild image``
 builds them into wheels on the base in the wheel-build stage; both import inside the image,
 and the manifest names each archive (sha256) beside the wheel built from it.
 """
@@ -27,13 +28,14 @@ def test_git_commit_and_editable_member_build_and_import(
 ) -> None:
     project, commit = make_uv_workspace(tmp_path)
     (project / "train.py").write_text("import core, gitdep\nprint(core.NAME, gitdep.VALUE)\n")
-    (project / "reprobuild.yaml").write_text(
-        "name: reprobuild-test/sourcepins\nlock: uv.lock\nbase:\n  cpu: python-3.11-slim-bookworm\n"
-        'seed: 7\ndeterminism: warn\ninclude:\n  - train.py\ncommand: ["python", "train.py"]\n'
-        'select:\n  python: "3.11"\nbuild_lock: build-requirements.lock\n'
-    )
-    made = run_cli("build-lock", str(project), env=ENV)
-    assert made.returncode == 0, made.stderr[-3000:]
+    init = run_cli("init", str(project), "--command", "python train.py", "--python", "3.11")
+    assert init.returncode == 0, init.stderr[-3000:]
+    config = (project / "reprobuild.yaml").read_text()
+    assert "build_lock: build-requirements.lock" in config
+    comments = config[config.index("# Installed from source:") :].splitlines()
+    assert comments[1].endswith("its source is copied into the image with `include`")
+    assert "core is built into a wheel in the image from the project's folder" in comments[2]
+    assert f"gitdep is built into a wheel in the image from git file://{tmp_path}" in comments[3]
     build_lock = (project / "build-requirements.lock").read_text()
     assert "core==0.3.0 builds with: setuptools>=61" in build_lock
     assert "gitdep==1.2.0 builds with: setuptools>=61" in build_lock
