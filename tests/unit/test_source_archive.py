@@ -71,6 +71,10 @@ def test_path_archive_ignores_mtimes_caches_and_vcs(tmp_path: Path) -> None:
     (member / "run.sh").write_text("#!/bin/sh\n")
     (member / "run.sh").chmod(0o755)
     (member / "link.py").symlink_to("src/core/__init__.py")
+    (member / "build").mkdir()  # a build folder at the top is left out, a subpackage kept
+    (member / "build" / "lib.txt").write_text("left over\n")
+    (member / "src" / "core" / "build").mkdir()
+    (member / "src" / "core" / "build" / "__init__.py").write_text("")
     pin = SourcePin("core", "0.3.0", "path", "packages/core", editable=True)
     first = pack_path(pin, tmp_path, tmp_path / "uv.lock")
     os.utime(member / "pyproject.toml", (1, 1))
@@ -79,7 +83,12 @@ def test_path_archive_ignores_mtimes_caches_and_vcs(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(first.data), mode="r:gz") as tar:
         modes = {m.name.split("/", 1)[1]: m.mode for m in tar.getmembers() if m.isfile()}
         link = tar.getmember("core-0.3.0/link.py")
-    assert modes == {"pyproject.toml": 0o644, "run.sh": 0o755, "src/core/__init__.py": 0o644}
+    assert modes == {
+        "pyproject.toml": 0o644,
+        "run.sh": 0o755,
+        "src/core/__init__.py": 0o644,
+        "src/core/build/__init__.py": 0o644,
+    }
     assert link.issym() and link.linkname == "src/core/__init__.py"
 
 
@@ -117,6 +126,10 @@ def test_archive_sources_writes_content_addressed_records(tmp_path: Path) -> Non
     git = records["gitdep"]
     assert git is not None and git.origin == f"git file://{tmp_path}/gitdep@{commit}"
     assert "built from gitdep-1.2.0.tar.gz sha256:" in lock.render(index_options=False)
+    # the commit is packed once: with its repository gone, the archive comes from the cache
+    (tmp_path / "gitdep").rename(tmp_path / "gone")
+    again = archive_sources(load_lock(project / "uv.lock"), project, tmp_path / "cache", SLIM)
+    assert again.sources == lock.sources
 
 
 def _tar(files: dict[str, str]) -> bytes:

@@ -9,7 +9,8 @@ no file name. Its sha256 and, for git, the commit go into the
 :class:`~reprobuild.locks.records.SourceArchive` record the wheel-build stage builds from, as
 it builds an sdist.
 
-git: the repository is fetched into a temporary bare repository with ``git fetch --depth 1 --
+git: the repository is fetched (once per commit: an archive made before is reused from the
+cache, its sha256 checked) into a temporary bare repository with ``git fetch --depth 1 --
 URL COMMIT`` (a full fetch when the server refuses a commit by id), checked to hold exactly
 that commit, and the tree is read with ``git archive`` (submodules are not fetched). git runs
 with no system or global configuration, no terminal prompt, and only the https, ssh and file
@@ -18,7 +19,7 @@ protocols allowed; the URL comes after ``--``.
 path: the folder is walked with no symlink followed; a symlink whose target resolves outside
 the project, or the folder itself resolving outside it, is refused. Version-control folders,
 caches, virtual environments, ``build/``, ``dist/``, ``*.egg-info`` and ``*.pyc`` are left
-out (:data:`SKIPPED`).
+out (:data:`SKIPPED` anywhere, :data:`SKIPPED_AT_TOP` at the top of the folder).
 """
 
 from __future__ import annotations
@@ -62,18 +63,15 @@ SKIPPED = frozenset(
         ".hg",
         ".svn",
         "__pycache__",
-        ".venv",
-        "venv",
         ".tox",
         ".nox",
         ".mypy_cache",
         ".pytest_cache",
         ".ruff_cache",
-        "node_modules",
-        "build",
-        "dist",
     }
 )
+# Left out only at the top of the package's folder (a subpackage may be named `build`).
+SKIPPED_AT_TOP = frozenset({".venv", "venv", "node_modules", "build", "dist"})
 # The largest archive made (a project folder with data in it is not a package).
 MAX_ARCHIVE_BYTES = 512 << 20
 _GIT_TIMEOUT_S = 600
@@ -107,7 +105,8 @@ def archive_sources(lock: Lock, project: Path, dest: Path, base: BaseTools | Non
     packed: list[tuple[SourcePin, Packed]] = []
     for pin in lock.source_pins:
         if pin.kind == "git":
-            packed.append((pin, pack_git(pin, lock.path)))
+            # a commit never changes: one packed before is taken from dest, with no fetch
+            packed.append((pin, _packed_before(pin, dest) or pack_git(pin, lock.path)))
         else:
             packed.append((pin, pack_path(pin, project, lock.path)))
     if base is not None:
@@ -122,6 +121,8 @@ def archive_sources(lock: Lock, project: Path, dest: Path, base: BaseTools | Non
     added: list[Requirement] = []
     for pin, archive in packed:
         source = _write(archive, dest)
+        if pin.kind == "git":
+            _remember(pin, source, dest)
         added.append(
             Requirement(
                 name=pin.name,
@@ -133,6 +134,32 @@ def archive_sources(lock: Lock, project: Path, dest: Path, base: BaseTools | Non
         )
     requirements = sorted([*lock.requirements, *added], key=lambda r: (r.name, r.marker or ""))
     return replace(lock, requirements=tuple(requirements), source_pins=())
+
+
+def _git_key(pin: SourcePin) -> str:
+    text = "\n".join((pin.location, pin.commit or "", pin.subdirectory or "", archive_name(pin)))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _packed_before(pin: SourcePin, dest: Path) -> Packed | None:
+    """The archive of ``pin``'s commit made earlier into ``dest`` (its bytes checked against
+    the sha256 recorded then), or None."""
+    index = dest / "git" / _git_key(pin)
+    try:
+        hexdigest = index.read_text(encoding="ascii").strip()
+        data = (dest / hexdigest / archive_name(pin)).read_bytes()
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = Packed(archive_name(pin), data)
+    return found if found.sha256 == f"sha256:{hexdigest}" else None
+
+
+def _remember(pin: SourcePin, source: SourceArchive, dest: Path) -> None:
+    index = dest / "git" / _git_key(pin)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    partial = index.with_name(f".{index.name}.partial")
+    partial.write_text(source.hex + "\n", encoding="ascii")
+    partial.replace(index)
 
 
 def with_archives(lock: Lock, base: BaseTools | None = None) -> Lock:
@@ -257,8 +284,12 @@ def _walk(top: Path) -> list[Path]:
 
     for dirpath, dirnames, filenames in os.walk(top, onerror=fail):
         here = Path(dirpath)
+        top_level = here == top
         dirnames[:] = sorted(
-            d for d in dirnames if d not in SKIPPED and not d.endswith(".egg-info")
+            d
+            for d in dirnames
+            if d not in SKIPPED
+            and not (top_level and (d in SKIPPED_AT_TOP or d.endswith(".egg-info")))
         )
         found.extend(here / d for d in dirnames if (here / d).is_symlink())
         found.extend(here / n for n in filenames if not n.endswith((".pyc", ".pyo")))
