@@ -257,3 +257,63 @@ def registry_digest(ref: str) -> str:
     )
     assert answer.status_code == 200, (ref, answer.status_code)
     return answer.headers["Docker-Content-Digest"]
+
+
+# --- source pins: a git repository and a uv workspace made for a test (issue 39) -----------
+
+
+def _uv_bin() -> str:
+    from uv import find_uv_bin
+
+    return str(find_uv_bin())
+
+
+def git_in(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+def make_git_package(root: Path, name: str = "gitdep", version: str = "1.2.0") -> str:
+    """A one-commit git repository holding a setuptools package; its commit."""
+    root.mkdir(parents=True)
+    (root / "src" / name).mkdir(parents=True)
+    (root / "pyproject.toml").write_text(
+        f'[project]\nname = "{name}"\nversion = "{version}"\n\n[build-system]\n'
+        'requires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    (root / "src" / name / "__init__.py").write_text("VALUE = 42\n")
+    git_in(root, "init", "-q", "-b", "main")
+    git_in(root, "add", "-A")
+    git_in(root, "commit", "-qm", "init")
+    return git_in(root, "rev-parse", "HEAD")
+
+
+def make_uv_workspace(tmp: Path, rev: str = "") -> tuple[Path, str]:
+    """A uv project with an editable workspace member (packages/core) and a git dependency,
+    locked by uv; the project folder and the git commit."""
+    commit = make_git_package(tmp / "gitdep")
+    project = tmp / "proj"
+    (project / "packages" / "core" / "src" / "core").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "demo"\nversion = "0.1.0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["gitdep", "core"]\n\n[tool.uv.sources]\n'
+        f'gitdep = {{ git = "file://{tmp}/gitdep", rev = "{rev or commit}" }}\n'
+        'core = { workspace = true }\n\n[tool.uv.workspace]\nmembers = ["packages/*"]\n\n'
+        '[build-system]\nrequires = ["setuptools>=61"]\n'
+        'build-backend = "setuptools.build_meta"\n'
+    )
+    (project / "packages" / "core" / "pyproject.toml").write_text(
+        '[project]\nname = "core"\nversion = "0.3.0"\n\n[build-system]\n'
+        'requires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    (project / "packages" / "core" / "src" / "core" / "__init__.py").write_text('NAME = "core"\n')
+    subprocess.run(
+        [_uv_bin(), "lock", "--offline", "--quiet"], cwd=project, check=True, capture_output=True
+    )
+    return project, commit

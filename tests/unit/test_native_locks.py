@@ -152,7 +152,7 @@ def test_uv_lock_requires_python_excluding_the_image(tmp_path: Path) -> None:
         load_lock(path, Selection(python="3.12"))  # past requires-python: the local wheels
 
 
-def test_uv_lock_git_source_is_refused(tmp_path: Path) -> None:
+def test_uv_lock_git_source_without_commit_is_refused(tmp_path: Path) -> None:
     path = _edit(
         tmp_path,
         NATIVE / "uv-extras" / "uv.lock",
@@ -160,7 +160,11 @@ def test_uv_lock_git_source_is_refused(tmp_path: Path) -> None:
         'name = "jinja2"\nversion = "3.1.6"\nsource = { git = "https://github.com/pallets/jinja'
         '?rev=main#0123" }',
     )
-    with pytest.raises(LockfileError, match=r"package jinja2 comes from a git repository"):
+    with pytest.raises(
+        LockfileError,
+        match=r"uv\.lock:\d+: package jinja2 comes from git 'https://github\.com/pallets/jinja' "
+        r"at '0123': a full 40-hex commit is required",
+    ):
         load_lock(path)
 
 
@@ -251,7 +255,7 @@ def test_pipfile_lock_without_hash_or_from_git_is_refused() -> None:
     with pytest.raises(LockfileError, match=r"package numpy 2\.4\.6 has no hashes"):
         parse_lock_bytes(_pipfile({"numpy": {"version": "==2.4.6"}}), Path("Pipfile.lock"))
     git = {"mylib": {"git": "https://github.com/x/y.git", "ref": "abc"}}
-    with pytest.raises(LockfileError, match=r"package mylib comes from a git repository"):
+    with pytest.raises(LockfileError, match=r"package mylib comes from git .* at 'abc': a full"):
         parse_lock_bytes(_pipfile(git), Path("Pipfile.lock"))
 
 

@@ -695,7 +695,13 @@ def _built_from_source(engine: Prober, spec: RenderSpec, image: str) -> list[dic
     got = {b["name"]: b["sdist_sha256"] for b in data}
     if got != want:
         raise EngineError(f"{what} does not list the lock's sdists: {sorted(got)}")
-    return [{k: str(b[k]) for k in BUILT_KEYS} for b in sorted(data, key=lambda b: b["name"])]
+    # A git commit or a project folder packed on the host: where it came from (the commit).
+    origins = {r.name: r.source.origin for r in spec.lock.sources if r.source and r.source.origin}
+    return [
+        {k: str(b[k]) for k in BUILT_KEYS}
+        | ({"origin": origins[b["name"]]} if b["name"] in origins else {})
+        for b in sorted(data, key=lambda b: b["name"])
+    ]
 
 
 def _gpu_stack(

@@ -11,6 +11,7 @@ from pathlib import Path
 from reprobuild.bases.catalog import eol_warning, load_catalog, python_eol
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
+from reprobuild.locks.sourcearchive import with_archives
 from reprobuild.locks.wheels import fetch_sources
 from reprobuild.project.init import Services
 
@@ -30,6 +31,7 @@ def build_lock_text(lock: Lock, python: str, uv: str) -> str | None:
     """The build-requirements lock for the sdists ``lock`` builds on CPython ``python``
     (:mod:`reprobuild.locks.buildlock`), each sdist fetched and hash-checked first; None when
     it builds none."""
+    lock = with_archives(lock)  # git commits and project folders, packed on the host
     if not lock.sources:
         return None
 

@@ -27,6 +27,7 @@ from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, Unkno
 from reprobuild.imaging.render import FileEntry, Kind, RenderSpec
 from reprobuild.imaging.runtimefiles import runtime_package
 from reprobuild.locks.buildlock import load_build_lock
+from reprobuild.locks.buildneeds import base_tools, check_buildable
 from reprobuild.locks.lockfile import (
     NATIVE_NAMES,
     Lock,
@@ -35,6 +36,9 @@ from reprobuild.locks.lockfile import (
     format_of_file,
     load_lock,
 )
+from reprobuild.locks.records import SourceArchive
+from reprobuild.locks.sourcearchive import with_archives
+from reprobuild.locks.wheels import cache_root
 from reprobuild.project.config import ProjectConfig, load_config, select_variant
 
 _SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".reprobuild"}
@@ -190,6 +194,7 @@ def plan_build(
     base_python: str | None = None
     new_base: LockedBase | None = None
     notes: tuple[str, ...] = ()
+    locked_versions: dict[str, str] = {}
     if base:
         base_ref = parse_pinned(base, what="--base")
         # the project's own catalog base given by digest (rebuild does so): its Python is known
@@ -206,6 +211,7 @@ def plan_build(
         notes = (note,) if note else ()
         base_ref, known_entrypoint = locked.ref, locked.entrypoint
         base_python = locked.versions.get("python")
+        locked_versions = dict(locked.versions)
     else:
         try:
             base_ref = parse_pinned(base_value, what=f"base.{variant}")
@@ -219,6 +225,17 @@ def plan_build(
         )
     ca_bytes = _read_ca(ca_cert) if ca_cert is not None else None
     lock = read_lock(config, lock_path, base_python)
+    # git commits and project folders the lock installs, packed on the host into source
+    # archives; each archive, and each sdist already in the host's cache, checked against what
+    # the base can build before anything is fetched or built (reprobuild.locks.buildneeds).
+    tools = base_tools(
+        base_value if base is None else base,
+        locked_versions,
+        config.apt,
+        gpu=gpu,
+    )
+    lock = with_archives(lock, tools)
+    check_buildable(lock, tools, cached_source)
     # The sdists the lock builds need their pinned build requirements (one line if missing or
     # stale; render never resolves anything itself).
     image_python = lock_selection(config, lock_path, base_python).python
@@ -256,6 +273,12 @@ def plan_build(
         notes=notes,
         warnings=(warning,) if warning else (),
     )
+
+
+def cached_source(source: SourceArchive) -> Path | None:
+    """Where the host's cache keeps a fetched sdist (``fetch_sources``'s name), if it does."""
+    cached = cache_root() / "sources" / f"{source.hex}-{source.filename}"
+    return cached if cached.is_file() else None
 
 
 def record_new_base(plan: Plan, log: Callable[[str], None]) -> None:

@@ -249,6 +249,7 @@ def _python_dists(manifest: Manifest, lock: Lock, facts: dict[str, Any]) -> Iter
                     "reprobuild:built_from_sdist": (
                         f"{made['sdist']} {made['sdist_sha256']}" if made else ""
                     ),
+                    "reprobuild:source_origin": made.get("origin", "") if made else "",
                 }
             ),
         )

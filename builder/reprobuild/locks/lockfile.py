@@ -42,9 +42,10 @@ from reprobuild.locks.records import (
     LockChoice,
     LockFormat,
     Requirement,
+    SourcePin,
     decode_lock,
 )
-from reprobuild.locks.requirements import parse_requirements
+from reprobuild.locks.requirements import parse_requirements, read_requirements
 from reprobuild.locks.uvlock import parse_uvlock
 
 __all__ = [
@@ -175,6 +176,7 @@ def parse_lock_bytes(
         fmt = format_of(path, data[:SNIFF_BYTES])
     text = decode_lock(data, path)
     notes: tuple[str, ...] = ()
+    sources: tuple[SourcePin, ...] = ()
     choice: LockChoice | None = None
     if fmt in NATIVE_NAMES.values():
         chosen = selection or Selection()
@@ -182,15 +184,16 @@ def parse_lock_bytes(
     if fmt == "pylock":
         requirements, options = parse_pylock(text, path)
     elif fmt == "uv":
-        requirements, options, notes = parse_uvlock(text, path, selection)
+        requirements, options, notes, sources = parse_uvlock(text, path, selection)
     elif fmt == "poetry":
-        requirements, options, notes = parse_poetrylock(text, path, selection)
+        requirements, options, notes, sources = parse_poetrylock(text, path, selection)
     elif fmt == "pipfile":
-        requirements, options, notes = parse_pipfilelock(text, path, selection)
+        requirements, options, notes, sources = parse_pipfilelock(text, path, selection)
     elif fmt == "pdm":
-        requirements, options, notes = parse_pdmlock(text, path, selection)
+        requirements, options, notes, sources = parse_pdmlock(text, path, selection)
     else:
-        requirements, options = parse_requirements(text, path)
+        requirements, options, sources = read_requirements(text, path)
+    notes += tuple(_source_note(path, pin) for pin in sources)
     return Lock(
         path=path,
         sha256=hashlib.sha256(data).hexdigest(),
@@ -199,4 +202,21 @@ def parse_lock_bytes(
         options=options,
         notes=notes,
         choice=choice,
+        source_pins=sources,
+    )
+
+
+def _source_note(path: Path, pin: SourcePin) -> str:
+    """What init's comment says about a package built from source."""
+    if pin.kind == "git":
+        where = f"git {pin.location} at commit {pin.commit}"
+        if pin.subdirectory:
+            where += f" (folder {pin.subdirectory})"
+    else:
+        where = f"the project's folder {pin.location}"
+        if pin.editable:
+            where += " (editable in the lock)"
+    return (
+        f"{path.name}: {pin.name} is built into a wheel in the image from {where}, "
+        "archived on the host (deterministic tar.gz, sha256 in the manifest)"
     )

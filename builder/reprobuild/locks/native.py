@@ -31,6 +31,7 @@ from reprobuild.locks.records import (
     IndexOptions,
     Requirement,
     SourceArchive,
+    SourcePin,
     check_hash,
     hash_problem,
     index_url_problem,
@@ -610,9 +611,19 @@ class Pins:
     def __init__(self) -> None:
         self._chosen: dict[str, tuple[str, tuple[str, ...], int, SourceArchive | None]] = {}
         self.indexes: list[str] = []
+        self._sources: dict[str, SourcePin] = {}
 
     def __bool__(self) -> bool:
-        return bool(self._chosen)
+        return bool(self._chosen) or bool(self._sources)
+
+    def source(self, pin: SourcePin) -> None:
+        """Pin a package built from a git commit or a project directory (see
+        :mod:`reprobuild.locks.sources`); the first pin of a name stays."""
+        self._sources.setdefault(pin.name, pin)
+
+    def source_pins(self) -> tuple[SourcePin, ...]:
+        """The source pins, sorted by name."""
+        return tuple(sorted(self._sources.values(), key=lambda p: p.name))
 
     def version_of(self, name: str) -> str | None:
         """The version pinned for ``name`` so far (``None`` when none is)."""

@@ -29,23 +29,20 @@ from reprobuild.locks.native import (
     source_refusal,
     wheel_hashes,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, SourcePin, quoted
+from reprobuild.locks.sources import git_pin, path_pin
 
 __all__ = ["parse_pdmlock"]
 
 _HINT = "relock with `pdm lock`"
-_SOURCE_KEYS = {
-    "git": "git repository",
-    "path": "local path",
-    "url": "direct URL",
-    "editable": "local editable directory",
-}
+_SOURCE_KEYS = {"url": "direct URL"}
 
 
 def parse_pdmlock(
     text: str, path: Path, selection: Selection | None = None
-) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
-    """Parse ``pdm.lock`` text for ``selection``; return requirements, options and notes."""
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...], tuple[SourcePin, ...]]:
+    """Parse ``pdm.lock`` text for ``selection``; return requirements, options, notes and
+    the packages built from a git commit (``revision``) or a project directory (``path``)."""
     path = Path(path)
     doc, lines, selection = open_toml_lock(text, path, selection, _HINT)
     metadata = _metadata(doc, path, lines)
@@ -57,6 +54,9 @@ def parse_pdmlock(
         line = lines.header_of(position, len(raw))
         picked = _package(entry, wanted, selection, path, lines, line)
         if picked is None:
+            continue
+        if isinstance(picked, SourcePin):
+            pins.source(picked)
             continue
         name, version_text, hashes = picked
         other = pins.version_of(name)
@@ -70,7 +70,7 @@ def parse_pdmlock(
         pins.pin(name, version_text, hashes, line, keep_first=True)
     if not pins:
         raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)
-    return pins.requirements(), pins.index_options(), ()
+    return pins.requirements(), pins.index_options(), (), pins.source_pins()
 
 
 def _metadata(doc: dict[str, Any], path: Path, lines: LockLines) -> dict[str, Any]:
@@ -151,7 +151,7 @@ def _package(
     path: Path,
     lines: LockLines,
     line: int,
-) -> tuple[str, str, tuple[str, ...]] | None:
+) -> tuple[str, str, tuple[str, ...]] | SourcePin | None:
     name = check_name(entry.get("name"), path, line or None)
     groups = entry.get("groups")
     if not isinstance(groups, list):
@@ -166,6 +166,9 @@ def _package(
     marker = check_marker(entry.get("marker"), f"package {name}", path, line or None)
     if not selection.marker_holds(marker):
         return None
+    source = _source(entry, name, path, line)
+    if source is not None:
+        return source
     for key, kind in _SOURCE_KEYS.items():
         if entry.get(key):
             raise LockfileError(
@@ -186,3 +189,33 @@ def _package(
 
     hashes = wheel_hashes(pairs, name, version, selection, path, locate, _HINT)
     return name, version, hashes
+
+
+def _source(entry: dict[str, Any], name: str, path: Path, line: int) -> SourcePin | None:
+    """A git entry (``git``, ``revision``: the commit PDM resolved) or a local one (``path``,
+    or ``editable`` as a path in older PDMs); None for a package from an index."""
+    version = entry.get("version")
+    version_text = check_version(version, f"package {name}", path, line or None) if version else "0"
+    git = entry.get("git")
+    if isinstance(git, str):
+        subdirectory = entry.get("subdirectory")
+        return git_pin(
+            name,
+            version_text,
+            git,
+            _text(entry.get("revision")),
+            path,
+            line or None,
+            subdirectory=subdirectory if isinstance(subdirectory, str) else None,
+        )
+    where = entry.get("path")
+    editable = entry.get("editable")
+    if isinstance(editable, str) and not isinstance(where, str):
+        where, editable = editable, True
+    if isinstance(where, str):
+        return path_pin(name, version_text, where, path, line or None, editable=bool(editable))
+    return None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

@@ -26,7 +26,15 @@ from reprobuild.locks.native import (
     open_json_lock,
     source_refusal,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, check_hash, hash_problem, quoted
+from reprobuild.locks.records import (
+    IndexOptions,
+    Requirement,
+    SourcePin,
+    check_hash,
+    hash_problem,
+    quoted,
+)
+from reprobuild.locks.sources import git_pin, path_pin
 
 __all__ = ["parse_pipfilelock"]
 
@@ -44,8 +52,9 @@ _SOURCE_KEYS = {
 
 def parse_pipfilelock(
     text: str, path: Path, selection: Selection | None = None
-) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
-    """Parse ``Pipfile.lock`` text for ``selection``; return requirements, options and notes."""
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...], tuple[SourcePin, ...]]:
+    """Parse ``Pipfile.lock`` text for ``selection``; return requirements, options, notes and
+    the packages built from a git commit (``ref``) or a project directory (``path``)."""
     path = Path(path)
     doc, lines, selection = open_json_lock(text, path, selection, _HINT)
     meta = _meta(doc, selection, path, lines)
@@ -53,11 +62,12 @@ def parse_pipfilelock(
     sources = _sources(meta, path, lines)
     pins = Pins()
     pins.indexes.append(next(iter(sources.values())))  # the first source is the index
+    notes: list[str] = []
     for section in _sections(selection):
-        _pin_section(doc, section, sources, selection, path, lines, pins)
+        _pin_section(doc, section, sources, selection, path, lines, pins, notes)
     if not pins:
         raise LockfileError(path, None, "pins no package for the sections asked for", hint=_HINT)
-    return pins.requirements(), pins.index_options(), ()
+    return pins.requirements(), pins.index_options(), tuple(notes), pins.source_pins()
 
 
 def _meta(doc: object, selection: Selection, path: Path, lines: LockLines) -> dict[str, Any]:
@@ -102,6 +112,7 @@ def _pin_section(
     path: Path,
     lines: LockLines,
     pins: Pins,
+    notes: list[str],
 ) -> None:
     """Pin the entries of one section whose marker holds (a later section's pin of the same
     version replaces an earlier one; another version is refused)."""
@@ -120,6 +131,17 @@ def _pin_section(
         line = lines.find(f'"{raw_name}"', start)
         req = _entry(raw_name, entry, section, sources, selection, path, line)
         if req is None:
+            continue
+        if isinstance(req, SourcePin):
+            if req.kind == "path" and req.location == ".":
+                note = (
+                    f"{path.name}: the project {req.name} itself is not installed from the lock: "
+                    "its source is copied into the image with `include`"
+                )
+                if note not in notes:
+                    notes.append(note)
+            else:
+                pins.source(req)
             continue
         name, version, hashes, index = req
         other = pins.version_of(name)
@@ -178,7 +200,7 @@ def _entry(
     selection: Selection,
     path: Path,
     line: int | None,
-) -> tuple[str, str, tuple[str, ...], str] | None:
+) -> tuple[str, str, tuple[str, ...], str] | SourcePin | None:
     name = check_name(raw_name, path, line)
     label = f"package {name}"
     if not isinstance(entry, dict):
@@ -186,6 +208,12 @@ def _entry(
     marker = check_marker(entry.get("markers"), label, path, line)
     if not selection.marker_holds(marker):
         return None
+    if isinstance(entry.get("git"), str):
+        return git_pin(name, "0", entry["git"], _text(entry.get("ref")), path, line)
+    if isinstance(entry.get("path"), str) and "file" not in entry:
+        return path_pin(
+            name, "0", entry["path"], path, line, editable=entry.get("editable") is True
+        )
     for key, kind in _SOURCE_KEYS.items():
         if key in entry and entry[key] not in (False, None):
             raise LockfileError(
@@ -223,3 +251,7 @@ def _entry(
     if not any(h.startswith("sha256:") for h in out):
         raise LockfileError(path, line, f"{label} {version} has no sha256 hash", hint=_HINT)
     return name, version, tuple(sorted(set(out))), sources[index_name]
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

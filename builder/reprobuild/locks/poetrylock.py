@@ -54,7 +54,8 @@ from reprobuild.locks.native import (
     source_refusal,
     wheel_hashes,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, SourcePin, quoted
+from reprobuild.locks.sources import git_pin, path_pin
 
 __all__ = ["content_hashes", "parse_poetrylock", "poetry_allows"]
 
@@ -143,8 +144,9 @@ def _clause_allows(clause: str, want: Version) -> bool:
 
 def parse_poetrylock(
     text: str, path: Path, selection: Selection | None = None
-) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
-    """Parse ``poetry.lock`` text (and the pyproject.toml beside it) for ``selection``."""
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...], tuple[SourcePin, ...]]:
+    """Parse ``poetry.lock`` text (and the pyproject.toml beside it) for ``selection``:
+    requirements, index options, notes, and the packages built from git or a directory."""
     path = Path(path)
     doc, lines, selection = open_toml_lock(text, path, selection, _HINT)
     metadata, version = _metadata(doc, path, lines)
@@ -160,11 +162,45 @@ def parse_poetrylock(
     reached = _reached(version, pyproject, packages, selection, path)
     pins = Pins()
     for name, (entry, line) in sorted(reached.items(), key=lambda kv: kv[1][1]):
+        source = _source_pin(name, entry, line, path)
+        if source is not None:
+            pins.source(source)
+            continue
         version_text, hashes, index = _pins(entry, line, files_table, selection, path, lines)
         # a package with no [package.source] comes from PyPI
         pins.pin(name, version_text, hashes, line, index or _PYPI)
     # PyPI first: the others are extra indexes
-    return pins.requirements(), pins.index_options(_PYPI), _notes(pyproject, path)
+    return (
+        pins.requirements(),
+        pins.index_options(_PYPI),
+        _notes(pyproject, path),
+        pins.source_pins(),
+    )
+
+
+def _source_pin(name: str, entry: dict[str, Any], line: int, path: Path) -> SourcePin | None:
+    """A package from git (``resolved_reference``, the commit Poetry resolved) or a local
+    directory (``develop = true``: editable); None for one from an index."""
+    source = entry.get("source")
+    if not isinstance(source, dict) or source.get("type") not in ("git", "directory"):
+        return None
+    version = check_version(entry.get("version"), f"package {name}", path, line or None)
+    url = source.get("url")
+    if not isinstance(url, str):
+        raise LockfileError(path, line or None, f"package {name}: its source has no 'url'")
+    if source["type"] == "git":
+        resolved = source.get("resolved_reference")
+        subdirectory = source.get("subdirectory")
+        return git_pin(
+            name,
+            version,
+            url,
+            resolved if isinstance(resolved, str) else source.get("reference"),
+            path,
+            line or None,
+            subdirectory=subdirectory if isinstance(subdirectory, str) else None,
+        )
+    return path_pin(name, version, url, path, line or None, editable=entry.get("develop") is True)
 
 
 def _metadata(doc: dict[str, Any], path: Path, lines: LockLines) -> tuple[dict[str, Any], str]:
@@ -482,8 +518,8 @@ class _Walk:
         while stack:
             dep, parent = stack.pop()
             name, constraint, _m, _p, _o, extras = dep
-            if constraint.startswith("@"):
-                kind, _, where = constraint[1:].partition(":")
+            kind, _, where = constraint[1:].partition(":")
+            if constraint.startswith("@") and not self.by_source(name, kind):
                 raise LockfileError(
                     self.path,
                     None,
@@ -491,7 +527,10 @@ class _Walk:
                     + f" (required by {parent})",
                     hint=SOURCE_HINT,
                 )
-            entry, line = self.pick(canonicalize_name(name), constraint, parent)
+            if constraint.startswith("@"):
+                entry, line = self.by_source(name, kind)[0]
+            else:
+                entry, line = self.pick(canonicalize_name(name), constraint, parent)
             key = canonicalize_name(name)
             other = self.reached.get(key)
             if other is not None and other[0] is not entry:
@@ -519,6 +558,17 @@ class _Walk:
                     for d in children
                     if canonicalize_name(d[0]) in names and self.holds(d, (extra,))
                 )
+
+    def by_source(self, name: str, kind: str) -> list[tuple[dict[str, Any], int]]:
+        """The one locked entry of ``name`` from a git or path source (empty when there is
+        not exactly one, or the kind is a URL, which stays refused)."""
+        types = {"git": ("git",), "path": ("directory",)}.get(kind, ())
+        found = [
+            (entry, line)
+            for entry, line in self.packages.get(canonicalize_name(name), [])
+            if isinstance(entry.get("source"), dict) and entry["source"].get("type") in types
+        ]
+        return found if len(found) == 1 else []
 
     def pick(self, name: str, constraint: str, parent: str) -> tuple[dict[str, Any], int]:
         candidates = self.packages.get(name, [])

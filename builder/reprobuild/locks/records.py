@@ -134,6 +134,9 @@ class SourceArchive:
     sha256: str
     url: str | None = None
     local: Path | None = None
+    # Where a host-made archive came from, for the manifest and the SBOM: ``git <url>@<commit>``
+    # or ``path <folder>`` (:meth:`SourcePin.describe`); None for an sdist from an index.
+    origin: str | None = None
 
     def __post_init__(self) -> None:
         if not SOURCE_ARCHIVE_RE.fullmatch(self.filename):
@@ -202,6 +205,39 @@ class IndexOptions:
         return out
 
 
+SourceKind = Literal["git", "path"]
+
+
+@dataclass(frozen=True)
+class SourcePin:
+    """A package the lock installs from source, not from an index: a git repository at one
+    commit, or a directory of the project (a workspace member, a ``path`` dependency).
+
+    ``location`` is the git URL with no ``rev``/fragment (``kind == "git"``, ``commit`` its full
+    40-hex commit), or the directory as a POSIX path relative to the lock's folder (``kind ==
+    "path"``, ``commit`` None), checked to stay inside it. ``version`` is as locked (``"0"``
+    when the lock records none). The host turns each into a deterministic source archive
+    (:mod:`reprobuild.locks.sourcearchive`) that the image builds into a wheel like an sdist.
+    """
+
+    name: str
+    version: str
+    kind: SourceKind
+    location: str
+    commit: str | None = None
+    editable: bool = False
+    line: int = 0
+    # A git source's package folder inside the repository (uv's ``subdirectory``), or None.
+    subdirectory: str | None = None
+
+    def describe(self) -> str:
+        """``git https://host/repo.git@<commit>`` or ``path packages/core (editable)``."""
+        if self.kind == "git":
+            sub = f" ({self.subdirectory})" if self.subdirectory else ""
+            return f"git {self.location}@{self.commit}{sub}"
+        return f"path {self.location}" + (" (editable)" if self.editable else "")
+
+
 @dataclass(frozen=True)
 class Lock:
     """A parsed lockfile: every requirement pinned and hashed, plus its index options."""
@@ -216,6 +252,10 @@ class Lock:
     notes: tuple[str, ...] = ()
     # A native lock's extras and groups as asked; None for the requirements and pylock formats.
     choice: LockChoice | None = None
+    # The packages installed from a git commit or a project directory, not yet archived (by
+    # name): :func:`reprobuild.locks.sourcearchive.archive_sources` packs each on the host and
+    # turns it into a Requirement with a SourceArchive, as an sdist is.
+    source_pins: tuple[SourcePin, ...] = ()
 
     @property
     def format_name(self) -> str:

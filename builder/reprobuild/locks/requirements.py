@@ -23,6 +23,7 @@ from reprobuild.locks.records import (
     VCS_PREFIXES,
     IndexOptions,
     Requirement,
+    SourcePin,
     check_duplicates,
     check_hash,
     hash_problem,
@@ -32,6 +33,7 @@ from reprobuild.locks.records import (
     quoted,
     sorted_requirements,
 )
+from reprobuild.locks.sources import git_pin
 
 # pip's comment rule: '#' at the start of a line or after whitespace.
 _COMMENT_RE = re.compile(r"(^|\s+)#.*$")
@@ -79,9 +81,25 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def parse_requirements(text: str, path: Path) -> tuple[tuple[Requirement, ...], IndexOptions]:
-    """Parse hashed requirements text; return the requirements (sorted) and index options."""
-    path = Path(path)
+    """Parse hashed requirements text; return the requirements (sorted) and index options.
+    A git requirement is refused (see :func:`read_requirements` for a lock that may hold them)."""
+    requirements, options, _sources = _parse(text, Path(path), allow_sources=False)
+    return requirements, options
+
+
+def read_requirements(
+    text: str, path: Path
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[SourcePin, ...]]:
+    """Like :func:`parse_requirements`, and also the git requirements pinned by commit
+    (``name @ git+https://host/repo.git@<40-hex commit>``), as source pins."""
+    return _parse(text, Path(path), allow_sources=True)
+
+
+def _parse(
+    text: str, path: Path, *, allow_sources: bool
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[SourcePin, ...]]:
     requirements: list[Requirement] = []
+    sources: list[SourcePin] = []
     index_url: str | None = None
     index_url_line = 0
     extra: list[str] = []
@@ -116,8 +134,11 @@ def parse_requirements(text: str, path: Path) -> tuple[tuple[Requirement, ...], 
                 elif value not in find_links:
                     find_links.append(value)
             continue
-        requirements.append(_parse_requirement_line(line, number, path))
-    if not requirements:
+        if allow_sources and _GIT_LINE_RE.match(line):
+            sources.append(_git_requirement(line, number, path))
+        else:
+            requirements.append(_parse_requirement_line(line, number, path))
+    if not requirements and not sources:
         raise LockfileError(
             path,
             None,
@@ -128,7 +149,59 @@ def parse_requirements(text: str, path: Path) -> tuple[tuple[Requirement, ...], 
     options = IndexOptions(
         index_url=index_url, extra_index_urls=tuple(extra), find_links=tuple(find_links)
     )
-    return sorted_requirements(requirements), options
+    _check_source_duplicates(sources, requirements, path)
+    return sorted_requirements(requirements), options, tuple(sorted(sources, key=lambda p: p.name))
+
+
+def _check_source_duplicates(
+    sources: list[SourcePin], requirements: list[Requirement], path: Path
+) -> None:
+    """Refuse a git requirement whose package is listed again (from git or an index)."""
+    names = [p.name for p in sources] + [r.name for r in requirements]
+    for pin in sources:
+        if names.count(pin.name) > 1:
+            raise LockfileError(
+                path,
+                pin.line,
+                f"{pin.name} is listed twice (once from git): one source per package",
+                hint=REGENERATE_HINT,
+            )
+
+
+# ``name[extras] @ git+...`` (what `uv export` and `pip freeze` write for a git dependency).
+_GIT_LINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*@\s*git\+", re.IGNORECASE)
+
+
+def _git_requirement(line: str, number: int, path: Path) -> SourcePin:
+    """``name @ git+https://host/repo.git@<commit>[#subdirectory=x]``: a git source; hashes
+    after it are dropped (pip cannot hash a VCS checkout; the host hashes the archive)."""
+    req_text, _tokens = _split_requirement_line(line)
+    head, marker_text = _split_marker(req_text)
+    if marker_text is not None:
+        raise LockfileError(
+            path,
+            number,
+            f"{quoted(req_text)}: a marker on a git requirement is not supported: the git "
+            "source is built for the image's platform whatever the marker says",
+            hint="drop the marker, or lock the package from an index",
+        )
+    name_text, _, url = head.partition("@")
+    name = canonicalize_name(name_text.split("[", 1)[0].strip())
+    url = url.strip()
+    base, _, fragment = url.partition("#")
+    subdirectory = None
+    for part in fragment.split("&") if fragment else []:
+        key, _, value = part.partition("=")
+        if key == "subdirectory":
+            subdirectory = value
+    # the ref is after the last '@' of the path (an ssh URL's user sits before the host)
+    scheme_end = base.find("://")
+    at = base.rfind("@")
+    slash = base.find("/", scheme_end + 3) if scheme_end >= 0 else -1
+    ref: str | None = None
+    if at > slash >= 0:
+        base, ref = base[:at], base[at + 1 :]
+    return git_pin(name, "0", base, ref, path, number, subdirectory=subdirectory)
 
 
 def _refuse_option(option: str, line: str, number: int, path: Path) -> LockfileError:

@@ -37,7 +37,8 @@ from reprobuild.locks.native import (
     source_refusal,
     wheels_or_sdist,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
+from reprobuild.locks.sources import git_pin, path_pin, split_uv_git
 
 __all__ = ["parse_uvlock"]
 
@@ -65,8 +66,9 @@ def _conflict_item(kind: str, project: str, name: str) -> str:
 
 def parse_uvlock(
     text: str, path: Path, selection: Selection | None = None
-) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...]]:
-    """Parse ``uv.lock`` text for ``selection``; return requirements, index options and notes."""
+) -> tuple[tuple[Requirement, ...], IndexOptions, tuple[str, ...], tuple[SourcePin, ...]]:
+    """Parse ``uv.lock`` text for ``selection``; return requirements, index options, notes
+    and the packages built from a git commit or a workspace directory."""
     path = Path(path)
     doc, lines, selection = open_toml_lock(text, path, selection, _HINT)
     version = doc.get("version")
@@ -98,16 +100,52 @@ def parse_uvlock(
             f"{path.name}: the project {root.name} itself is not installed from the lock: its "
             "source is copied into the image with `include`"
         )
+
     if root is not None and selection.default_groups:
         selection = selection.with_groups(_default_groups(root, path))
     walk = _Walk(selection, by_name, path, root)
     walk.run()
     pins = Pins()
     for package in sorted(walk.reached.values(), key=lambda p: p.line):
+        kind = next(iter(package.source))
+        if kind in _FROM_SOURCE:
+            pin = _source_pin(package, kind, path)
+            if pin is not None:
+                pins.source(pin)
+            continue
         hashes, source, index = _hashes_and_index(package, selection, path, lines)
         pins.pin(package.name, package.version, hashes, package.line, index, source=source)
     # PyPI first: the others are extra indexes
-    return pins.requirements(), pins.index_options("https://pypi.org/simple"), tuple(notes)
+    options = pins.index_options("https://pypi.org/simple")
+    return pins.requirements(), options, tuple(notes), pins.source_pins()
+
+
+# The sources built on the host into archives (a virtual member is never built: only its
+# dependencies are installed).
+_FROM_SOURCE = ("git", "path", "directory", "editable", "virtual")
+
+
+def _source_pin(package: _Package, kind: str, path: Path) -> SourcePin | None:
+    where = package.source[kind]
+    line = package.line or None
+    if not isinstance(where, str):
+        raise LockfileError(
+            path, line, f"package {package.name}: its {kind} source is not a string"
+        )
+    if kind == "virtual":
+        return None
+    if kind == "git":
+        url, commit, asked, subdirectory = split_uv_git(where)
+        return git_pin(
+            package.name,
+            package.version,
+            url,
+            commit or asked,
+            path,
+            line,
+            subdirectory=subdirectory,
+        )
+    return path_pin(package.name, package.version, where, path, line, editable=kind == "editable")
 
 
 def _package(

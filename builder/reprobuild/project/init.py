@@ -267,6 +267,7 @@ def init_project(
     yaml_text += "".join(
         f"build_lock: {n}  # the sdists' build requirements, hashed\n" for n in extra
     )
+    yaml_text += _source_comments(result.notes)
     if text is not None:
         _link_new(root, RESOLVED_NAME, text)
         result.written.append(root / RESOLVED_NAME)
@@ -283,6 +284,18 @@ def init_project(
     for warning in result.warnings:
         log(f"warning: {warning}")
     return result
+
+
+def _source_comments(notes: list[str]) -> str:
+    """reprobuild.yaml's comment on what the lock installs from source: each git commit and
+    project folder built into a wheel in the image, and the project itself copied by
+    `include` (written only when the lock builds any; one printable line per note)."""
+    built = [n for n in notes if " is built into a wheel in the image from " in n]
+    if not built:
+        return ""
+    copied = [n for n in notes if " itself is not installed from the lock" in n]
+    lines = [n for n in (*copied, *built) if n.isprintable()]
+    return "# Installed from source:\n" + "".join(f"#   {n}\n" for n in lines)
 
 
 _PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")

@@ -1,0 +1,67 @@
+"""Issue 39's git dependencies and workspace members on the real buildah builder.
+
+A uv workspace (locked by uv itself) whose project depends on an editable workspace member
+(``packages/core``) and on a git dependency pinned by commit (a ``file://`` repository made
+here with real git: GitHub is not reachable from CI). ``reprobuild init`` packs both into
+deterministic source archives, pins their build requirements and says so in reprobuild.yaml's
+comment; ``reprobuild image``
+builds them into wheels on the base in the wheel-build stage; both import inside the image,
+and the manifest names each archive (sha256) beside the wheel built from it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import MakeTag, build_json, make_uv_workspace, run_cli
+
+pytestmark = [pytest.mark.engine, pytest.mark.registry]
+ENV = {"SOURCE_DATE_EPOCH": "1700000000"}
+
+
+def test_git_commit_and_editable_member_build_and_import(
+    tmp_path: Path, base_ref: str, unique_tag: MakeTag
+) -> None:
+    project, commit = make_uv_workspace(tmp_path)
+    (project / "train.py").write_text("import core, gitdep\nprint(core.NAME, gitdep.VALUE)\n")
+    init = run_cli("init", str(project), "--command", "python train.py", "--python", "3.11")
+    assert init.returncode == 0, init.stderr[-3000:]
+    config = (project / "reprobuild.yaml").read_text()
+    assert "build_lock: build-requirements.lock" in config
+    comments = config[config.index("# Installed from source:") :].splitlines()
+    assert comments[1].endswith("its source is copied into the image with `include`")
+    assert "core is built into a wheel in the image from the project's folder" in comments[2]
+    assert f"gitdep is built into a wheel in the image from git file://{tmp_path}" in comments[3]
+    build_lock = (project / "build-requirements.lock").read_text()
+    assert "core==0.3.0 builds with: setuptools>=61" in build_lock
+    assert "gitdep==1.2.0 builds with: setuptools>=61" in build_lock
+
+    tag = unique_tag("sourcepins")
+    result = build_json(
+        str(project), "--base", base_ref, "--builder", "buildah", "--tag", tag, env=ENV
+    )
+    built = {b["name"]: b for b in result["manifest"]["built_from_source"]}
+    print("built from source:", json.dumps(built, indent=1))
+    assert set(built) == {"core", "gitdep"}
+    assert built["gitdep"]["wheel"] == "gitdep-1.2.0-py3-none-any.whl"
+    assert all(b["sdist_sha256"].startswith("sha256:") for b in built.values())
+    assert built["gitdep"]["origin"] == f"git file://{tmp_path}/gitdep@{commit}"
+    assert built["core"]["origin"] == "path packages/core (editable)"
+
+    ran = subprocess.run(
+        ["docker", "run", "--rm", tag],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip().splitlines()[-1] == "core 42"
+
+    sbom = run_cli("sbom", tag)
+    assert sbom.returncode == 0, sbom.stderr
+    components = {c["name"]: c for c in json.loads(sbom.stdout)["components"]}
+    props = {p["name"]: p["value"] for p in components["gitdep"]["properties"]}
+    assert props["reprobuild:source_origin"].endswith(f"@{commit}")
+    assert props["reprobuild:built_from_sdist"].endswith(built["gitdep"]["sdist_sha256"])
