@@ -141,6 +141,13 @@ with open(log, "w") as f:
 SRUN = """#!/bin/bash
 # a stand-in for srun: run the step's command once per node, one after the other
 echo "$@" > "$FAKE_LOG/srun.args"
+for word in "$@"; do  # oci: the bundle Slurm would read, as it is while the step runs
+  case $word in --container=*)
+    printf '%s' "${word#--container=}" > "$FAKE_LOG/oci-dir"
+    cp "${word#--container=}/config.json" "$FAKE_LOG/oci-config"
+    ls "${word#--container=}/rootfs" > "$FAKE_LOG/oci-rootfs" ;;
+  esac
+done
 while [ "${1#--}" != "$1" ]; do shift; done
 for node in $FAKE_NODES; do
   if [ "$1" = /bin/sh ]; then  # pyxis: the command runs in the container; record it there
@@ -192,8 +199,14 @@ def run_script(tmp_path: Path, text: str, nodes: str = "n2 n10") -> dict[str, di
     )
     assert done.returncode == 0, done.stderr
     assert not list(tmp_path.rglob("PWNED")), "a program word ran as code"
+    oci = log / "oci-config"
     return {p.stem: json.loads(p.read_text()) for p in log.glob("*.json")} | {
         "_srun": {"args": (log / "srun.args").read_text()},
+        "_oci": {
+            "config": oci.read_text() if oci.is_file() else "",
+            "dir": (log / "oci-dir").read_text() if oci.is_file() else "",
+            "rootfs": (log / "oci-rootfs").read_text().split() if oci.is_file() else [],
+        },
         "_dir": {"path": str(submit)},
     }
 
@@ -414,7 +427,8 @@ def fake_bundle(tmp_path: Path, image: str = PUSHED) -> Path:
     where = tmp_path / "bundle dir"
     (where / "rootfs" / "etc").mkdir(parents=True)
     image_config = {"config": {"User": "1000:1000", "Env": [f"PATH={IMAGE_PATH}"]}}
-    runtime = bundle.runtime_config(image_config, where / "rootfs", root=str(where / "rootfs"))
+    (where / "rootfs" / "bin").mkdir()
+    runtime = bundle.runtime_config(image_config, where / "rootfs")
     (where / bundle.TEMPLATE).write_text(json.dumps(bundle.job_config(runtime), indent=2))
     (where / bundle.RECORD).write_text(json.dumps({"kind": bundle.KIND, "image": image}, indent=2))
     return where
@@ -426,13 +440,16 @@ def test_oci_nodes_run_the_job_s_config_of_the_bundle(tmp_path: Path) -> None:
     got = run_script(tmp_path, render(spec(job(env=env), "oci", str(where))))
     submit = Path(got["_dir"]["path"])
     job_dir = submit / "reprobuild-42"
-    assert f"--container={job_dir}/oci" in got["_srun"]["args"]
-    config = json.loads((job_dir / "oci" / "config.json").read_text())
+    oci_dir = Path(got["_oci"]["dir"])
+    assert oci_dir.parent == where / "jobs" and oci_dir.name.startswith("job-42.")
+    config = json.loads(got["_oci"]["config"])
     mounts = {m["destination"]: m for m in config["mounts"]}
     assert mounts["/reprobuild-job"]["source"] == str(job_dir)
     assert mounts["/data"]["source"] == str(submit / "data")
     assert "ro" in mounts["/data"]["options"]
-    assert config["root"] == {"path": str(where / "rootfs"), "readonly": True}
+    assert config["root"] == {"path": "rootfs", "readonly": True}
+    assert got["_oci"]["rootfs"] == ["bin", "etc"]  # hard-linked from the image's
+    assert not oci_dir.exists()  # removed when the job ended
     for node, index in (("n10", 0), ("n2", 1)):
         record = got[node]
         assert record["env"]["PET_LOCAL_ADDR"] == node

@@ -132,8 +132,7 @@ def unpack(
             log(f"layer {n}/{len(layers)} {layer.get('digest')}")
             _layer(registry, ref, layer, str(diff_id), rootfs, work)
         _mount_points(rootfs)
-        final_rootfs = str(directory / "rootfs")
-        runtime = runtime_config(config, rootfs, root=final_rootfs)
+        runtime = runtime_config(config, rootfs)
         (work / "config.json").write_text(json.dumps(runtime, indent=2) + "\n")
         with_job = job_config(runtime)
         (work / TEMPLATE).write_text(json.dumps(with_job, indent=2) + "\n")
@@ -316,7 +315,7 @@ def _mount(destination: str, kind: str, source: str, options: list[str]) -> dict
     return {"destination": destination, "type": kind, "source": source, "options": options}
 
 
-def runtime_config(image_config: Mapping[str, Any], rootfs: Path, *, root: str) -> dict[str, Any]:
+def runtime_config(image_config: Mapping[str, Any], rootfs: Path) -> dict[str, Any]:
     """The OCI runtime configuration that runs the image as its own config says."""
     config = image_config.get("config") or {}
     args = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
@@ -331,7 +330,8 @@ def runtime_config(image_config: Mapping[str, Any], rootfs: Path, *, root: str) 
             "cwd": config.get("WorkingDir") or "/",
             "noNewPrivileges": True,
         },
-        "root": {"path": root, "readonly": True},
+        # the bundle's rootfs/ (Slurm 22.05 runs <bundle>/rootfs whatever this says)
+        "root": {"path": "rootfs", "readonly": True},
         "mounts": [
             _mount("/proc", "proc", "proc", []),
             _mount("/dev", "tmpfs", "tmpfs", ["nosuid", "strictatime", "mode=755", "size=65536k"]),
