@@ -48,6 +48,7 @@ from reprobuild.bases.oci import (
 from reprobuild.bases.refs import ImageRef, parse_ref
 from reprobuild.bases.registry import RegistryClient
 from reprobuild.errors import ReprobuildError
+from reprobuild_entrypoint.contract import DATA_DIR
 
 RECORD = "reprobuild-bundle.json"
 TEMPLATE = "config.json.in"
@@ -362,7 +363,7 @@ def job_config(runtime: Mapping[str, Any]) -> dict[str, Any]:
     """``runtime`` with the job's directory and data mounted (their host paths as marks)."""
     config: dict[str, Any] = json.loads(json.dumps(runtime))
     config["mounts"] += [
-        _mount("/data", "bind", DATA_MARK, ["rbind", "ro"]),
+        _mount(DATA_DIR, "bind", DATA_MARK, ["rbind", "ro"]),
         _mount(JOB_MOUNT, "bind", JOB_DIR_MARK, ["rbind", "rw"]),
     ]
     return config
