@@ -26,7 +26,8 @@ echo "reprobuild: job $n on c1 c2" > "$err"
 for i in 0 1; do
   mkdir -p "$REPRO_JOB_DIR/runs/node-$i" "$REPRO_JOB_DIR/out/node-$i"
   seed=$i; [ "$n" = "$FAKE_DIVERGE_AT" ] && [ "$FAKE_WHAT" = record ] && seed=9
-  printf '{"kind": "reprobuild.run", "run_id": "r%s", "seed": %s}\\n' "$n$i" "$seed" \\
+  printf '{"kind": "reprobuild.run", "run_id": "r%s","seed": %s,"argv": ["--rdzv-id=rb-%s"]}\\n' \\
+    "$n$i" "$seed" "$n" \\
     > "$REPRO_JOB_DIR/runs/node-$i/run-2026-r$n$i.json"
   w=abc; [ "$n" = "$FAKE_DIVERGE_AT" ] && [ "$FAKE_WHAT" = output ] && w=abd
   echo "$w" > "$REPRO_JOB_DIR/out/node-$i/weights.bin"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprobuild.checks.runrecords import compare_run_records, read_run_dir
+from reprobuild.checks.runrecords import RunRecords, compare_run_records, read_run_dir
 from reprobuild.checks.streams import (
     Divergence,
     StdoutLine,
@@ -198,6 +198,29 @@ def _nodes(run: SlurmRun) -> list[str]:
     return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
 
 
+_RDZV_ID = "--rdzv-id="
+
+
+def _masked(value: Any, suffix: str) -> Any:
+    if isinstance(value, str) and value.startswith(_RDZV_ID) and value.endswith(suffix):
+        return value[: -len(suffix)] + "-<job id>"
+    if isinstance(value, list):
+        return [_masked(item, suffix) for item in value]
+    if isinstance(value, dict):
+        return {key: _masked(item, suffix) for key, item in value.items()}
+    return value
+
+
+def _own_job(records: RunRecords, job_id: str) -> RunRecords:
+    """The records with the job's rendezvous id (``--rdzv-id=NAME-<Slurm job id>``, one per
+    job by design: two jobs never join one rendezvous) written as ``NAME-<job id>``."""
+    suffix = f"-{job_id}"
+    return RunRecords(
+        _masked(records.record, suffix),
+        tuple(_masked(record, suffix) for record in records.frameworks),
+    )
+
+
 def _records(
     a: SlurmRun, b: SlurmRun, pair: tuple[int, int], compared: dict[str, int]
 ) -> Divergence | None:
@@ -212,7 +235,8 @@ def _records(
         )
     for node in nodes_a:
         agreement = compare_run_records(
-            read_run_dir(a.directory / "runs" / node), read_run_dir(b.directory / "runs" / node)
+            _own_job(read_run_dir(a.directory / "runs" / node), a.job_id),
+            _own_job(read_run_dir(b.directory / "runs" / node), b.job_id),
         )
         if not agreement.agree:
             first = agreement.differences[0]
