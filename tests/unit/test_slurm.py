@@ -131,7 +131,7 @@ def test_pyxis_and_apptainer_name_the_image_as_their_tools_do() -> None:
 
 RECORDER = """#!{python}
 import json, os, sys
-log = os.path.join(os.environ["FAKE_LOG"], os.environ["SLURMD_NODENAME"] + ".json")
+log = os.path.join(os.environ["FAKE_LOG"], os.environ["FAKE_NODE"] + ".json")
 keep = {{k: v for k, v in os.environ.items() if k.startswith(("REPRO", "PET_", "APPTAINERENV_"))
         or k in {names}}}
 with open(log, "w") as f:
@@ -150,7 +150,17 @@ for word in "$@"; do  # oci: the bundle Slurm would read, as it is while the ste
 done
 while [ "${1#--}" != "$1" ]; do shift; done
 for node in $FAKE_NODES; do
-  if [ "$1" = /bin/sh ]; then  # pyxis: the command runs in the container; record it there
+  export FAKE_NODE=$node
+  if [ -s "$FAKE_LOG/oci-dir" ]; then
+    # Slurm 22.05's --container: the step's environment as the batch node had it, the node's
+    # own host name (a UTS namespace of the stand-in's, named as the node)
+    inner=$3
+    shift 4
+    SLURMD_NODENAME=batch-node unshare --uts /bin/sh -c 'hostname "$1.cluster.example"; \
+      shift; exec "$@"' sh "$node" /bin/sh -c "$inner" reprobuild-node "$FAKE_LOG/recorder" \
+      "$@" || exit
+    set -- /bin/sh -c "$inner" reprobuild-node "$@"
+  elif [ "$1" = /bin/sh ]; then  # pyxis: the command runs in the container; record it there
     inner=$3
     shift 4
     SLURMD_NODENAME=$node /bin/sh -c "$inner" reprobuild-node "$FAKE_LOG/recorder" "$@" || exit

@@ -415,15 +415,22 @@ def _pyxis_task(spec: SlurmSpec) -> list[str]:
 def _oci_task(spec: SlurmSpec) -> list[str]:
     """oci: a config.json for this job (the bundle's template with the job's directories),
     then srun --container starts it on every node; a POSIX shell in the image finds the
-    node's index and directories, as for pyxis."""
+    node's index and directories. Slurm 22.05 writes the step's environment into the
+    container's configuration once, before the task's own variables exist (SLURMD_NODENAME is
+    the batch node's there), so the node is found by its host name (no UTS namespace: the
+    node's own), short form, which must be its Slurm node name."""
     job = spec.job
     path = f"export PATH={q(spec.path)}; " if spec.path else ""
     workdir = f"cd {q(job.workdir)}; " if job.workdir else ""
     inner = (
-        'i=0; IFS=,; for host in $REPROBUILD_NODES; do [ "$host" = "$SLURMD_NODENAME" ] && '
-        "break; i=$((i + 1)); done; unset IFS; "
+        "read -r me < /proc/sys/kernel/hostname; me=${me%%.*}; "
+        'i=0; IFS=,; for host in $REPROBUILD_NODES; do [ "$host" = "$me" ] && break; '
+        "i=$((i + 1)); done; unset IFS; "
+        'if [ "$host" != "$me" ]; then echo "reprobuild: error: host name $me is not one of '
+        "the job's nodes ($REPROBUILD_NODES): with --runtime oci each node's host name must "
+        'be its Slurm node name" >&2; exit 1; fi; '
         f"{path}{workdir}"
-        f'export PET_LOCAL_ADDR="$SLURMD_NODENAME" {RUN_DIR_VAR}="{JOB_MOUNT}/runs/node-$i" '
+        f'export PET_LOCAL_ADDR="$me" {RUN_DIR_VAR}="{JOB_MOUNT}/runs/node-$i" '
         f'{OUTPUT_DIR_VAR}="{JOB_MOUNT}/out/node-$i"; exec "$@"'
     )
     words = [*(q(w) for w in ENTRYPOINT), *_torchrun_words(job, local_addr=False)]
