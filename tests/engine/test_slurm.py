@@ -6,6 +6,10 @@ the loopback registry. The tests submit the script `reprobuild slurm` wrote, unc
 
 - the 2-node x 2-process DDP job (gloo, CPU) ends with the same final loss and weights digest
   as the same image's `compose --nodes 2` job, and the same again on a second submission;
+- `reprobuild verify --slurm` makes the two submissions (the host's `sbatch` is the
+  controller's, through `docker exec`) and finds them identical;
+- `--runtime oci`: the image unpacked into a bundle on the shared directory, run by Slurm's own
+  `srun --container` with the nodes' oci.conf (runc): the compose job's loss again;
 - the control (REPRO_DETERMINISM=off) gives another loss;
 - every rank's record: its node in the sorted order of the nodes' names, its rank seed.
 
