@@ -6,6 +6,10 @@ the loopback registry. The tests submit the script `reprobuild slurm` wrote, unc
 
 - the 2-node x 2-process DDP job (gloo, CPU) ends with the same final loss and weights digest
   as the same image's `compose --nodes 2` job, and the same again on a second submission;
+- `reprobuild verify --slurm` makes the two submissions (the host's `sbatch` is the
+  controller's, through `docker exec`) and finds them identical;
+- `--runtime oci`: the image unpacked into a bundle on the shared directory, run by Slurm's own
+  `srun --container` with the nodes' oci.conf (runc): the compose job's loss again;
 - the control (REPRO_DETERMINISM=off) gives another loss;
 - every rank's record: its node in the sorted order of the nodes' names, its rank seed.
 
@@ -115,13 +119,19 @@ AccountingStorageType=accounting_storage/none
 NodeName=c[1-2] CPUs={cpus} State=UNKNOWN
 PartitionName=debug Nodes=c[1-2] Default=YES MaxTime=INFINITE State=UP
 """
+OCI_CONF = """# Slurm's own containers (srun --container): runc as root, as the script's header says
+RunTimeQuery="runc --root=/run/reprobuild-runc state %n.%u.%j.%s.%t"
+RunTimeKill="runc --root=/run/reprobuild-runc kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="runc --root=/run/reprobuild-runc delete --force %n.%u.%j.%s.%t"
+RunTimeRun="runc --root=/run/reprobuild-runc run %n.%u.%j.%s.%t -b %b"
+"""
 START = """#!/bin/sh
 set -e
 install -m 0400 -o munge -g munge /etc/rb/munge.key /etc/munge/munge.key
 mkdir -p /run/munge /var/spool/slurmd /var/spool/slurmctld
 chown munge /run/munge
 su -s /bin/sh munge -c munged
-cp /etc/rb/slurm.conf /etc/slurm/slurm.conf
+cp /etc/rb/slurm.conf /etc/rb/oci.conf /etc/slurm/
 if [ "$(hostname)" = ctl ]; then
   slurmctld -i
 else
@@ -145,6 +155,8 @@ class Cluster:
     prefix: str
     shared: Path
     made: list[tuple[str, str]] = field(default_factory=list)
+    bin: Path | None = None
+    """A directory with ``sbatch``: the controller's, for commands run on this host."""
 
     def exec(self, node: str, *cmd: str, env: dict[str, str] | None = None) -> str:
         options = [f"--env={k}={v}" for k, v in (env or {}).items()]
@@ -164,6 +176,13 @@ class Cluster:
                 return fields
             assert time.monotonic() < deadline, f"job {job} still {fields.get('JobState')}"
             time.sleep(1)
+
+
+SBATCH = """#!/bin/sh
+# the controller's real sbatch, from the same directory (shared at the same path)
+exec docker exec -w "$PWD" --env REPRO_JOB_DIR --env REPRO_THREADS --env REPRO_DETERMINISM \\
+  {container} sbatch "$@"
+"""
 
 
 def _free_port(host: str) -> int:
@@ -202,6 +221,7 @@ def slurm_cluster(
     etc = tmp_path_factory.mktemp("slurm-etc")
     (etc / "munge.key").write_bytes(secrets.token_bytes(1024))
     (etc / "slurm.conf").write_text(SLURM_CONF.format(cpus=os.cpu_count() or 1))
+    (etc / "oci.conf").write_text(OCI_CONF)
     (etc / "start.sh").write_text(START)
     (etc / "start.sh").chmod(0o755)
     cluster = Cluster(prefix, shared)
@@ -243,6 +263,10 @@ def slurm_cluster(
         while "idle" not in cluster.exec("ctl", "sinfo", "-h", "-o", "%T %D"):
             assert time.monotonic() < deadline, cluster.exec("ctl", "sinfo")
             time.sleep(1)
+        bin_dir = tmp_path_factory.mktemp("slurm-bin")
+        (bin_dir / "sbatch").write_text(SBATCH.format(container=f"{prefix}-ctl"))
+        (bin_dir / "sbatch").chmod(0o755)
+        cluster.bin = bin_dir
         yield cluster
     finally:
         for kind, name in cluster.made:
@@ -366,29 +390,67 @@ def run_on_compose(project: Path, image: str, directory: Path) -> tuple[str, dic
     return line, metrics, took
 
 
+@pytest.fixture(scope="session")
+def compose_reference(
+    pushed_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, dict[str, Any], float]:
+    """The same image's `compose --nodes 2` job, run once: rank 0's final line, its metrics,
+    its wall time."""
+    tmp = tmp_path_factory.mktemp("slurm-compose")
+    return run_on_compose(ddp_project(tmp), pushed_image, tmp / "compose")
+
+
+def job_seconds(cluster: Cluster, job: str) -> tuple[int, int]:
+    """(queued, ran): Slurm's own SubmitTime -> StartTime -> EndTime of a finished job."""
+    line = cluster.exec("ctl", "scontrol", "show", "job", "-o", job)
+    fields = dict(re.findall(r"(\w+)=(\S*)", line))
+    at = {
+        k: time.mktime(time.strptime(fields[k], "%Y-%m-%dT%H:%M:%S"))
+        for k in ("SubmitTime", "StartTime", "EndTime")
+    }
+    return int(at["StartTime"] - at["SubmitTime"]), int(at["EndTime"] - at["StartTime"])
+
+
 def test_slurm_job_gives_the_compose_job_s_bits(
-    slurm_cluster: Cluster, pushed_image: str, tmp_path: Path
+    slurm_cluster: Cluster,
+    pushed_image: str,
+    compose_reference: tuple[str, dict[str, Any], float],
+    tmp_path: Path,
 ) -> None:
+    """`verify --slurm` submits the script twice (the real sbatch --wait) and finds the jobs
+    identical; the first job's final line and metrics are the compose job's."""
     project = ddp_project(tmp_path)
-    first, first_metrics, job_dir, slurm_s = run_on_slurm(
-        slurm_cluster, project, pushed_image, "strict-a"
+    script = write_script(slurm_cluster, project, pushed_image, "strict")
+    keep = slurm_cluster.shared / "verify-strict"
+    assert slurm_cluster.bin is not None
+    started = time.monotonic()
+    proc = run_cli(
+        *("verify", "--slurm", str(script), "--keep", str(keep), "--json"),
+        cwd=slurm_cluster.shared,
+        env={"PATH": f"{slurm_cluster.bin}:{os.environ['PATH']}", "REPRO_THREADS": "1"},
+        timeout=2 * JOB_TIMEOUT_S,
     )
-    second, second_metrics, _, slurm_again_s = run_on_slurm(
-        slurm_cluster, project, pushed_image, "strict-b"
-    )
-    composed, compose_metrics, compose_s = run_on_compose(
-        project, pushed_image, tmp_path / "compose"
-    )
+    verify_s = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["result"] == "identical" and report["first_divergence"] is None
+    assert report["compared"]["nodes"] == 2 and report["compared"]["files"] >= 1
+    assert report["compared"]["lines"] >= 2
+    jobs = [job["job_id"] for job in report["jobs"]]
+    first = final_line((keep / "run-1" / "stdout").read_text())
+    assert final_line((keep / "run-2" / "stdout").read_text()) == first
+    metrics = json.loads((keep / "run-1" / "out" / "node-0" / "metrics.json").read_text())
+    composed, compose_metrics, compose_s = compose_reference
+    times = [job_seconds(slurm_cluster, job) for job in jobs]
     print(
-        f"\n2x2 DDP job: Slurm {slurm_s:.1f} s (first, image pull included), "
-        f"{slurm_again_s:.1f} s (second); compose {compose_s:.1f} s"
+        f"\n2x2 DDP job: Slurm (podman) jobs {jobs}: queued/ran {times} s (the first pulls the "
+        f"image on both nodes); verify --slurm {verify_s:.1f} s in all; compose {compose_s:.1f} s"
     )
-    assert first == second == composed
-    assert first_metrics == second_metrics == compose_metrics
+    assert first == composed and metrics == compose_metrics
 
     # node i is the i-th name in sorted order and holds ranks 2i, 2i+1, each with its seed
     records = []
-    for path in sorted(job_dir.glob("runs/node-*/run-*-frameworks-*.json")):
+    for path in sorted((keep / "run-1").glob("runs/node-*/run-*-frameworks-*.json")):
         data = json.loads(path.read_text())
         if data.get("distributed"):
             records.append(data | {"_node": path.parent.name})
@@ -412,6 +474,38 @@ def test_slurm_job_gives_the_compose_job_s_bits(
         env={"REPRO_DETERMINISM": "off"},
     )
     assert off != first
+
+
+def test_slurm_s_own_containers_run_the_unpacked_bundle_with_the_same_bits(
+    slurm_cluster: Cluster,
+    pushed_image: str,
+    compose_reference: tuple[str, dict[str, Any], float],
+    tmp_path: Path,
+) -> None:
+    """--runtime oci: `reprobuild slurm` unpacks the image (checked layer by layer) into a
+    bundle on the shared directory; the script, unchanged, runs it with srun --container and
+    the nodes' oci.conf (runc); same final line and metrics as compose, no container left."""
+    project = ddp_project(tmp_path)
+    bundle = slurm_cluster.shared / "bundle"
+    options = ("--runtime", "oci", "--bundle", str(bundle))
+    started = time.monotonic()
+    write_script(slurm_cluster, project, pushed_image, "oci", *options)
+    unpack_s = time.monotonic() - started
+    record = json.loads((bundle / "reprobuild-bundle.json").read_text())
+    assert record["image"] == pushed_image and len(record["diff_ids"]) == len(record["layers"])
+    line, metrics, job_dir, took = run_on_slurm(
+        slurm_cluster, project, pushed_image, "oci", *options
+    )
+    job = job_dir.name.removeprefix("reprobuild-")
+    composed, compose_metrics, _ = compose_reference
+    print(
+        f"\n2x2 DDP job, --runtime oci: unpack {unpack_s:.1f} s (once per image), job "
+        f"{took:.1f} s submit to end, queued/ran {job_seconds(slurm_cluster, job)} s"
+    )
+    assert line == composed and metrics == compose_metrics
+    for node in NODES:
+        left = slurm_cluster.exec(node, "runc", "--root=/run/reprobuild-runc", "list", "-q")
+        assert left.strip() == "", (node, left)
 
 
 def test_a_node_lost_mid_job_ends_it_with_slurm_s_state_and_one_line(

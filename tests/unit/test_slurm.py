@@ -55,6 +55,17 @@ def job(command: tuple[str, ...] = HOSTILE, **kw: Any) -> NodesJob:
     return NodesJob(**{**defaults, **kw})
 
 
+BUNDLE = "/shared/bundles/ddp 1"
+IMAGE_PATH = "/opt/venv/bin:/usr/bin:/bin"
+
+
+def spec(the_job: NodesJob, runtime: str, bundle: str = BUNDLE) -> SlurmSpec:
+    """The job's spec for ``runtime`` (oci: with a bundle)."""
+    if runtime == "oci":
+        return SlurmSpec(the_job, "ddp", runtime, bundle, IMAGE_PATH)
+    return SlurmSpec(the_job, "ddp", runtime)
+
+
 def shellcheck_bin() -> Path:
     path = Path(sys.executable).parent / "shellcheck"
     if not path.is_file():
@@ -66,7 +77,7 @@ def shellcheck_bin() -> Path:
 @pytest.mark.parametrize("gpu", [False, True])
 def test_every_script_passes_bash_n_and_shellcheck(tmp_path: Path, runtime: str, gpu: bool) -> None:
     env = tuple(TRICKY_ENV_VALUES.items())
-    text = render(SlurmSpec(job(shape=JobShape(2, 2, gpu=gpu), env=env), "ddp", runtime))
+    text = render(spec(job(shape=JobShape(2, 2, gpu=gpu), env=env), runtime))
     script = tmp_path / "job.sbatch"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True)
@@ -120,7 +131,7 @@ def test_pyxis_and_apptainer_name_the_image_as_their_tools_do() -> None:
 
 RECORDER = """#!{python}
 import json, os, sys
-log = os.path.join(os.environ["FAKE_LOG"], os.environ["SLURMD_NODENAME"] + ".json")
+log = os.path.join(os.environ["FAKE_LOG"], os.environ["FAKE_NODE"] + ".json")
 keep = {{k: v for k, v in os.environ.items() if k.startswith(("REPRO", "PET_", "APPTAINERENV_"))
         or k in {names}}}
 with open(log, "w") as f:
@@ -130,9 +141,26 @@ with open(log, "w") as f:
 SRUN = """#!/bin/bash
 # a stand-in for srun: run the step's command once per node, one after the other
 echo "$@" > "$FAKE_LOG/srun.args"
+for word in "$@"; do  # oci: the bundle Slurm would read, as it is while the step runs
+  case $word in --container=*)
+    printf '%s' "${word#--container=}" > "$FAKE_LOG/oci-dir"
+    cp "${word#--container=}/config.json" "$FAKE_LOG/oci-config"
+    ls "${word#--container=}/rootfs" > "$FAKE_LOG/oci-rootfs" ;;
+  esac
+done
 while [ "${1#--}" != "$1" ]; do shift; done
 for node in $FAKE_NODES; do
-  if [ "$1" = /bin/sh ]; then  # pyxis: the command runs in the container; record it there
+  export FAKE_NODE=$node
+  if [ -s "$FAKE_LOG/oci-dir" ]; then
+    # Slurm 22.05's --container: the step's environment as the batch node had it, the node's
+    # own host name (a UTS namespace of the stand-in's, named as the node)
+    inner=$3
+    shift 4
+    SLURMD_NODENAME=batch-node unshare --uts /bin/sh -c 'hostname "$1.cluster.example"; \
+      shift; exec "$@"' sh "$node" /bin/sh -c "$inner" reprobuild-node "$FAKE_LOG/recorder" \
+      "$@" || exit
+    set -- /bin/sh -c "$inner" reprobuild-node "$@"
+  elif [ "$1" = /bin/sh ]; then  # pyxis: the command runs in the container; record it there
     inner=$3
     shift 4
     SLURMD_NODENAME=$node /bin/sh -c "$inner" reprobuild-node "$FAKE_LOG/recorder" "$@" || exit
@@ -181,8 +209,14 @@ def run_script(tmp_path: Path, text: str, nodes: str = "n2 n10") -> dict[str, di
     )
     assert done.returncode == 0, done.stderr
     assert not list(tmp_path.rglob("PWNED")), "a program word ran as code"
+    oci = log / "oci-config"
     return {p.stem: json.loads(p.read_text()) for p in log.glob("*.json")} | {
         "_srun": {"args": (log / "srun.args").read_text()},
+        "_oci": {
+            "config": oci.read_text() if oci.is_file() else "",
+            "dir": (log / "oci-dir").read_text() if oci.is_file() else "",
+            "rootfs": (log / "oci-rootfs").read_text().split() if oci.is_file() else [],
+        },
         "_dir": {"path": str(submit)},
     }
 
@@ -307,7 +341,10 @@ def test_a_job_of_the_wrong_size_or_a_bad_path_stops_before_srun(tmp_path: Path)
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"runtime": "oci"}, "--runtime 'oci' is not allowed: use one of podman, apptainer"),
+        ({"runtime": "crun"}, "--runtime 'crun' is not allowed: use one of podman, apptainer"),
+        ({"runtime": "oci"}, "--bundle DIR goes with --runtime oci, and only with it"),
+        ({"bundle": "/b"}, "--bundle DIR goes with --runtime oci, and only with it"),
+        ({"runtime": "oci", "bundle": "b"}, "bundle 'b' is not an absolute path"),
         ({"name": "a b"}, "job name 'a b' is not allowed"),
         ({"name": "$(id)"}, "is not allowed: use 1 to 64 letters"),
     ],
@@ -350,7 +387,9 @@ def test_cli_bad_input_is_one_line_and_no_file(
     out = tmp_path / "job.sbatch"
     for args, first in (
         (["--nodes", "0"], "error: --nodes 0 is not allowed: use a whole number from 1 to 64"),
-        (["--nodes", "2", "--runtime", "oci"], "error: --runtime 'oci' is not allowed"),
+        (["--nodes", "2", "--runtime", "crun"], "error: --runtime 'crun' is not allowed"),
+        (["--nodes", "2", "--runtime", "oci"], "error: --runtime oci needs --bundle DIR"),
+        (["--nodes", "2", "--bundle", "b"], "error: --runtime oci needs --bundle DIR"),
         (["--nodes", "2", "--env", "PATH=/x"], "error: --env PATH is not allowed in a Slurm"),
     ):
         code = main(["slurm", str(TINY), *args, "--image", PUSHED, "-o", str(out)])
@@ -386,3 +425,72 @@ def test_the_cli_offers_the_runtimes_the_writer_knows() -> None:
     from reprobuild.cli.commands import slurm as command  # it does not import the writer
 
     assert command.RUNTIMES == RUNTIMES
+
+
+# ---- oci: Slurm's --container with the bundle reprobuild unpacked ---------------------------
+
+
+def fake_bundle(tmp_path: Path, image: str = PUSHED) -> Path:
+    """A bundle's files as :func:`reprobuild.cluster.bundle.unpack` writes them (no rootfs)."""
+    from reprobuild.cluster import bundle
+
+    where = tmp_path / "bundle dir"
+    (where / "rootfs" / "etc").mkdir(parents=True)
+    image_config = {"config": {"User": "1000:1000", "Env": [f"PATH={IMAGE_PATH}"]}}
+    (where / "rootfs" / "bin").mkdir()
+    runtime = bundle.runtime_config(image_config, where / "rootfs")
+    (where / bundle.TEMPLATE).write_text(json.dumps(bundle.job_config(runtime), indent=2))
+    (where / bundle.RECORD).write_text(json.dumps({"kind": bundle.KIND, "image": image}, indent=2))
+    return where
+
+
+def test_oci_nodes_run_the_job_s_config_of_the_bundle(tmp_path: Path) -> None:
+    where = fake_bundle(tmp_path)
+    env = (("FOO", "a,b c"),)
+    got = run_script(tmp_path, render(spec(job(env=env), "oci", str(where))))
+    submit = Path(got["_dir"]["path"])
+    job_dir = submit / "reprobuild-42"
+    oci_dir = Path(got["_oci"]["dir"])
+    assert oci_dir.parent == where / "jobs" and oci_dir.name.startswith("job-42.")
+    config = json.loads(got["_oci"]["config"])
+    mounts = {m["destination"]: m for m in config["mounts"]}
+    assert mounts["/reprobuild-job"]["source"] == str(job_dir)
+    assert mounts["/data"]["source"] == str(submit / "data")
+    assert "ro" in mounts["/data"]["options"]
+    assert config["root"] == {"path": "rootfs", "readonly": True}
+    assert got["_oci"]["rootfs"] == ["bin", "etc"]  # hard-linked from the image's
+    assert not oci_dir.exists()  # removed when the job ended
+    for node, index in (("n10", 0), ("n2", 1)):
+        record = got[node]
+        assert record["env"]["PET_LOCAL_ADDR"] == node
+        assert record["env"]["REPRO_RUN_DIR"] == f"/reprobuild-job/runs/node-{index}"
+        assert record["env"]["FOO"] == "a,b c" and record["env"]["REPRO_SEED"] == "11"
+        argv = record["argv"]
+        assert argv[:4] == ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint"]
+        assert argv[-len(HOSTILE) + 1 :] == list(HOSTILE[1:])
+
+
+def test_oci_refuses_a_bundle_of_another_image_or_a_json_breaking_path(tmp_path: Path) -> None:
+    other = f"127.0.0.1:5000/team/other@{DIGEST}"
+    where = fake_bundle(tmp_path, image=other)
+    with pytest.raises(AssertionError, match="is not a bundle of"):
+        run_script(tmp_path, render(spec(job(), "oci", str(where))))
+    quoted = tmp_path / 'q"x'
+    where = fake_bundle(quoted)
+    with pytest.raises(AssertionError, match="has a"):
+        run_script(quoted, render(spec(job(), "oci", str(where))))
+    assert not list(tmp_path.rglob("srun.args"))
+
+
+def test_oci_script_documents_the_oci_conf_it_expects() -> None:
+    text = render(spec(job(), "oci"))
+    # oci.conf(5): RunTimeRun (or RunTimeCreate/RunTimeStart) with Query, Kill and Delete;
+    # %b the bundle path Slurm generates, %n.%u.%j.%s.%t one container id per task
+    for key in ("RunTimeQuery", "RunTimeKill", "RunTimeDelete", "RunTimeRun"):
+        assert f'#   {key}="runc --root=/run/reprobuild-runc ' in text
+    assert "run %n.%u.%j.%s.%t -b %b" in text
+    # srun(1) of Slurm 22.05: --container=<path_to_container>, an absolute bundle path
+    assert (
+        '--container="$oci_dir"' in text
+        and "readonly REPROBUILD_BUNDLE='/shared/bundles/ddp 1'" in text
+    )

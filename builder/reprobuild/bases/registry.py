@@ -12,10 +12,11 @@ token from the realm it names; a Basic challenge (credentials required) is an er
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
 import requests
 import urllib3
@@ -263,6 +264,40 @@ class RegistryClient:
                 f"(expected {digest}, got {actual}); refusing it"
             )
         return data
+
+    def copy_blob(self, ref: ImageRef, digest: str, out: BinaryIO) -> int:
+        """GET a blob of any size by digest into ``out``, checked against it as it streams;
+        its size. A blob whose bytes do not hash to ``digest`` is an error (``out`` then holds
+        bytes that must not be used)."""
+        check_digest(digest, f"a blob of {ref}")
+        url = self._url(ref, "blobs", digest)
+        resp = self._request("GET", ref, url, {}, stream=True)
+        hasher = hashlib.sha256()
+        size = 0
+        with resp:
+            self._raise_for_status(resp, ref, url, digest, what="blob")
+            try:
+                with self._watchdog.armed():
+                    for chunk in resp.iter_content(_CHUNK):
+                        if self._watchdog.expired():
+                            raise self._expired(url)
+                        hasher.update(chunk)
+                        out.write(chunk)
+                        size += len(chunk)
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+                reason = (
+                    failure_reason(exc, self.timeout)
+                    if isinstance(exc, requests.RequestException)
+                    else type(exc).__name__
+                )
+                raise RegistryError(f"{url}: download failed: {reason}") from None
+        actual = f"sha256:{hasher.hexdigest()}"
+        if actual != digest:
+            raise RegistryError(
+                f"{url}: blob content does not match its digest "
+                f"(expected {digest}, got {actual}); refusing it"
+            )
+        return size
 
     def image_config(self, ref: ImageRef | str, *, platform: str = "linux/amd64") -> dict[str, Any]:
         """The platform image's config JSON: ``config.Env``, ``config.Labels``, ``os``..."""

@@ -94,3 +94,42 @@ def output_file(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write here, atomically (default, or -: stdout)",
     )
+
+
+def nodes_options(parser: argparse.ArgumentParser, unit: str) -> None:
+    """``--nodes N`` (required) and ``--nproc-per-node M`` for the commands that write a
+    multi-node job (k8s, slurm); ``unit``: what a node is called there (``pod``, ``node``)."""
+    parser.add_argument(
+        "--nodes",
+        type=_int,
+        required=True,
+        metavar="N",
+        help="nodes" if unit == "node" else f"{unit}s (nodes)",
+    )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=_int,
+        metavar="M",
+        help=f"processes (ranks) per {unit} (default: 1)",
+    )
+    parser.add_argument("--gpu", action="store_true", help=f"the GPU image; M GPUs per {unit}")
+
+
+def job_image_options(parser: argparse.ArgumentParser) -> None:
+    """``--variant``, ``--image`` and ``--name``: which image a cluster job runs, its name."""
+    parser.add_argument("--variant", metavar="NAME", type=_text, help="this variant's image")
+    parser.add_argument(
+        "--image",
+        metavar="REF",
+        type=_text,
+        help="this image (a pushed tag or NAME@sha256:...) instead of the project's default tag",
+    )
+    parser.add_argument(
+        "--name", metavar="NAME", type=_text, help="job name (default: from the project name)"
+    )
+
+
+def print_written(output: Path | str | None) -> None:
+    """What the job writers print: the file they wrote (nothing when it went to stdout)."""
+    if output is not None and str(output) != "-":
+        print(output)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reprobuild.cli.options import _int, _text, directory, env_option, output_file
+from reprobuild.cli.options import _int, _text, directory, env_option, output_file, print_written
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +61,5 @@ def run(args: argparse.Namespace) -> int:
         env=args.env,
     )
     write_output(result.text, args.output)
-    if args.output is not None and str(args.output) != "-":
-        print(args.output)
+    print_written(args.output)
     return 0

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from reprobuild.cli.options import _int, _text, directory, env_option, output_file
+from reprobuild.cli.options import (
+    directory,
+    env_option,
+    job_image_options,
+    nodes_options,
+    output_file,
+    print_written,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,21 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with the c10d rendezvous on pod 0; NCCL and a GPU per process with --gpu."
     )
     directory(parser)
-    parser.add_argument("--nodes", type=_int, required=True, metavar="N", help="pods (nodes)")
-    parser.add_argument(
-        "--nproc-per-node", type=_int, metavar="M", help="processes (ranks) per pod (default: 1)"
-    )
-    parser.add_argument("--gpu", action="store_true", help="the GPU image; M GPUs per pod")
-    parser.add_argument("--variant", metavar="NAME", type=_text, help="this variant's image")
-    parser.add_argument(
-        "--image",
-        metavar="REF",
-        type=_text,
-        help="this image (a pushed tag or NAME@sha256:...) instead of the project's default tag",
-    )
-    parser.add_argument(
-        "--name", metavar="NAME", type=_text, help="job name (default: from the project name)"
-    )
+    nodes_options(parser, "pod")
+    job_image_options(parser)
     env_option(parser, "every pod")
     output_file(parser)
 
@@ -49,6 +43,5 @@ def run(args: argparse.Namespace) -> int:
         env=args.env,
     )
     write_output(text, args.output)
-    if args.output is not None and str(args.output) != "-":
-        print(args.output)
+    print_written(args.output)
     return 0

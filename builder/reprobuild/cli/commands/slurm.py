@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import argparse
 
-from reprobuild.cli.options import _int, _text, directory, env_option, output_file
+from reprobuild.cli.options import (
+    _path,
+    _text,
+    directory,
+    env_option,
+    job_image_options,
+    nodes_options,
+    output_file,
+    print_written,
+)
 
-RUNTIMES = ("podman", "apptainer", "pyxis")  # reprobuild.cluster.slurm.RUNTIMES, not imported
+RUNTIMES = (
+    "podman",
+    "apptainer",
+    "pyxis",
+    "oci",
+)  # reprobuild.cluster.slurm.RUNTIMES, not imported
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,11 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "directory every node sees; --gpus-per-node and NCCL with --gpu."
     )
     directory(parser)
-    parser.add_argument("--nodes", type=_int, required=True, metavar="N", help="nodes")
-    parser.add_argument(
-        "--nproc-per-node", type=_int, metavar="M", help="processes (ranks) per node (default: 1)"
-    )
-    parser.add_argument("--gpu", action="store_true", help="the GPU image; M GPUs per node")
+    nodes_options(parser, "node")
     parser.add_argument(
         "--runtime",
         metavar="R",
@@ -29,21 +39,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="podman",
         help=f"how the nodes run the image: {', '.join(RUNTIMES)} (default: podman)",
     )
-    parser.add_argument("--variant", metavar="NAME", type=_text, help="this variant's image")
     parser.add_argument(
-        "--image",
-        metavar="REF",
-        type=_text,
-        help="this image (a pushed tag or NAME@sha256:...) instead of the project's default tag",
+        "--bundle",
+        metavar="DIR",
+        type=_path,
+        help="with --runtime oci: unpack the image here (a directory every node sees), each "
+        "layer checked against the image's digests; kept if it holds the image already",
     )
-    parser.add_argument(
-        "--name", metavar="NAME", type=_text, help="job name (default: from the project name)"
-    )
+    job_image_options(parser)
     env_option(parser, "every node")
     output_file(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from reprobuild.cli.output import err
     from reprobuild.cluster.output import check_output, write_output
     from reprobuild.cluster.slurm import slurm_project
 
@@ -58,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
         variant=args.variant,
         name=args.name,
         env=args.env,
+        bundle=args.bundle,
+        log=err,
     )
     write_output(text, args.output)
-    if args.output is not None and str(args.output) != "-":
-        print(args.output)
+    print_written(args.output)
     return 0

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 _USAGE = (
     "reprobuild verify IMAGE [OPTIONS] -- CMD ...\n"
-    "       reprobuild verify --local [OPTIONS] -- CMD ..."
+    "       reprobuild verify --local [OPTIONS] -- CMD ...\n"
+    "       reprobuild verify --slurm SCRIPT [--runs N] [-e KEY=VALUE] [--keep DIR] [--json]"
 )
 
 
@@ -55,6 +56,14 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "--local",
         action="store_true",
         help="run on this host under the same runtime, without an engine (no IMAGE)",
+    )
+    parser.add_argument(
+        "--slurm",
+        type=Path,
+        metavar="SCRIPT",
+        help="submit this sbatch script (from `reprobuild slurm`) --runs times, one job after "
+        "the other, with sbatch --wait from this directory; compare the jobs' stdout, each "
+        "node's run records and every output file (no IMAGE, no CMD)",
     )
     parser.add_argument("--runs", type=int, metavar="N", help="runs (default: 2)")
     parser.add_argument(
@@ -227,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
     from reprobuild.checks.verify import verify, verify_spec_from_args
     from reprobuild.errors import RunFailedError
 
+    if args.slurm is not None:
+        return _slurm(args)
     if args.mlflow:
         from reprobuild.checks.mlflowruns import run_env
 
@@ -293,6 +304,59 @@ def run(args: argparse.Namespace) -> int:
         keep = args.keep.absolute()
         err(wandbruns.log_verdict(keep, ids, report.result, report.summary, str(result.path)))
     return 0 if result.report.identical else EXIT_ERROR
+
+
+_NOT_WITH_SLURM = (
+    "image",
+    "cmd",
+    "local",
+    "cpu",
+    "output",
+    "data",
+    "seed",
+    "resume_at",
+    "trial",
+    "mode",
+    "gpus",
+    "network",
+    "nodes",
+    "nproc_per_node",
+    "ignore",
+    "report",
+    "html",
+    "mlflow",
+)
+
+
+def _slurm(args: argparse.Namespace) -> int:
+    """``verify --slurm SCRIPT``: the jobs of the script compared (checks/verify/slurm.py)."""
+    import json
+
+    from reprobuild.checks.verify.slurm import verify_slurm
+    from reprobuild.errors import VerifyUsageError
+
+    for name in _NOT_WITH_SLURM:
+        value = getattr(args, name)
+        if value not in (None, False, []):
+            option = "IMAGE" if name == "image" else "CMD" if name == "cmd" else name
+            shown = option if option.isupper() else "--" + option.replace("_", "-")
+            raise VerifyUsageError(
+                f"{shown} does not go with --slurm: the script names the image, the program "
+                "and the job (set variables with -e KEY=VALUE)"
+            )
+    env = []
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise VerifyUsageError(f"-e {item!r} is not KEY=VALUE")
+        env.append((name, value))
+    log = (lambda _: None) if args.quiet or args.json else err
+    result = verify_slurm(args.slurm, runs=args.runs or 2, keep=args.keep, env=env, log=log)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print("\n".join(result.lines()))
+    return 0 if result.identical else EXIT_ERROR
 
 
 def _resume(spec: VerifySpec, args: argparse.Namespace, log: Callable[[str], None]) -> int:
