@@ -14,10 +14,22 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from helpers import DATA, STATE_DIR, MakeProject, MakeTag, build_json
+from helpers import DATA, RUNTIME_TMP_VAR, STATE_DIR, MakeProject, MakeTag, build_json
 
 if TYPE_CHECKING:
     from docker import DockerClient
+
+
+@pytest.fixture(scope="session", autouse=True)
+def runtime_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The temporary directory the in-image runtime gets when a test runs it on the host
+    (``helpers.RUNTIME_TMP_VAR``): without REPRO_RUN_DIR it writes its run record into
+    ``$TMPDIR/reprobuild-run`` (a container's own /tmp), which on the host would be the
+    machine's /tmp, left behind by every test."""
+    path = tmp_path_factory.mktemp("runtime-tmp")
+    os.environ[RUNTIME_TMP_VAR] = str(path)
+    yield path
+    os.environ.pop(RUNTIME_TMP_VAR, None)
 
 
 @pytest.fixture(scope="session")

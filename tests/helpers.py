@@ -35,6 +35,15 @@ REPO = Path(__file__).parent.parent
 REGISTRY_PORT = os.environ.get("REPROBUILD_REGISTRY_PORT", "5000")
 REGISTRY = f"127.0.0.1:{REGISTRY_PORT}"
 STATE_DIR = Path(os.environ.get("REPROBUILD_STATE_DIR", "/var/lib/reprobuild-dev"))
+# Set by conftest for the whole session: the runtime's TMPDIR when a test runs it on the host.
+RUNTIME_TMP_VAR = "REPROBUILD_TEST_RUNTIME_TMP"
+
+
+def runtime_tmp() -> dict[str, str]:
+    """``{"TMPDIR": ...}`` for an environment the in-image runtime runs in on the host, so
+    that its default run records land in the session's temporary folder, not in /tmp."""
+    return {"TMPDIR": os.environ[RUNTIME_TMP_VAR]}
+
 
 # What the `project` fixture returns: copy tests/data/projects/NAME to a temp dir, give its path.
 MakeProject = Callable[[str], Path]

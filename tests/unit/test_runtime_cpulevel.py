@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from helpers import runtime_tmp
 from reprobuild_entrypoint import cpulevel, envplan, runrecord
 from reprobuild_entrypoint.settings import SettingsError, from_environ
 
@@ -174,7 +175,7 @@ def _entrypoint(env: dict[str, str], *command: str) -> subprocess.CompletedProce
     base = {k: v for k, v in os.environ.items() if not k.startswith(("REPRO_", "REPROBUILD_"))}
     return subprocess.run(
         [sys.executable, "-m", "reprobuild_entrypoint", "--", *command],
-        env={**base, **env},
+        env={**base, **runtime_tmp(), **env},
         capture_output=True,
         text=True,
         timeout=60,

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import reprobuild_entrypoint
+from helpers import runtime_tmp
 from reprobuild_entrypoint.envplan import image_env
 
 RUNTIME_ROOT = str(Path(reprobuild_entrypoint.__file__).resolve().parent.parent)
@@ -70,6 +71,7 @@ def gpu_image(
         "REPROBUILD_IMAGE_DETERMINISM": "strict",
         "REPROBUILD_VARIANT": variant,
         **image_env(0, "strict", variant),
+        **runtime_tmp(),
         **extra,
     }
 

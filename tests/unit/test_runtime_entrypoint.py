@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import reprobuild_entrypoint
+from helpers import runtime_tmp
 from reprobuild_entrypoint.envplan import image_env
 
 RUNTIME_ROOT = str(Path(reprobuild_entrypoint.__file__).resolve().parent.parent)
@@ -38,6 +39,7 @@ def image_environ(**extra: str) -> dict[str, str]:
         "REPROBUILD_MANIFEST_PATH": "/nonexistent/manifest.json",
         **IMAGE,
         **image_env(0, "strict", "gpu"),
+        **runtime_tmp(),
         **extra,
     }
 

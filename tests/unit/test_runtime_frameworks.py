@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import reprobuild_entrypoint
+from helpers import runtime_tmp
 from reprobuild_entrypoint.envplan import image_env
 
 pytestmark = pytest.mark.heavy
@@ -65,6 +66,7 @@ def container_env(mode: str = "strict", **extra: str) -> dict[str, str]:
         "REPROBUILD_IMAGE_DETERMINISM": mode,
         "REPROBUILD_VARIANT": "cpu",
         **image_env(0, mode, "cpu"),
+        **runtime_tmp(),
         **extra,
     }
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import reprobuild_entrypoint
+from helpers import runtime_tmp
 from reprobuild_entrypoint.envplan import image_env
 
 pytestmark = pytest.mark.heavy
@@ -64,6 +65,7 @@ def image_environment(cpu: str, **extra: str) -> dict[str, str]:
         "REPROBUILD_IMAGE_DETERMINISM": "strict",
         "REPROBUILD_VARIANT": "cpu",
         **image_env(0, "strict", "cpu"),
+        **runtime_tmp(),
         "REPRO_THREADS": "2",
         "REPRO_CPU": cpu,
         **extra,

@@ -28,6 +28,7 @@ from types import ModuleType
 import pytest
 
 import reprobuild_entrypoint
+from helpers import runtime_tmp
 from reprobuild_entrypoint import cpus, importhook
 from reprobuild_entrypoint._startup import CPUS_CHECKED
 from reprobuild_entrypoint.envplan import image_env
@@ -48,6 +49,7 @@ def base_env(**extra: str) -> dict[str, str]:
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "REPRO_QUIET": "1",
+        **runtime_tmp(),
         CPUS_CHECKED: "test",
         **extra,
     }
