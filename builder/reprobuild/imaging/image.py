@@ -488,7 +488,8 @@ def _build_buildah(
                 ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
             )
         checked()  # the wheels it used were the cache's, byte for byte
-        manifest, sbom_json = _manifest(buildah.Prober(), spec, scratch_id, info)
+        prober = ProbeCache(buildah.Prober(), buildah.config(scratch_id), app=bool(spec.app_files))
+        manifest, sbom_json = _manifest(prober, spec, scratch_id, info)
         stamp = ctx.parent / "stamp"
         stamp.mkdir()
         files = render_stamp(scratch_id, manifest.to_json(), manifest.labels(), sbom_json)
@@ -609,6 +610,60 @@ class Prober(Protocol):
     ) -> RunResult: ...
 
     def inspect(self, image: str) -> dict[str, Any]: ...
+
+
+class ProbeCache:
+    """The image probe's answer kept by what it can depend on: the image's layers but the
+    project's code (the probe runs ``python -I``: /app is not on its path), the image's
+    environment, and the probe's command and environment. A code-only rebuild then probes
+    nothing (about a second of a few here); any other change is a new key. Only where the
+    layer with the code is known to be the last (``COPY app/ /app/``, as the Dockerfile
+    renders it): else every layer is in the key."""
+
+    def __init__(self, inner: Prober, config: dict[str, Any], *, app: bool) -> None:
+        self._inner, self._config = inner, config
+        self._layers = self._without_app(config) if app else self._all_layers(config)
+
+    @staticmethod
+    def _all_layers(config: dict[str, Any]) -> list[str]:
+        return [str(d) for d in (config.get("rootfs") or {}).get("diff_ids") or []]
+
+    @classmethod
+    def _without_app(cls, config: dict[str, Any]) -> list[str]:
+        layers = cls._all_layers(config)
+        history = [h for h in config.get("history") or [] if not h.get("empty_layer")]
+        last = str(history[-1].get("created_by", "")) if history else ""
+        if layers and "COPY" in last and last.rstrip().endswith(" /app/"):
+            return layers[:-1]
+        return layers
+
+    def key(self, command: list[str], entrypoint: list[str] | None, env: dict[str, str]) -> str:
+        config = self._config.get("config") or {}
+        what = [self._layers, sorted(config.get("Env") or []), entrypoint, command, env]
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+    def run(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        entrypoint: list[str] | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> RunResult:
+        env = environment or {}
+        cached = cache_root() / "probes" / f"v1-{self.key(command, entrypoint, env)}.json"
+        with contextlib.suppress(OSError):
+            if cached.is_file() and cached.stat().st_size <= sbom.MAX_FACTS_BYTES:
+                return RunResult(0, cached.read_bytes(), b"")
+        result = self._inner.run(image, command, entrypoint=entrypoint, environment=env)
+        if result.exit_code == 0:
+            with contextlib.suppress(OSError):  # only a cache
+                write_atomic(cached, result.stdout)
+        return result
+
+    def inspect(self, image: str) -> dict[str, Any]:
+        found = self._config.get("config")
+        return {"Config": found if isinstance(found, dict) else {}}
 
 
 def _manifest(
