@@ -31,6 +31,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as PackagingRequirement
 
+from reprobuild._util.resolver import failure_reason
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import Lock, load_lock
 from reprobuild.locks.records import quoted
@@ -155,12 +156,9 @@ def compile_build_lock(
         except subprocess.TimeoutExpired:
             raise BuildLockError("resolving the build requirements took over 10 minutes") from None
     if proc.returncode != 0:
-        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-        reason = next((ln for ln in lines if "No solution" in ln or "error" in ln), None)
-        reason = reason or (lines[0] if lines else f"exit status {proc.returncode}")
         raise BuildLockError(
             f"cannot resolve the build requirements {', '.join(sorted(wanted))} for CPython "
-            f"{python} on {UV_PLATFORM}: {reason[:300]}",
+            f"{python} on {UV_PLATFORM}: {failure_reason(proc.stderr, proc.returncode)}",
             hint="check the sdists' [build-system] requires are on the lock's index as wheels",
         )
     header = [

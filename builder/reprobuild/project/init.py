@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reprobuild._util.resolver import failure_reason
 from reprobuild.errors import ReprobuildError
 from reprobuild.project.config import CONFIG_NAME, SELECT_NAME_RE
 
@@ -518,12 +519,9 @@ def _resolve(root: Path, source: str, python: str, options: InitOptions, service
     except subprocess.TimeoutExpired:
         raise InitError(f"resolving {source} took more than 15 minutes") from None
     if proc.returncode != 0:
-        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-        reason = next((ln for ln in lines if "No solution" in ln or "error" in ln), None)
-        reason = reason or (lines[0] if lines else f"exit status {proc.returncode}")
         raise InitError(
             f"{root / source}: cannot resolve it for CPython {python} on {_UV_PLATFORM}: "
-            f"{reason[:300]}",
+            f"{failure_reason(proc.stderr, proc.returncode)}",
             hint="fix the requirement uv names, or give --python for another Python",
         )
     return (
