@@ -20,7 +20,8 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
 # look into mounted files, so the lock's sha256 is part of the step's text: another lock, another
 # step. pip comes from a throwaway bootstrap venv (or the base's own); a pip older than 22.3
 # (Debian bullseye's) has no --python and runs in the venv's interpreter from where it lies,
-# installing every pin. SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
+# installing every pin (which pip it is, read from its version: asking pip itself costs most of
+# a second). SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
 # runtime on the venv's path and imports its start-up hook at every interpreter start, so
 # determinism holds even without the ENTRYPOINT.
 RUN --mount=type=tmpfs,target=/.reprobuild \
@@ -29,11 +30,12 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     export REPROBUILD_LOCK_SHA256=96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4 SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
       PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1 \
       PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
+      PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])" \
  && python3 -m venv --without-pip /opt/venv \
  && py=/.reprobuild/bootstrap/bin/python \
  && { python3 -m venv /.reprobuild/bootstrap || py=python3; } \
  && install="$py -m pip --python /opt/venv/bin/python install" \
- && { $py -m pip --python /opt/venv/bin/python --version >/dev/null 2>&1 \
+ && { $py -c "$PIP_PYTHON_OK" \
       || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; } \
  && $install \
       --no-index --find-links /.reprobuild/wheels \

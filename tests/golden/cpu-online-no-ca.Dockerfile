@@ -7,12 +7,14 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_NO_INPUT=1 \
-    PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))"
+    PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
+    PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])"
 # The target venv gets no pip of its own; pip comes from a throwaway bootstrap venv, or from
 # the base itself where it has no ensurepip (NGC images ship pip but no python3-venv). A pip
 # older than 22.3 (Debian bullseye's, for CPython 3.9) has no --python: it then runs in the
 # venv's own interpreter from where it lies, installing every pin (--ignore-installed: the
-# bootstrap's own packages on its path are not the venv's).
+# bootstrap's own packages on its path are not the venv's). Which pip it is comes from its
+# version (PIP_PYTHON_OK): asking pip itself costs most of a second.
 # SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
 # After the install, a .pth puts the in-image runtime on the venv's path and imports its
 # start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
@@ -21,7 +23,7 @@ RUN python3 -m venv --without-pip /opt/venv \
 COPY requirements.lock /tmp/reprobuild/requirements.lock
 RUN py=/tmp/reprobuild/bootstrap/bin/python; [ -x "$py" ] || py=python3; \
     install="$py -m pip --python /opt/venv/bin/python install"; \
-    $py -m pip --python /opt/venv/bin/python --version >/dev/null 2>&1 \
+    $py -c "$PIP_PYTHON_OK" \
       || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; \
     $install \
       --require-hashes --only-binary=:all: \
