@@ -321,12 +321,24 @@ def test_pdm_lock_groups_markers_and_platform_wheels() -> None:
         _PDM.encode(), Path("pdm.lock"), selection=Selection(extras=("symbolic",))
     )
     assert [r.name for r in with_extra.requirements] == ["numpy", "sympy"]
+    # no wheel for 3.13: its sdist is built; pdm.lock names the file, not its URL, so the host
+    # looks it up on the index
+    built = parse_lock_bytes(_PDM.encode(), Path("pdm.lock"), selection=Selection(python="3.13"))
+    (numpy,) = built.requirements
+    assert numpy.source is not None and numpy.hashes == (f"sha256:{_h('nsd')}",)
+    assert (numpy.source.filename, numpy.source.url, numpy.source.index) == (
+        "numpy-2.4.6.tar.gz",
+        None,
+        "https://pypi.org/simple",
+    )
+    no_sdist = _PDM.replace(f'    {{file = "numpy-2.4.6.tar.gz", hash = "sha256:{_h("nsd")}"}},\n', "")
+    assert no_sdist != _PDM
     with pytest.raises(
         LockfileError,
         match=r"package numpy 2\.4\.6 has no wheel for CPython "
         r"3\.13 on linux x86_64",
     ):
-        parse_lock_bytes(_PDM.encode(), Path("pdm.lock"), selection=Selection(python="3.13"))
+        parse_lock_bytes(no_sdist.encode(), Path("pdm.lock"), selection=Selection(python="3.13"))
 
 
 def test_pdm_lock_without_hash_is_refused() -> None:

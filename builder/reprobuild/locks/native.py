@@ -28,6 +28,7 @@ from reprobuild._util.boundedread import read_small_file
 from reprobuild.errors import LockfileError
 from reprobuild.locks.records import (
     NAME_RE,
+    SOURCE_ARCHIVE_RE,
     IndexOptions,
     Requirement,
     SourceArchive,
@@ -491,38 +492,58 @@ def wheel_hashes(
 
 def wheels_or_sdist(
     files: Iterable[tuple[str, object]],
-    sdist: tuple[str, str, object] | None,
+    sdist: tuple[str, str | None, object] | None,
     name: str,
     version: str,
     selection: Selection,
     path: Path,
     locate: Callable[[str], int | None],
     hint: str,
+    *,
+    index: str | None = None,
 ) -> tuple[tuple[str, ...], SourceArchive | None]:
     """What every native reader installs for one package: the sha256 hashes of its wheels
     that fit the platform (:func:`wheel_hashes`), or, when none fits and the lock records an
-    sdist (``sdist``: its file name, URL and hash as the lock writes them), that sdist to build
+    sdist (``sdist``: its file name, URL, None where the lock has none and ``index`` is where
+    to look it up, and hash as the lock writes them), that sdist to build
     (:class:`~reprobuild.locks.records.SourceArchive`, its hash as the only one)."""
     hashes = wheel_hashes(
         files, name, version, selection, path, locate, hint, allow_none=sdist is not None
     )
     if hashes or sdist is None:
         return hashes, None
-    source = sdist_archive(sdist, name, version, path, locate, hint)
+    source = sdist_archive(sdist, name, version, path, locate, hint, index=index)
     return (source.sha256,), source
 
 
+def split_sdist(
+    files: list[tuple[str, object]],
+) -> tuple[list[tuple[str, object]], tuple[str, str | None, object] | None]:
+    """A lock that lists every file of a package as (file name, hash) with no URL (poetry.lock,
+    pdm.lock): its wheels, and its sdist as ``(file name, None, hash)`` (a ``.tar.gz`` over a
+    ``.zip``), None where it has none."""
+    wheels = [(f, h) for f, h in files if f.endswith(".whl")]
+    sdists = sorted(
+        ((f, h) for f, h in files if SOURCE_ARCHIVE_RE.fullmatch(f)),
+        key=lambda fh: not fh[0].endswith(".tar.gz"),
+    )
+    return wheels, ((sdists[0][0], None, sdists[0][1]) if sdists else None)
+
+
 def sdist_archive(
-    sdist: tuple[str, str, object],
+    sdist: tuple[str, str | None, object],
     name: str,
     version: str,
     path: Path,
     locate: Callable[[str], int | None],
     hint: str,
+    *,
+    index: str | None = None,
 ) -> SourceArchive:
     """The sdist ``(file name, URL, hash)`` of ``name`` ``version`` as a checked record:
     its name is the package's (PEP 625 or the older un-normalized form), its URL is one the
-    host may fetch, its hash a sha256."""
+    host may fetch, its hash a sha256. A lock that names the file but not its URL (poetry.lock,
+    pdm.lock) gives ``index``, the simple index the host finds the file on."""
     filename, url, digest = sdist
     label = f"package {name} {version}"
     line = locate(filename)
@@ -553,6 +574,13 @@ def sdist_archive(
             else f"sdist {quoted(filename)} has no sha256 hash"
         )
         raise LockfileError(path, line, f"{label}: {problem}", hint=hint)
+    if url is None:
+        if index is None:
+            raise LockfileError(path, line, f"{label}: sdist {quoted(filename)} has no URL")
+        try:
+            return SourceArchive(filename=filename, sha256=normal, index=index)
+        except ValueError as exc:
+            raise LockfileError(path, line, f"{label}: {exc}") from None
     url_refused = index_url_problem(url, what=f"{label}: sdist")
     if url_refused is not None:
         raise LockfileError(path, line, url_refused)

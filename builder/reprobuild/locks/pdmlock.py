@@ -27,13 +27,15 @@ from reprobuild.locks.native import (
     open_toml_lock,
     package_tables,
     source_refusal,
-    wheel_hashes,
+    split_sdist,
+    wheels_or_sdist,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, SourcePin, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
 from reprobuild.locks.sources import git_pin, path_pin
 
 __all__ = ["parse_pdmlock"]
 
+_PYPI = "https://pypi.org/simple"  # where pdm looks when the project names no source
 _HINT = "relock with `pdm lock`"
 _SOURCE_KEYS = {"url": "direct URL"}
 
@@ -58,7 +60,7 @@ def parse_pdmlock(
         if isinstance(picked, SourcePin):
             pins.source(picked)
             continue
-        name, version_text, hashes = picked
+        name, version_text, hashes, archive = picked
         other = pins.version_of(name)
         if other is not None and other != version_text:
             raise LockfileError(
@@ -67,7 +69,7 @@ def parse_pdmlock(
                 f"package {name}: both {other} and {version_text} apply to {selection.label}",
                 hint=_HINT,
             )
-        pins.pin(name, version_text, hashes, line, keep_first=True)
+        pins.pin(name, version_text, hashes, line, keep_first=True, source=archive)
     if not pins:
         raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)
     return pins.requirements(), pins.index_options(), (), pins.source_pins()
@@ -151,7 +153,7 @@ def _package(
     path: Path,
     lines: LockLines,
     line: int,
-) -> tuple[str, str, tuple[str, ...]] | SourcePin | None:
+) -> tuple[str, str, tuple[str, ...], SourceArchive | None] | SourcePin | None:
     name = check_name(entry.get("name"), path, line or None)
     groups = entry.get("groups")
     if not isinstance(groups, list):
@@ -187,8 +189,12 @@ def _package(
     def locate(needle: str) -> int | None:
         return lines.find(needle, line) if line else None
 
-    hashes = wheel_hashes(pairs, name, version, selection, path, locate, _HINT)
-    return name, version, hashes
+    # pdm.lock names each file, not its URL: an sdist is looked up on the lock's indexes
+    wheels, sdist = split_sdist(pairs)
+    hashes, archive = wheels_or_sdist(
+        wheels, sdist, name, version, selection, path, locate, _HINT, index=_PYPI
+    )
+    return name, version, hashes, archive
 
 
 def _source(entry: dict[str, Any], name: str, path: Path, line: int) -> SourcePin | None:

@@ -52,9 +52,10 @@ from reprobuild.locks.native import (
     package_tables,
     pyproject_beside,
     source_refusal,
-    wheel_hashes,
+    split_sdist,
+    wheels_or_sdist,
 )
-from reprobuild.locks.records import IndexOptions, Requirement, SourcePin, quoted
+from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
 from reprobuild.locks.sources import git_pin, path_pin
 
 __all__ = ["content_hashes", "parse_poetrylock", "poetry_allows"]
@@ -166,9 +167,9 @@ def parse_poetrylock(
         if source is not None:
             pins.source(source)
             continue
-        version_text, hashes, index = _pins(entry, line, files_table, selection, path, lines)
+        version_text, hashes, index, sdist = _pins(entry, line, files_table, selection, path, lines)
         # a package with no [package.source] comes from PyPI
-        pins.pin(name, version_text, hashes, line, index or _PYPI)
+        pins.pin(name, version_text, hashes, line, index or _PYPI, source=sdist)
     # PyPI first: the others are extra indexes
     return (
         pins.requirements(),
@@ -609,7 +610,10 @@ def _pins(
     selection: Selection,
     path: Path,
     lines: LockLines,
-) -> tuple[str, tuple[str, ...], str | None]:
+) -> tuple[str, tuple[str, ...], str | None, SourceArchive | None]:
+    """The package's version, the hashes of its wheels for the platform (else its sdist's, and
+    the sdist to build: poetry.lock names the file, not its URL, so the host looks it up on
+    the package's index), and its index (None: PyPI)."""
     name = canonicalize_name(str(entry["name"]))
     version = check_version(entry.get("version"), f"package {name}", path, line or None)
     check_marker(_package_marker(entry), f"package {name}", path, line or None)
@@ -639,5 +643,8 @@ def _pins(
     def locate(needle: str) -> int | None:
         return lines.find(needle, start) if start else None
 
-    hashes = wheel_hashes(pairs, name, version, selection, path, locate, _HINT)
-    return version, hashes, index
+    wheels, sdist = split_sdist(pairs)
+    hashes, source = wheels_or_sdist(
+        wheels, sdist, name, version, selection, path, locate, _HINT, index=index or _PYPI
+    )
+    return version, hashes, index, source

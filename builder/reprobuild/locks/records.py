@@ -128,12 +128,15 @@ class SourceArchive:
     ``filename`` is the archive's file name (what it is saved as in the build context);
     ``sha256`` is ``"sha256:<64 hex>"`` of its bytes; ``url`` is where the host fetches it
     (``https://``, loopback ``http://`` or ``file://``), ``None`` when whoever made the record
-    already put the archive at ``local`` on the host."""
+    already put the archive at ``local`` on the host, or when the lock names the file but not
+    its URL (poetry.lock, pdm.lock): then ``index`` is the simple index (PEP 503) the host
+    looks the file up on, the lock's other indexes after it."""
 
     filename: str
     sha256: str
     url: str | None = None
     local: Path | None = None
+    index: str | None = None
     # Where a host-made archive came from, for the manifest and the SBOM: ``git <url>@<commit>``
     # or ``path <folder>`` (:meth:`SourcePin.describe`); None for an sdist from an index.
     origin: str | None = None
@@ -143,8 +146,8 @@ class SourceArchive:
             raise ValueError(f"source archive {quoted(self.filename)} is not a .tar.gz or .zip")
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", self.sha256):
             raise ValueError(f"source archive sha256 {quoted(self.sha256)} is not sha256:<hex>")
-        if (self.url is None) == (self.local is None):
-            raise ValueError("a source archive has exactly one of url and local")
+        if sum(x is not None for x in (self.url, self.local, self.index)) != 1:
+            raise ValueError("a source archive has exactly one of url, local and index")
 
     @property
     def hex(self) -> str:

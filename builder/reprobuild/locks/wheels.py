@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import html.parser
 import importlib.metadata
 import json
 import os
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TextIO
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -33,6 +34,7 @@ from reprobuild._util.fsutil import write_atomic
 from reprobuild._util.progress import Transfers
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import Lock
+from reprobuild.locks.records import SourceArchive, index_url_problem
 
 Log = Callable[[str], None]
 Show = Callable[[int], Transfers]  # the progress display for a download of N files
@@ -499,6 +501,58 @@ def fetch_sources(lock: Lock, dest: Path, *, log: Log = print) -> dict[str, Path
     return out
 
 
+_INDEX_PAGE_MAX = 32 << 20  # a simple page of a project with thousands of files is a few MB
+
+
+class _Links(html.parser.HTMLParser):
+    """The ``href`` of every anchor of a simple index page (PEP 503)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def _find_on_index(lock: Lock, name: str, version: str, source: SourceArchive) -> str:
+    """Where the sdist a lock names but does not locate (poetry.lock, pdm.lock) lies: its
+    project's page on the simple index the record names, then on the lock's other indexes, read
+    as PEP 503 HTML. Only a link of a scheme the host may fetch from counts (its bytes are
+    checked against the lock's sha256 after)."""
+    import urllib.request
+
+    wanted = [source.index, lock.options.index_url, *lock.options.extra_index_urls]
+    indexes = list(dict.fromkeys(i for i in wanted if i))
+    project = canonicalize_name(name)
+    for index in indexes:
+        page = index.rstrip("/") + f"/{project}/"
+        # a file: index is a tree of folders, each page its index.html (as pip reads one)
+        read = page + "index.html" if urlsplit(page).scheme == "file" else page
+        try:
+            with urllib.request.urlopen(read, timeout=60) as response:
+                body = response.read(_INDEX_PAGE_MAX + 1)
+        except (OSError, ValueError):
+            continue  # not on this index (or not reachable): the next one
+        links = _Links()
+        links.feed(body[:_INDEX_PAGE_MAX].decode("utf-8", errors="replace"))
+        for href in links.hrefs:
+            url = urljoin(page, href).split("#", 1)[0]
+            if unquote(urlsplit(url).path.rsplit("/", 1)[-1]) != source.filename:
+                continue
+            remote_page_to_file = urlsplit(page).scheme != "file" and url.startswith("file:")
+            if not remote_page_to_file and index_url_problem(url, what="the sdist's link") is None:
+                return url
+    raise WheelError(
+        f"the sdist {source.filename} of {name} {version} is on none of the lock's indexes "
+        f"({', '.join(indexes)})",
+        hint="check the network to the lock's index, or that the index still has the file",
+    )
+
+
 def _fetch_source(lock: Lock, name: str, version: str, line: int, cached: Path, log: Log) -> None:
     """Fetch one source archive into a temp file beside ``cached``; renamed in only when its
     sha256 is the locked one (a mismatch is one line naming both, nothing kept)."""
@@ -517,14 +571,14 @@ def _fetch_source(lock: Lock, name: str, version: str, line: int, cached: Path, 
                 with source.local.open("rb") as fh:
                     shutil.copyfileobj(fh, out)
             else:
-                assert source.url is not None
+                url = source.url or _find_on_index(lock, name, version, source)
                 log(f"fetching {source.filename}")
                 try:
-                    with urllib.request.urlopen(source.url, timeout=60) as response:
+                    with urllib.request.urlopen(url, timeout=60) as response:
                         shutil.copyfileobj(response, out)
                 except (OSError, ValueError) as exc:
                     raise WheelError(
-                        f"cannot fetch the sdist of {name} {version} from {source.url}: {exc}",
+                        f"cannot fetch the sdist of {name} {version} from {url}: {exc}",
                         hint="check the network to the lock's index, and that the file is there",
                     ) from None
         got = _sha256(tmp)
