@@ -331,7 +331,8 @@ def test_pdm_lock_groups_markers_and_platform_wheels() -> None:
         None,
         "https://pypi.org/simple",
     )
-    no_sdist = _PDM.replace(f'    {{file = "numpy-2.4.6.tar.gz", hash = "sha256:{_h("nsd")}"}},\n', "")
+    sdist_line = f'    {{file = "numpy-2.4.6.tar.gz", hash = "sha256:{_h("nsd")}"}},\n'
+    no_sdist = _PDM.replace(sdist_line, "")
     assert no_sdist != _PDM
     with pytest.raises(
         LockfileError,

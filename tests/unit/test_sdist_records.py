@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -364,3 +365,69 @@ def test_a_lock_of_wheels_and_sdists_installs_both(mount_install: bool) -> None:
     assert text.index("AS sdist-build") < text.index("COPY --from=sdist-build")
     only = dataclasses.replace(spec, lock=load_lock(PROJECT / "uv.lock"))
     assert "-r " + where + "/requirements.lock" not in render_dockerfile(only)
+
+
+def _run_stage_script(
+    tmp_path: Path, files: dict[str, str], **env_extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The wheel-build stage's script on this machine, on one sdist made of ``files``."""
+    import io
+    import json
+    import os
+    import sys
+    import tarfile
+
+    import reprobuild.imaging
+
+    script = Path(reprobuild.imaging.__file__).parent / "templates" / "build_sdists.py"
+    sdist = io.BytesIO()
+    with tarfile.open(fileobj=sdist, mode="w:gz") as tf:
+        for rel, text in files.items():
+            info = tarfile.TarInfo(f"bad_demo-0.1/{rel}")
+            info.size, info.mode = len(text.encode()), 0o644
+            tf.addfile(info, io.BytesIO(text.encode()))
+    root = tmp_path / "reprobuild-build"
+    (root / "sdists").mkdir(parents=True)
+    (root / "sdists" / "bad_demo-0.1.tar.gz").write_bytes(sdist.getvalue())
+    digest = "sha256:" + hashlib.sha256(sdist.getvalue()).hexdigest()
+    listed = [{"name": "bad-demo", "version": "0.1", "filename": "bad_demo-0.1.tar.gz"}]
+    listed[0]["sha256"] = digest
+    (root / "sources.json").write_text(json.dumps(listed))
+    env = {
+        **os.environ,
+        "REPROBUILD_BUILD_ROOT": str(root),
+        "SOURCE_DATE_EPOCH": "315532800",
+        "PIP_NO_INDEX": "1",
+        **env_extra,
+    }
+    return subprocess.run(
+        [sys.executable, "-I", str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_build_that_hangs_is_stopped_in_one_line(tmp_path: Path) -> None:
+    """A build past REPROBUILD_SDIST_TIMEOUT is stopped, with what it started (its own
+    process group), and said in the one line the image build reports."""
+    import time
+
+    setup = "import time\ntime.sleep(300)\n"
+    started = time.monotonic()
+    proc = _run_stage_script(tmp_path, {"setup.py": setup}, REPROBUILD_SDIST_TIMEOUT="3")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert time.monotonic() - started < 60
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == "reprobuild: building bad-demo 0.1 did not finish within 3 s; stopped", last
+
+
+def test_a_build_that_fails_names_its_last_words(tmp_path: Path) -> None:
+    """A build that fails (here: one that reaches for the network, which the stage has
+    not) is one line naming the package and the build's own last error line."""
+    setup = (
+        "import urllib.request\n"
+        "raise SystemExit('error: this build needs the network: ' + 'http://127.0.0.1:9/')\n"
+    )
+    proc = _run_stage_script(tmp_path, {"setup.py": setup})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("reprobuild: building bad-demo 0.1 from its sdist failed: "), last
+    assert not (tmp_path / "reprobuild-build" / "out" / "built.json").exists()

@@ -200,11 +200,17 @@ def run_streamed(
     _check(what, code, tail, deadline_s if expired.is_set() else None)
 
 
+# How a line of reprobuild's own scripts in an image build starts (templates/build_sdists.py).
+OWN_LINE = "reprobuild: "
+
+
 def _check(what: str, code: int, tail: deque[str], expired_after: float | None) -> None:
     if expired_after is not None:
         raise EngineError(f"{what} did not finish within {expired_after:g} s; stopped")
     if code != 0:
-        last = next(
+        # a line of reprobuild's own in-build scripts (the wheel-build stage) says it best
+        ours = next((ln for ln in reversed(tail) if ln.startswith(OWN_LINE)), None)
+        last = (ours[len(OWN_LINE) :] if ours else None) or next(
             (ln for ln in reversed(tail) if "error" in ln.lower()), tail[-1] if tail else ""
         )
         raise BuildError(f"{what} failed: {last.strip()}", log_tail="\n".join(tail))

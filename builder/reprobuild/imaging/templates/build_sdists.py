@@ -8,8 +8,17 @@ would land outside it are refused, and it is built with ``pip wheel --no-deps
 --no-build-isolation --no-index`` under SOURCE_DATE_EPOCH. The wheels and ``built.json``
 (each wheel's sha256 beside its sdist's) go to ``/.reprobuild-build/out``, their times
 set to the epoch.
+
+Each build runs as an unprivileged user where ``REPROBUILD_BUILD_USER`` names one (the
+stage does: a build that writes outside its own folder then fails, with HOME and TMPDIR
+inside it), and is stopped after ``REPROBUILD_SDIST_TIMEOUT`` seconds (3600 unless set). A
+failure is one line (``reprobuild: ...``, the build's last line of output in it) that the
+image build reports as its error.
 """
 
+from __future__ import annotations
+
+import contextlib
 import hashlib
 import json
 import os
@@ -17,7 +26,9 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import zipfile
+from collections import deque
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
@@ -35,8 +46,81 @@ def sha256(path: Path) -> str:
 
 
 def fail(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
+    # the image build's error line is the last one that starts so (backends.procstream)
+    print(f"reprobuild: {message}", file=sys.stderr, flush=True)
     sys.exit(1)
+
+
+def build_user() -> tuple[int, int] | None:
+    """The uid and gid the builds run as (``REPROBUILD_BUILD_USER=UID[:GID]``), if any."""
+    text = os.environ.get("REPROBUILD_BUILD_USER", "")
+    if not text:
+        return None
+    uid, _, gid = text.partition(":")
+    return int(uid), int(gid or uid)
+
+
+def own(root: Path, user: tuple[int, int]) -> None:
+    for folder, dirs, files in os.walk(root):
+        os.chown(folder, *user)
+        for name in dirs + files:
+            os.lchown(os.path.join(folder, name), *user)
+
+
+def run_build(argv: list[str], what: str, cwd: Path, user: tuple[int, int] | None) -> None:
+    """Run one build in ``cwd``, its output streamed; stop it past the time limit; a failure is
+    one line naming ``what`` and the build's last words. HOME and TMPDIR are a folder of the
+    build's own beside its tree (``ROOT/home/NAME``)."""
+    limit = float(os.environ.get("REPROBUILD_SDIST_TIMEOUT", "3600"))
+    env = dict(os.environ)
+    home = ROOT / "home" / cwd.name
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(HOME=str(home), TMPDIR=str(home))
+
+    def drop() -> None:
+        os.setsid()  # its own process group: a stop reaches what it started too
+        if user is not None:
+            os.setgroups([])
+            os.setgid(user[1])
+            os.setuid(user[0])
+
+    if user is not None:
+        for folder in (cwd, home, OUT):
+            own(folder, user)
+    proc = subprocess.Popen(
+        argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        preexec_fn=drop,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    expired = threading.Event()
+
+    def stop() -> None:
+        expired.set()
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+
+    timer = threading.Timer(limit, stop)
+    timer.daemon = True
+    timer.start()
+    tail: deque[str] = deque(maxlen=40)
+    try:
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            print(line, flush=True)
+            if line.strip():
+                tail.append(line.strip())
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        if user is not None:
+            own(OUT, (0, 0))
+    if expired.is_set():
+        fail(f"building {what} did not finish within {limit:g} s; stopped")
+    if code != 0:
+        said = next(
+            (ln for ln in reversed(tail) if "error" in ln.lower()), tail[-1] if tail else ""
+        )
+        fail(f"building {what} from its sdist failed: {said[:200]}")
 
 
 def safe_name(name: str, filename: str) -> PurePosixPath:
@@ -84,6 +168,7 @@ def main() -> None:
     epoch = int(os.environ["SOURCE_DATE_EPOCH"])
     sources = json.loads((ROOT / "sources.json").read_text())
     OUT.mkdir()
+    user = build_user()
     built: list[dict[str, str]] = []
     for source in sources:
         archive = ROOT / "sdists" / source["filename"]
@@ -96,17 +181,18 @@ def main() -> None:
         tops = [p for p in dest.iterdir() if p.is_dir()]
         tree = tops[0] if len(tops) == 1 and not (dest / "setup.py").exists() else dest
         before = set(OUT.iterdir())
-        print(f"building {source['name']} {source['version']} from {source['filename']}")
-        proc = subprocess.run(
+        what = f"{source['name']} {source['version']}"
+        print(f"building {what} from {source['filename']}", flush=True)
+        run_build(
             [
                 sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                 "--no-index", "--use-pep517", "--no-cache-dir", "--wheel-dir", str(OUT),
                 str(tree),
             ],
-            check=False,
+            what,
+            dest,
+            user,
         )  # fmt: skip
-        if proc.returncode != 0:
-            fail(f"building {source['name']} {source['version']} from its sdist failed")
         new = sorted(set(OUT.iterdir()) - before)
         if len(new) != 1 or not new[0].name.endswith(".whl"):
             fail(f"building {source['name']} gave {[p.name for p in new]}, not one wheel")
