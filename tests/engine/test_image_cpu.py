@@ -175,7 +175,9 @@ def test_no_wheels_caches_or_pip_left(
     script = (
         "find / -xdev \\( -name '*.whl' -o -name 'requirements.lock' -o -name 'ca.pem' \\) "
         "-not -path '/usr/share/python-wheels/*' -not -path '/proc/*' 2>/dev/null; "
-        "find /tmp /root/.cache /home/repro/.cache -mindepth 1 2>/dev/null; "
+        # this run's own record (the entrypoint's, for trackers) is the only thing in /tmp
+        "find /tmp /root/.cache /home/repro/.cache -mindepth 1 "
+        "-not -path '/tmp/reprobuild-run' -not -path '/tmp/reprobuild-run/run-*.json' 2>/dev/null; "
         "ls /opt/venv/bin | grep -x pip; "
         "/opt/venv/bin/python -c 'import pip' 2>/dev/null && echo pip-importable; true"
     )
