@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -431,3 +433,89 @@ def test_a_build_that_fails_names_its_last_words(tmp_path: Path) -> None:
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("reprobuild: building bad-demo 0.1 from its sdist failed: "), last
     assert not (tmp_path / "reprobuild-build" / "out" / "built.json").exists()
+
+
+@pytest.fixture(scope="module")
+def open_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A venv of Debian's own CPython (readable by every user, as the stage's is) with
+    setuptools and wheel from the machine's local index: the stage's build venv, on the host."""
+    import os
+    import shutil
+
+    python = shutil.which("python3", path="/usr/bin")
+    if python is None:
+        pytest.fail("Debian's /usr/bin/python3 is missing (scripts/setup installs it)")
+    root = Path(tempfile.mkdtemp(prefix="reprobuild-stage-venv-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    venv = root / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True)
+    index = "file:///opt/pypi/simple"
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--index-url", index,
+         "setuptools", "wheel"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    yield venv
+    shutil.rmtree(root)
+
+
+def test_a_build_that_writes_outside_its_tree_fails_in_one_line(
+    tmp_path: Path, open_venv: Path
+) -> None:
+    """As the stage runs it (REPROBUILD_BUILD_USER=65534: an unprivileged user, HOME and
+    TMPDIR its own folder), a build that writes outside its own tree fails, in one line, and
+    what it meant to write is not there."""
+    import io
+    import json
+    import os
+    import shutil
+    import tarfile
+
+    import reprobuild.imaging
+
+    target = Path("/usr/local/lib") / f"reprobuild-outside-{os.getpid()}"
+    setup = (
+        "from pathlib import Path\n"
+        f"Path({str(target)!r}).write_text('written by a build')\n"
+        "from setuptools import setup\n"
+        "setup(name='bad-demo', version='0.1', py_modules=[])\n"
+    )
+    sdist = io.BytesIO()
+    with tarfile.open(fileobj=sdist, mode="w:gz") as tf:
+        info = tarfile.TarInfo("bad_demo-0.1/setup.py")
+        info.size, info.mode = len(setup.encode()), 0o644
+        tf.addfile(info, io.BytesIO(setup.encode()))
+    base = Path(tempfile.mkdtemp(prefix="reprobuild-stage-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        root = base / "reprobuild-build"
+        (root / "sdists").mkdir(parents=True)
+        (root / "sdists" / "bad_demo-0.1.tar.gz").write_bytes(sdist.getvalue())
+        digest = "sha256:" + hashlib.sha256(sdist.getvalue()).hexdigest()
+        listed = [{"name": "bad-demo", "version": "0.1", "filename": "bad_demo-0.1.tar.gz"}]
+        listed[0]["sha256"] = digest
+        (root / "sources.json").write_text(json.dumps(listed))
+        script = Path(reprobuild.imaging.__file__).parent / "templates" / "build_sdists.py"
+        shutil.copy(script, base / "build_sdists.py")
+        os.chmod(base / "build_sdists.py", 0o644)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "REPROBUILD_BUILD_ROOT": str(root),
+            "REPROBUILD_BUILD_USER": "65534",
+            "SOURCE_DATE_EPOCH": "315532800",
+            "PIP_NO_INDEX": "1",
+        }
+        proc = subprocess.run(
+            [str(open_venv / "bin" / "python"), "-I", str(base / "build_sdists.py")],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("reprobuild: building bad-demo 0.1 from its sdist failed: "), last
+        assert "Permission denied" in proc.stdout + proc.stderr
+        assert not target.exists()
+        # what the build left is the stage's root's again (copied into the image as is)
+        assert (root / "out").stat().st_uid == 0
+    finally:
+        target.unlink(missing_ok=True)
+        shutil.rmtree(base)
