@@ -71,6 +71,13 @@ def test_sdists_are_built_into_the_same_wheels_and_image_on_any_day(
     props = {p["name"]: p["value"] for p in antlr["properties"]}
     assert props["reprobuild:built_from_sdist"].endswith(ANTLR_SDIST)
 
+    # `reprobuild rebuild` builds the image again from its manifest and the project, the
+    # sdists built again in the stage: the same image
+    again = run_cli("rebuild", tags[0], str(root), "--json", env=ENV)
+    assert again.returncode == 0, again.stderr[-3000:]
+    report = json.loads(again.stdout)
+    assert report["match"] is True and report["recorded_id"] == report["rebuilt_id"]
+
     # A code-only change: the wheel-build stage comes from the cache (its inputs and epoch
     # are its own), and the built wheels are the same.
     (root / "hello.py").write_text((root / "hello.py").read_text() + "# a code-only change\n")
