@@ -435,6 +435,16 @@ def _build_image(
     return ImageResult(final, image_id, manifest)
 
 
+# What buildah prints while it writes a single-commit image (containers/image's copy).
+_COPY_LOG = (
+    "Getting image source signatures",
+    "Copying blob ",
+    "Copying config ",
+    "Writing manifest to image destination",
+    "Storing signatures",
+)
+
+
 def _nothing_to_check() -> None:
     """An online build installs from the indexes: pip checks the hashes there."""
 
@@ -495,8 +505,16 @@ def _build_buildah(
         files = render_stamp(scratch_id, manifest.to_json(), manifest.labels(), sbom_json)
         write_tree(files, stamp, epoch=spec.epoch)
         # One commit for the stamp's steps: no build reuses them (the manifest is new each
-        # time). Its log (a copy of every blob) says nothing to the user; a failure still does.
-        final_id = buildah.bud(stamp, stamp_tag, epoch=spec.epoch, network=False, layers=False)
+        # time). Its steps are logged as the build's are; the copy of every blob that a single
+        # commit prints says nothing to the user.
+        final_id = buildah.bud(
+            stamp,
+            stamp_tag,
+            epoch=spec.epoch,
+            log=lambda line: None if line.startswith(_COPY_LOG) else log(line),
+            network=False,
+            layers=False,
+        )
         digest = None
         if push is not None:
             log(f"pushing {push}")
