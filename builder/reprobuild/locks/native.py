@@ -574,18 +574,15 @@ def sdist_archive(
             else f"sdist {quoted(filename)} has no sha256 hash"
         )
         raise LockfileError(path, line, f"{label}: {problem}", hint=hint)
-    if url is None:
-        if index is None:
-            raise LockfileError(path, line, f"{label}: sdist {quoted(filename)} has no URL")
-        try:
-            return SourceArchive(filename=filename, sha256=normal, index=index)
-        except ValueError as exc:
-            raise LockfileError(path, line, f"{label}: {exc}") from None
-    url_refused = index_url_problem(url, what=f"{label}: sdist")
+    if url is None and index is None:
+        raise LockfileError(path, line, f"{label}: sdist {quoted(filename)} has no URL")
+    url_refused = None if url is None else index_url_problem(url, what=f"{label}: sdist")
     if url_refused is not None:
         raise LockfileError(path, line, url_refused)
-    try:
-        return SourceArchive(filename=filename, sha256=normal, url=url)
+    try:  # with no URL, the host finds the file on ``index``
+        return SourceArchive(
+            filename=filename, sha256=normal, url=url, index=index if url is None else None
+        )
     except ValueError as exc:
         raise LockfileError(path, line, f"{label}: {exc}") from None
 
