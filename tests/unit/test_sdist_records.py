@@ -369,32 +369,39 @@ def test_a_lock_of_wheels_and_sdists_installs_both(mount_install: bool) -> None:
     assert "-r " + where + "/requirements.lock" not in render_dockerfile(only)
 
 
-def _run_stage_script(
-    tmp_path: Path, files: dict[str, str], **env_extra: str
-) -> subprocess.CompletedProcess[str]:
-    """The wheel-build stage's script on this machine, on one sdist made of ``files``."""
+def _stage_inputs(root: Path, files: dict[str, str]) -> None:
+    """The stage's inputs under ``root``: one sdist ``bad_demo-0.1.tar.gz`` made of ``files``
+    and the ``sources.json`` that names it with its sha256."""
     import io
     import json
-    import os
-    import sys
     import tarfile
 
-    import reprobuild.imaging
-
-    script = Path(reprobuild.imaging.__file__).parent / "templates" / "build_sdists.py"
     sdist = io.BytesIO()
     with tarfile.open(fileobj=sdist, mode="w:gz") as tf:
         for rel, text in files.items():
             info = tarfile.TarInfo(f"bad_demo-0.1/{rel}")
             info.size, info.mode = len(text.encode()), 0o644
             tf.addfile(info, io.BytesIO(text.encode()))
-    root = tmp_path / "reprobuild-build"
     (root / "sdists").mkdir(parents=True)
     (root / "sdists" / "bad_demo-0.1.tar.gz").write_bytes(sdist.getvalue())
     digest = "sha256:" + hashlib.sha256(sdist.getvalue()).hexdigest()
     listed = [{"name": "bad-demo", "version": "0.1", "filename": "bad_demo-0.1.tar.gz"}]
     listed[0]["sha256"] = digest
     (root / "sources.json").write_text(json.dumps(listed))
+
+
+def _run_stage_script(
+    tmp_path: Path, files: dict[str, str], **env_extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The wheel-build stage's script on this machine, on one sdist made of ``files``."""
+    import os
+    import sys
+
+    import reprobuild.imaging
+
+    script = Path(reprobuild.imaging.__file__).parent / "templates" / "build_sdists.py"
+    root = tmp_path / "reprobuild-build"
+    _stage_inputs(root, files)
     env = {
         **os.environ,
         "REPROBUILD_BUILD_ROOT": str(root),
@@ -465,11 +472,8 @@ def test_a_build_that_writes_outside_its_tree_fails_in_one_line(
     """As the stage runs it (REPROBUILD_BUILD_USER=65534: an unprivileged user, HOME and
     TMPDIR its own folder), a build that writes outside its own tree fails, in one line, and
     what it meant to write is not there."""
-    import io
-    import json
     import os
     import shutil
-    import tarfile
 
     import reprobuild.imaging
 
@@ -480,21 +484,11 @@ def test_a_build_that_writes_outside_its_tree_fails_in_one_line(
         "from setuptools import setup\n"
         "setup(name='bad-demo', version='0.1', py_modules=[])\n"
     )
-    sdist = io.BytesIO()
-    with tarfile.open(fileobj=sdist, mode="w:gz") as tf:
-        info = tarfile.TarInfo("bad_demo-0.1/setup.py")
-        info.size, info.mode = len(setup.encode()), 0o644
-        tf.addfile(info, io.BytesIO(setup.encode()))
     base = Path(tempfile.mkdtemp(prefix="reprobuild-stage-", dir="/tmp"))
     try:
         os.chmod(base, 0o755)
         root = base / "reprobuild-build"
-        (root / "sdists").mkdir(parents=True)
-        (root / "sdists" / "bad_demo-0.1.tar.gz").write_bytes(sdist.getvalue())
-        digest = "sha256:" + hashlib.sha256(sdist.getvalue()).hexdigest()
-        listed = [{"name": "bad-demo", "version": "0.1", "filename": "bad_demo-0.1.tar.gz"}]
-        listed[0]["sha256"] = digest
-        (root / "sources.json").write_text(json.dumps(listed))
+        _stage_inputs(root, {"setup.py": setup})
         script = Path(reprobuild.imaging.__file__).parent / "templates" / "build_sdists.py"
         shutil.copy(script, base / "build_sdists.py")
         os.chmod(base / "build_sdists.py", 0o644)
