@@ -329,6 +329,27 @@ def test_record_differences_name_the_stack() -> None:
     assert [d.where for d in found.differences] == ["host.cpu.model"]
 
 
+def rank_record(rank: int, seed: int) -> dict[str, object]:
+    return {
+        "pid": 1000 + seed,
+        "argv": ["train.py"],
+        "distributed": {"rank": rank},
+        "framework_settings": {"torch": {"seed": seed}, "numpy": {"legacy_seed": seed}},
+    }
+
+
+def test_ranks_of_one_node_compare_rank_by_rank_whatever_order_they_were_read() -> None:
+    """Two torchrun ranks on one node write their records in whatever order their process
+    ids come: the comparison must not depend on it (a Slurm job's two runs did, by pid)."""
+    record = {"run_id": "r", "determinism": {"seed": 0}}
+    first = RunRecords(record, (rank_record(2, 2), rank_record(3, 3)))
+    second = RunRecords(record, (rank_record(3, 3), rank_record(2, 2)))
+    assert compare_run_records(first, second).agree
+    wrong = RunRecords(record, (rank_record(3, 4), rank_record(2, 2)))
+    found = compare_run_records(first, wrong)
+    assert 'framework_ranks["rank 3"].torch.seed' in [d.where for d in found.differences]
+
+
 # -------------------------------------------------------------------------------- report
 
 

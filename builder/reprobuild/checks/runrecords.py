@@ -5,7 +5,9 @@ A run record (``reprobuild.run``, written by the in-image runtime) and the frame
 of its run are reduced to a *stack view*: everything that describes the image, host, stack
 and settings, less what differs between any two runs (run id, start time, the container's
 hostname, the framework records' file pattern). Two views are compared as JSON
-(:func:`reprobuild.checks.streams.diff_json`); the framework part only when both runs wrote it.
+(:func:`reprobuild.checks.streams.diff_json`); the framework part only when both runs wrote it,
+the processes' records taken in rank order (never in file-name order, which is process-id
+order) and, where one run had several ranks, each rank's settings compared with its own.
 
 Also the bounded reading both commands use for records a program may have written: at most
 :data:`MAX_RECORD_BYTES`, nested at most :data:`MAX_DEPTH` deep, never through a symbolic
@@ -14,6 +16,7 @@ link. Standard library only (``verify --local`` runs where the Docker SDK is not
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,12 +77,36 @@ def stack_view(records: RunRecords, with_frameworks: bool) -> dict[str, Any]:
         view["host"] = {k: v for k, v in view["host"].items() if k != "hostname"}
     if with_frameworks:
         merged: dict[str, Any] = {}
-        for record in records.frameworks:
+        by_rank: dict[str, Any] = {}
+        for record in sorted(records.frameworks, key=_process_order):
             settings = record.get("framework_settings")
             if isinstance(settings, dict):
                 merged.update(settings)
+                rank = _rank_of(record)
+                if rank is not None:
+                    by_rank[f"rank {rank}"] = settings
         view["frameworks"] = merged
+        if len(by_rank) > 1:  # several ranks on one node: each compared with its own
+            view["framework_ranks"] = by_rank
     return view
+
+
+def _rank_of(record: Mapping[str, Any]) -> int | None:
+    dist = record.get("distributed")
+    rank = dist.get("rank") if isinstance(dist, Mapping) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def _process_order(record: Mapping[str, Any]) -> tuple[int, str, str]:
+    """Framework records in an order two runs of one job share: by rank, then by what the
+    process ran and configured. Never by file name: it holds the process id, which the
+    kernel hands out in whatever order the processes start (torchrun's ranks race)."""
+    rank = _rank_of(record)
+    return (
+        -1 if rank is None else rank,
+        json.dumps(record.get("argv"), sort_keys=True, default=str),
+        json.dumps(record.get("framework_settings"), sort_keys=True, default=str),
+    )
 
 
 def compare_run_records(a: RunRecords, b: RunRecords) -> RecordAgreement:
