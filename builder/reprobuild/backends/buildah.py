@@ -489,10 +489,16 @@ class Storage:
         cli = binary()
         if cli is None:
             return []
+        listing = [cli, "images", "--noheading", "--format", "{{.Name}}:{{.Tag}}"]
         try:
-            out = _capture([cli, "images", "--format", "{{.Name}}:{{.Tag}}"], "buildah images")
+            # Only the images named under the prefix (buildah names them localhost/...): a
+            # store of a few hundred images takes seconds to list in full, at every build.
+            out = _capture([*listing, "--filter", f"reference=localhost/{prefix}*"], "buildah")
         except EngineError:
-            return []
+            try:
+                out = _capture(listing, "buildah images")
+            except EngineError:
+                return []
         names = (line.strip().removeprefix("localhost/") for line in out.splitlines())
         return [name for name in names if name.startswith(prefix)]
 

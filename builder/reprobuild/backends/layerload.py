@@ -299,7 +299,11 @@ def load(
     prefix, rest = set(diff_ids[:held]), set(diff_ids[held:])
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("layers")) as tmp:
         registry = _Registry(prefix - rest, Path(tmp))
-        server = threading.Thread(target=registry.serve_forever, name="reprobuild-registry")
+        # Polled every 50 ms, not socketserver's 500: shutdown() waits for the next poll,
+        # and every build that loads layers waited for it.
+        server = threading.Thread(
+            target=registry.serve_forever, args=(0.05,), name="reprobuild-registry"
+        )
         server.daemon = True
         server.start()
         try:
