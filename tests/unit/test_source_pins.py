@@ -328,3 +328,28 @@ def test_requirements_git_refusals(tmp_path: Path, line: str, reason: str) -> No
     with pytest.raises(LockfileError, match=reason) as info:
         load_lock(path)
     assert "\n" not in str(info.value)
+
+
+def test_editing_a_workspace_member_keeps_the_build_lock(tmp_path: Path) -> None:
+    """The build lock is keyed by a member's build requirements, not its archive's bytes: an
+    edit to its code keeps the lock (the archive's sha256 moves), an edit to its
+    ``[build-system] requires`` makes it stale; the git commit is keyed by its bytes."""
+    from reprobuild.locks.buildlock import inputs_key
+    from reprobuild.locks.sourcearchive import archive_sources
+
+    project, _commit = make_uv_workspace(tmp_path)
+    member = project / "packages" / "core"
+
+    def packed(name: str) -> tuple[str, dict[str, str]]:
+        lock = archive_sources(load_lock(project / "uv.lock"), project, tmp_path / name)
+        shas = {r.name: r.source.sha256 for r in lock.sources if r.source is not None}
+        return inputs_key(lock, "3.11"), shas
+
+    key, shas = packed("first")
+    (member / "src" / "core" / "__init__.py").write_text('NAME = "core, edited"\n')
+    edited_key, edited_shas = packed("edited")
+    assert edited_shas["core"] != shas["core"] and edited_shas["gitdep"] == shas["gitdep"]
+    assert edited_key == key
+    pyproject = member / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("setuptools>=61", "setuptools>=70"))
+    assert packed("requires")[0] != key

@@ -11,8 +11,9 @@ installs exactly those wheels with ``--require-hashes --no-index``; nothing floa
 time.
 
 The file's header records the sha256 of what it was made for (the image's Python and every
-source archive's name, version and sha256): :func:`load_build_lock` refuses a lock made for
-other inputs (stale) or none at all, without any network, so ``render`` stays pure.
+source archive's name, version and sha256; a project folder's by its build requirements, so
+editing a workspace member's code keeps the lock): :func:`load_build_lock` refuses a lock made
+for other inputs (stale) or none at all, without any network, so ``render`` stays pure.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from packaging.requirements import Requirement as PackagingRequirement
 from reprobuild._util.resolver import failure_reason
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import Lock, load_lock
-from reprobuild.locks.records import quoted
+from reprobuild.locks.records import SourceArchive, quoted
 
 BUILD_LOCK_NAME = "build-requirements.lock"
 # What pip and build assume for an sdist whose pyproject.toml names no build system.
@@ -56,13 +57,22 @@ def refresh_hint(directory: Path | str) -> str:
 
 def inputs_key(lock: Lock, python: str) -> str:
     """The sha256 of what a build lock is made for: the image's Python (X.Y) and each source
-    archive (name, version, sha256), sorted."""
+    archive (name, version, and its sha256, or for one packed from a project folder its
+    ``[build-system] requires``), sorted."""
     python = ".".join(python.split(".")[:2])
     lines = [f"python {python}", f"platform {UV_PLATFORM}"]
-    lines += sorted(
-        f"{r.name}=={r.version} {r.source.sha256}" for r in lock.sources if r.source is not None
-    )
+    lines += sorted(_input_line(r.name, r.version, r.source) for r in lock.sources if r.source)
     return "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _input_line(name: str, version: str, source: SourceArchive) -> str:
+    """An sdist or a git commit by its bytes (they never change); a workspace member or path
+    source by what it builds with: its code is edited every day, and an edit that leaves its
+    build requirements alone must not make the build lock stale."""
+    if source.local is not None and (source.origin or "").startswith("path "):
+        requires = ", ".join(sorted(build_requires(source.local)))
+        return f"{name}=={version} {source.origin} builds with {requires}"
+    return f"{name}=={version} {source.sha256}"
 
 
 def build_requires(archive: Path) -> tuple[str, ...]:
