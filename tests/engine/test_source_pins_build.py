@@ -65,3 +65,48 @@ def test_git_commit_and_editable_member_build_and_import(
     props = {p["name"]: p["value"] for p in components["gitdep"]["properties"]}
     assert props["reprobuild:source_origin"].endswith(f"@{commit}")
     assert props["reprobuild:built_from_sdist"].endswith(built["gitdep"]["sdist_sha256"])
+
+    # The member's code edited: the build lock still holds (it is keyed by the member's build
+    # requirements, not its archive's bytes) and the stage builds the new code.
+    init_py = project / "packages" / "core" / "src" / "core" / "__init__.py"
+    init_py.write_text('NAME = "core-edited"\n')
+    edited = build_json(
+        str(project), "--base", base_ref, "--builder", "buildah", "--tag", tag, env=ENV
+    )
+    rebuilt = {b["name"]: b for b in edited["manifest"]["built_from_source"]}
+    assert rebuilt["core"]["sdist_sha256"] != built["core"]["sdist_sha256"]
+    assert rebuilt["gitdep"] == built["gitdep"]
+    ran = subprocess.run(
+        ["docker", "run", "--rm", tag], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert ran.stdout.strip().splitlines()[-1] == "core-edited 42", ran.stderr[-2000:]
+
+
+def test_a_member_whose_build_reaches_for_the_network_is_one_line(  # type: ignore[no-untyped-def]
+    tmp_path: Path, base_ref: str, unique_tag: MakeTag, docker_client
+) -> None:
+    """A hermetic build has no network: a member whose setup.py really fetches a page fails
+    the image build in one error line (after the build's log) naming the package and the
+    build's own last error, with nothing tagged or left in the project or /tmp."""
+    from hostile_harness import Snapshot
+
+    project, _commit = make_uv_workspace(tmp_path)
+    init = run_cli("init", str(project), "--command", "python -c 'import core'", "--python", "3.11")
+    assert init.returncode == 0, init.stderr[-3000:]
+    (project / "packages" / "core" / "setup.py").write_text(
+        "import urllib.request\n"
+        "urllib.request.urlopen('https://pypi.org/simple/', timeout=30)\n"
+        "from setuptools import setup\nsetup()\n"
+    )
+    snap = Snapshot.take([project], docker_client)
+    proc = run_cli(
+        "image", str(project), "--base", base_ref, "--builder", "buildah", "-q",
+        "--tag", unique_tag("netbuild"), env=ENV, timeout=600,
+    )  # fmt: skip
+    # the build's own log (pip's "error: ..." lines and the setup.py traceback among it),
+    # then the command's one error line, last
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: buildah build failed: building core 0.3.0 from its sdist "
+                           "failed: urllib.error.URLError: <urlopen error"), last  # fmt: skip
+    snap.assert_unchanged(docker_client)

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,13 @@ from typing import NoReturn
 # The stage's fixed build root (a test runs the script on the host under another).
 ROOT = Path(os.environ.get("REPROBUILD_BUILD_ROOT", "/.reprobuild-build"))
 OUT = ROOT / "out"
+# pip's own frame around a failed build (its box and notes): never the build's last words
+PIP_FRAME = (
+    "\N{MULTIPLICATION SIGN}", "╰─>", "│", "note: ", "hint: ",
+    "error: subprocess-exited-with-error", "error: metadata-generation-failed",
+)  # fmt: skip
+# A Python exception's line (``urllib.error.URLError: <urlopen error ...>``) or ``error: ...``
+RAISED = re.compile(r"(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit)|error)\b[^ ]*:")
 
 
 def sha256(path: Path) -> str:
@@ -117,10 +125,18 @@ def run_build(argv: list[str], what: str, cwd: Path, user: tuple[int, int] | Non
     if expired.is_set():
         fail(f"building {what} did not finish within {limit:g} s; stopped")
     if code != 0:
-        said = next(
-            (ln for ln in reversed(tail) if "error" in ln.lower()), tail[-1] if tail else ""
-        )
-        fail(f"building {what} from its sdist failed: {said[:200]}")
+        fail(f"building {what} from its sdist failed: {last_words(list(tail))[:200]}")
+
+
+def last_words(tail: list[str]) -> str:
+    """What a failed build said last about why: its last exception or ``error:`` line, not
+    pip's frame around it; else its last line mentioning an error; else its last line."""
+    own = [ln for ln in tail if not ln.startswith(PIP_FRAME)]
+    for wanted in (RAISED.match, lambda ln: "error" in ln.lower()):
+        found = next((ln for ln in reversed(own) if wanted(ln)), None)
+        if found is not None:
+            return found
+    return tail[-1] if tail else ""
 
 
 def safe_name(name: str, filename: str) -> PurePosixPath:
