@@ -116,6 +116,12 @@ CASES: list[Case] = [
         where=":6",
     ),
     Case(
+        "build-timeout-shell",
+        append=b"build_timeout: 60 && curl evil\n",
+        expected="build_timeout '60 && curl evil' must be a whole number of seconds",
+        where=":+0",
+    ),
+    Case(
         "unknown-nested-base-key",
         replace=("  cpu: python-3.11-slim-bookworm", "  cpu: python-3.11-slim-bookworm\n  tpu: x"),
         expected="unknown key base.tpu",

@@ -308,6 +308,22 @@ def test_invalid_seeds(tmp_path: Path, seed: object) -> None:
     assert f"seed {seed!r} must be an integer from 0 to {SEED_MAX}" in err.message
 
 
+@pytest.mark.parametrize("seconds", [1, 3600, 7 * 24 * 3600])
+def test_valid_build_timeouts(tmp_path: Path, seconds: int) -> None:
+    assert config_with(tmp_path, build_timeout=seconds).build_timeout == seconds
+
+
+def test_build_timeout_defaults_to_an_hour(tmp_path: Path) -> None:
+    assert config_with(tmp_path).build_timeout == 3600
+
+
+@pytest.mark.parametrize("seconds", [True, 0, -5, 7 * 24 * 3600 + 1, "60", 1.5, "60; rm -rf /"])
+def test_invalid_build_timeouts(tmp_path: Path, seconds: object) -> None:
+    err = refused(tmp_path, build_timeout=seconds)
+    assert "must be a whole number of seconds from 1 to 604800 (7 days)" in err.message
+    assert f": build_timeout {seconds!r} must" in err.message, err.message
+
+
 @pytest.mark.parametrize("mode", ["strict", "warn", "off"])
 def test_valid_determinism(tmp_path: Path, mode: str) -> None:
     assert config_with(tmp_path, determinism=mode).determinism == mode

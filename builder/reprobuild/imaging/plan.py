@@ -258,6 +258,7 @@ def plan_build(
         version=git_version(config.root),
         base_entrypoint=known_entrypoint,
         build_lock=build_lock,
+        build_timeout=config.build_timeout,
         app_files=app_files(config),
         runtime_files=runtime_files(),
     )

@@ -70,6 +70,8 @@ class RenderSpec:
     # The pinned build requirements of the sdists the lock builds
     # (reprobuild.locks.buildlock); None when it builds none.
     build_lock: Lock | None = None
+    # Seconds one sdist's build may run in that stage (reprobuild.yaml's build_timeout).
+    build_timeout: int = 3600
     app_files: dict[str, FileEntry] = field(default_factory=dict)
     runtime_files: dict[str, FileEntry] = field(default_factory=dict)
 
@@ -173,6 +175,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         labels=sorted(static_labels(spec).items()),
         build_sources=bool(spec.lock.sources),
         build_epoch=BUILD_EPOCH,
+        build_timeout=spec.build_timeout,
         wheel_count=len(spec.lock.wheel_requirements),
     )
 

@@ -37,6 +37,7 @@ KEYS = (
     "max_world_size",
     "select",
     "build_lock",
+    "build_timeout",
 )
 BASE_KEYS = ("cpu", "gpu")
 SELECT_KEYS = ("python", "extras", "groups", "default_groups")
@@ -50,6 +51,10 @@ VARIANT_NAME_MAX = 32
 # what one torchrun c10d rendezvous is meant for (larger jobs need a scheduler of their own).
 DEFAULT_MAX_WORLD_SIZE = 64
 WORLD_SIZE_CAP = 65536
+# build_timeout: how long one sdist's build may run in the wheel-build stage (flash-attn and
+# deepspeed compile for hours on a small machine; a hung build must still end).
+DEFAULT_BUILD_TIMEOUT = 3600
+BUILD_TIMEOUT_CAP = 7 * 24 * 3600
 # An image reference is at most this long (refs.parse_ref refuses longer ones too).
 BASE_MAX = 512
 
@@ -130,6 +135,8 @@ class ProjectConfig:
     # (reprobuild.locks.buildlock); None when it names none. Checked by render, not here: a
     # missing or stale one is refused with the command that writes it.
     build_lock: Path | None = None
+    # Seconds one sdist's build may run in the wheel-build stage before it is stopped.
+    build_timeout: int = DEFAULT_BUILD_TIMEOUT
     # Where each value was written (FILE:LINE for a message about it); None: not from a file.
     at: At | None = field(default=None, compare=False, repr=False)
 
@@ -306,6 +313,7 @@ def _validate(root: Path, at: At, data: dict[Any, Any]) -> ProjectConfig:
         max_world_size=_max_world_size(at, data.get("max_world_size", DEFAULT_MAX_WORLD_SIZE)),
         select=_select(at, data.get("select", {})),
         build_lock=_build_lock(root, at, data.get("build_lock")),
+        build_timeout=_build_timeout(at, data.get("build_timeout", DEFAULT_BUILD_TIMEOUT)),
         at=at,
     )
 
@@ -370,6 +378,16 @@ def _select(at: At, value: object) -> LockSelection:
             + _given(default_groups, bool),
         )
     return LockSelection(python, names["extras"], names["groups"], default_groups)
+
+
+def _build_timeout(at: At, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BUILD_TIMEOUT_CAP:
+        raise ConfigError(
+            at("build_timeout"),
+            f"build_timeout {shorten(value)} must be a whole number of seconds from 1 to "
+            f"{BUILD_TIMEOUT_CAP} (7 days)" + _given(value, int),
+        )
+    return value
 
 
 def _max_world_size(at: At, value: object) -> int:
