@@ -220,3 +220,27 @@ def test_a_build_lock_record_the_lock_no_longer_holds_is_stale(tmp_path: Path) -
     requirements(tmp_path, index, (MAC_DIGEST,))  # relocked: the sdist's hash is gone
     with pytest.raises(BuildLockError, match=r"build-requirements.lock is stale: it builds docopt"):
         with_located_sdists(load_lock(found.path, SELECTION), build_lock, build_lock.parent)
+
+
+def test_a_pipfile_packages_own_index_is_read_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = make_index(tmp_path / "idx")
+    other = make_index(tmp_path / "other")  # the lock's first source, not docopt's
+    path = pipfile_lock(tmp_path, index, (DIGEST,))
+    doc = json.loads(path.read_text())
+    doc["_meta"]["sources"].insert(0, {"name": "first", "url": other, "verify_ssl": True})
+    doc["default"]["six"]["index"] = "first"
+    path.write_text(json.dumps(doc, indent=4) + "\n")
+    read: list[str] = []
+    real = wheels._index_links
+
+    def counted(where: str, project: str) -> list[str] | None:
+        read.append(f"{project} {where}")
+        return real(where, project)
+
+    monkeypatch.setattr(wheels, "_index_links", counted)
+    lock = locate_sdists(load_lock(path, SELECTION), SELECTION, log=lambda _: None)
+    assert sorted(read) == [f"docopt {index}", f"six {other}"]
+    (docopt,) = lock.sources
+    assert docopt.source is not None and docopt.source.index == index

@@ -636,8 +636,11 @@ def locate_sdists(lock: Lock, selection: Selection, *, log: Log = print) -> Lock
         return lock
     import concurrent.futures
 
+    firsts = _pipfile_indexes(lock)
     with concurrent.futures.ThreadPoolExecutor(min(_LOOKUP_THREADS, len(todo))) as pool:
-        found = list(pool.map(lambda r: _sdist_by_hash(lock, r, selection), todo))
+        found = list(
+            pool.map(lambda r: _sdist_by_hash(lock, r, selection, firsts.get(r.name)), todo)
+        )
     sources: dict[str, SourceArchive] = {}
     for req, result in zip(todo, found, strict=True):
         if isinstance(result, LockfileError):
@@ -659,13 +662,33 @@ def locate_sdists(lock: Lock, selection: Selection, *, log: Log = print) -> Lock
     )
 
 
+def _pipfile_indexes(lock: Lock) -> dict[str, str]:
+    """A Pipfile.lock's index of each package (its ``index`` key, by ``_meta.sources``' name),
+    read again from the file the reader checked; empty for other formats."""
+    if lock.format != "pipfile":
+        return {}
+    try:
+        doc = json.loads(lock.path.read_text(encoding="utf-8-sig"))
+        urls = {s["name"]: s["url"] for s in doc["_meta"]["sources"]}
+        return {
+            canonicalize_name(name): urls[entry["index"]]
+            for section, entries in doc.items()
+            if section != "_meta" and isinstance(entries, dict)
+            for name, entry in entries.items()
+            if isinstance(entry, dict) and entry.get("index") in urls
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}  # the lock's own order then
+
+
 def _sdist_by_hash(
-    lock: Lock, req: Requirement, selection: Selection
+    lock: Lock, req: Requirement, selection: Selection, first: str | None = None
 ) -> SourceArchive | LockfileError | None:
     """The sdist of ``req`` whose sha256 is locked; None where a fitting wheel's is (or the
-    index cannot tell); the refusal where the index has no file with a locked hash."""
+    index cannot tell); the refusal where the index has no file with a locked hash. ``first``:
+    the index the lock names for this package, read before the lock's others."""
     hexes = {h.split(":", 1)[1] for h in req.hashes if h.startswith("sha256:")}
-    indexes = _lock_indexes(lock)
+    indexes = _lock_indexes(lock, first)
     other_wheels: list[str] = []
     read = False
     for index in indexes:
