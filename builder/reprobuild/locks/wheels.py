@@ -40,6 +40,7 @@ from reprobuild.locks.records import (
     Requirement,
     SourceArchive,
     index_url_problem,
+    quoted,
 )
 
 Log = Callable[[str], None]
@@ -724,16 +725,17 @@ def _sdist_by_hash(
     if not read or _in_find_links(lock, req, hexes) is not False:
         return None  # nothing known here: the wheel fetch says what is wrong, as before
     what = (
-        f"its locked hashes are wheels for other platforms ({', '.join(sorted(other_wheels))})"
+        f"its locked wheels are for other platforms ({quoted(sorted(other_wheels)[0], 70)}"
+        f"{f' and {len(other_wheels) - 1} more' if len(other_wheels) > 1 else ''})"
         if other_wheels
-        else "no file there has one of its locked sha256 hashes"
+        else "no file there has a locked hash"
     )
     return LockfileError(
         lock.path,
         req.line or None,
-        f"package {req.name} {req.version} has no wheel for {selection.label} and no sdist on "
-        f"its index ({', '.join(indexes)}) whose sha256 the lock holds: {what}; allowed are a "
-        "wheel that fits or an sdist (.tar.gz, .zip) with a locked hash",
+        f"package {req.name} {req.version}: no wheel for {selection.label} and no sdist with a "
+        f"locked sha256 on {quoted(', '.join(indexes), 90)} ({what}); allowed: a wheel that "
+        "fits or an sdist (.tar.gz, .zip) with a locked hash",
         hint="relock with hashes of a wheel for this platform or of the package's sdist",
     )
 
