@@ -622,7 +622,10 @@ def locate_sdists(lock: Lock, selection: Selection, *, log: Log = print) -> Lock
         return lock
     target = Target(".".join(selection.python.split(".")[:2]), selection.machine, selection.glibc)
     folder = wheel_folder(target)
-    cached = set(_hash_index(folder).values()) if folder.is_dir() else set()
+    try:
+        cached = set(_hash_index(folder).values()) if folder.is_dir() else set()
+    except (OSError, ReprobuildError):
+        cached = set()  # an unreadable cache holds nothing: the index decides
     todo: list[Requirement] = []
     for req in lock.requirements:
         hexes = {h.split(":", 1)[1] for h in req.hashes if h.startswith("sha256:")}
