@@ -32,6 +32,21 @@ def runtime_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.environ.pop(RUNTIME_TMP_VAR, None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_sdist_lookup() -> Iterator[None]:
+    """No index is read to tell a hash-only lock's sdists from its wheels (init and build-lock
+    would read PyPI for every package of the suite's requirements and Pipfile locks that the
+    wheel cache lacks, and refuse the locks whose made-up hashes PyPI does not have): the
+    tests of that lookup turn it on against a file:// index of their own."""
+    old = os.environ.get("REPROBUILD_SDIST_LOOKUP")
+    os.environ["REPROBUILD_SDIST_LOOKUP"] = "0"
+    yield
+    if old is None:
+        os.environ.pop("REPROBUILD_SDIST_LOOKUP", None)
+    else:
+        os.environ["REPROBUILD_SDIST_LOOKUP"] = old
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[DockerClient]:
     import docker

@@ -12,7 +12,7 @@ from reprobuild.bases.catalog import eol_warning, load_catalog, python_eol
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
 from reprobuild.locks.sourcearchive import with_archives
-from reprobuild.locks.wheels import fetch_sources
+from reprobuild.locks.wheels import fetch_sources, locate_sdists
 from reprobuild.project.init import Services
 
 
@@ -30,14 +30,17 @@ def read_lock(
 def build_lock_text(lock: Lock, python: str, uv: str) -> str | None:
     """The build-requirements lock for the sdists ``lock`` builds on CPython ``python``
     (:mod:`reprobuild.locks.buildlock`), each sdist fetched and hash-checked first; None when
-    it builds none."""
-    lock = with_archives(lock)  # git commits and project folders, packed on the host
-    if not lock.sources:
-        return None
+    it builds none. A lock that gives hashes only (requirements, Pipfile.lock) has its
+    sdists found on the index first (:func:`~reprobuild.locks.wheels.locate_sdists`: only
+    for packages with no fitting wheel in the host's cache)."""
 
     def log(line: str) -> None:
         print(f"note: {line}", file=sys.stderr)
 
+    lock = locate_sdists(lock, Selection(python=python), log=log)
+    lock = with_archives(lock)  # git commits and project folders, packed on the host
+    if not lock.sources:
+        return None
     with tempfile.TemporaryDirectory(prefix="reprobuild-sdists-") as tmp:
         archives = fetch_sources(lock, Path(tmp), log=log)
         return compile_build_lock(lock, python, archives, uv, log=log)

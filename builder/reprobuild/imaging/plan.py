@@ -26,7 +26,7 @@ from reprobuild.bases.refs import parse_pinned
 from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
 from reprobuild.imaging.render import FileEntry, Kind, RenderSpec
 from reprobuild.imaging.runtimefiles import runtime_package
-from reprobuild.locks.buildlock import load_build_lock
+from reprobuild.locks.buildlock import load_build_lock, with_located_sdists
 from reprobuild.locks.buildneeds import base_tools, check_buildable
 from reprobuild.locks.lockfile import (
     NATIVE_NAMES,
@@ -225,6 +225,9 @@ def plan_build(
         )
     ca_bytes = _read_ca(ca_cert) if ca_cert is not None else None
     lock = read_lock(config, lock_path, base_python)
+    # a requirements file or Pipfile.lock gives hashes only: the sdists among them were found
+    # on the index when the build lock was written, which records them (no network here)
+    lock = with_located_sdists(lock, config.build_lock, config.root)
     # git commits and project folders the lock installs, packed on the host into source
     # archives; each archive, and each sdist already in the host's cache, checked against what
     # the base can build before anything is fetched or built (reprobuild.locks.buildneeds).

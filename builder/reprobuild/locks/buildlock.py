@@ -27,6 +27,7 @@ import tempfile
 import tomllib
 import zipfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement
@@ -35,13 +36,22 @@ from packaging.requirements import Requirement as PackagingRequirement
 from reprobuild._util.resolver import failure_reason
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import Lock, load_lock
-from reprobuild.locks.records import SourceArchive, quoted
+from reprobuild.locks.records import HASH_ONLY_FORMATS, SourceArchive, quoted
+from reprobuild.locks.wheels import PYPI_SIMPLE
 
 BUILD_LOCK_NAME = "build-requirements.lock"
 # What pip and build assume for an sdist whose pyproject.toml names no build system.
 LEGACY_REQUIRES = ("setuptools>=40.8.0", "wheel")
 UV_PLATFORM = "x86_64-manylinux_2_28"
 _KEY_LINE = "# reprobuild build lock for: "
+# One line per sdist found on the index for a lock that gives hashes only (requirements,
+# Pipfile.lock): what render reads to know the package is built, with no network.
+_SDIST_LINE = "# reprobuild sdist: "
+_SDIST_RE = re.compile(
+    r"^# reprobuild sdist: (?P<name>\S+)==(?P<version>\S+) (?P<file>\S+) "
+    r"(?P<sha>sha256:[0-9a-f]{64})[ \t]*\r?$",
+    re.M,
+)
 _KEY_RE = re.compile(r"^# reprobuild build lock for: (sha256:[0-9a-f]{64})[ \t]*\r?$", re.M)
 # A pyproject.toml is a few kB: anything near this is not one.
 _MAX_PYPROJECT = 1 << 20
@@ -177,9 +187,64 @@ def compile_build_lock(
         "# Written by reprobuild (init, `reprobuild build-lock`) with uv pip compile "
         "--generate-hashes; do not edit.",
         f"{_KEY_LINE}{inputs_key(lock, python)}",
+        *_sdist_lines(lock),
         *notes,
     ]
     return "\n".join(header) + "\n" + proc.stdout.rstrip("\n") + "\n"
+
+
+def _sdist_lines(lock: Lock) -> list[str]:
+    """The header's record of the sdists found on the index for a hash-only lock."""
+    if lock.format not in HASH_ONLY_FORMATS:
+        return []
+    return [
+        f"{_SDIST_LINE}{r.name}=={r.version} {r.source.filename} {r.source.sha256}"
+        for r in lock.sources
+        if r.source is not None and r.source.index is not None
+    ]
+
+
+def with_located_sdists(lock: Lock, path: Path | None, directory: Path) -> Lock:
+    """``lock`` with the sdists its build lock ``path`` records (a requirements file or a
+    Pipfile.lock gives hashes only: which of them is an sdist was found on the index when the
+    build lock was written) made the packages to build, with no network. A record the lock
+    no longer matches (another version, the hash gone) is a stale build lock, in one line.
+    Other formats, and a missing build lock, come back as they are."""
+    if lock.format not in HASH_ONLY_FORMATS or path is None:
+        return lock
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return lock  # load_build_lock says why, where the lock needs one
+    records = {m["name"]: m for m in _SDIST_RE.finditer(text)}
+    if not records:
+        return lock
+    index = lock.options.index_url or PYPI_SIMPLE
+    out = []
+    for req in lock.requirements:
+        record = records.pop(req.name, None)
+        if record is None or req.source is not None:
+            out.append(req)
+            continue
+        if record["version"] != req.version or record["sha"] not in req.hashes:
+            raise BuildLockError(
+                f"build_lock {path.name} is stale: it builds {req.name} {record['version']} "
+                f"from {record['file']} ({record['sha']}), which {lock.path.name} does not lock",
+                hint=refresh_hint(directory),
+            )
+        try:
+            source = SourceArchive(filename=record["file"], sha256=record["sha"], index=index)
+        except ValueError as exc:
+            raise BuildLockError(f"build_lock {path.name}: {exc}") from None
+        out.append(replace(req, hashes=(source.sha256,), source=source))
+    if records:
+        name = sorted(records)[0]
+        raise BuildLockError(
+            f"build_lock {path.name} is stale: it builds {name}, which {lock.path.name} does "
+            "not lock",
+            hint=refresh_hint(directory),
+        )
+    return replace(lock, requirements=tuple(out))
 
 
 def load_build_lock(path: Path | None, lock: Lock, python: str, directory: Path) -> Lock | None:

@@ -5,7 +5,9 @@ pins with markers; the reader takes the sections asked for (``default`` alone un
 are given: ``dev`` and ``develop`` both mean ``develop``), evaluates each marker for the image's
 platform, and keeps each entry's named index from ``_meta.sources``. A Pipfile.lock records
 hashes without file names, so every hash of a pin is kept (sdists' too): the host-side fetch
-takes wheels only and checks each against them.
+takes wheels only and checks each against them, and a package with no fitting wheel is found
+as an sdist on its index by hash when the build lock is written
+(:func:`reprobuild.locks.wheels.locate_sdists`).
 """
 
 from __future__ import annotations

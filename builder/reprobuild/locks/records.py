@@ -39,6 +39,11 @@ FORMAT_NAMES: dict[str, str] = {
     "pdm": "pdm.lock",
 }
 
+# The formats that lock a package by its hashes alone, with no file names: which locked file
+# is an sdist is found on the package's index by its hash when the build lock is written
+# (reprobuild.locks.wheels.locate_sdists), and the build lock records it for render.
+HASH_ONLY_FORMATS: frozenset[str] = frozenset({"requirements", "pipfile"})
+
 
 @dataclass(frozen=True)
 class LockChoice:

@@ -32,9 +32,16 @@ from packaging.version import InvalidVersion, Version
 from reprobuild._util import jsonload, leftovers
 from reprobuild._util.fsutil import write_atomic
 from reprobuild._util.progress import Transfers
-from reprobuild.errors import ReprobuildError
-from reprobuild.locks.lockfile import Lock
-from reprobuild.locks.records import SourceArchive, index_url_problem
+from reprobuild.errors import LockfileError, ReprobuildError
+from reprobuild.locks.lockfile import Lock, Selection
+from reprobuild.locks.records import (
+    HASH_ONLY_FORMATS,
+    SOURCE_ARCHIVE_RE,
+    Requirement,
+    SourceArchive,
+    index_url_problem,
+    quoted,
+)
 
 Log = Callable[[str], None]
 Show = Callable[[int], Transfers]  # the progress display for a download of N files
@@ -518,39 +525,281 @@ class _Links(html.parser.HTMLParser):
                 self.hrefs.append(href)
 
 
-def _find_on_index(lock: Lock, name: str, version: str, source: SourceArchive) -> str:
-    """Where the sdist a lock names but does not locate (poetry.lock, pdm.lock) lies: its
-    project's page on the simple index the record names, then on the lock's other indexes, read
-    as PEP 503 HTML. Only a link of a scheme the host may fetch from counts (its bytes are
-    checked against the lock's sha256 after)."""
+def _index_links(index: str, project: str) -> list[str] | None:
+    """The links (absolute, fragments kept) on ``project``'s page of the simple index
+    ``index``, read as PEP 503 HTML; None when the page cannot be read. A link of a scheme
+    the host does not fetch from, or from a remote page to a ``file:`` URL, is left out."""
     import urllib.request
 
+    page = index.rstrip("/") + f"/{canonicalize_name(project)}/"
+    # a file: index is a tree of folders, each page its index.html (as pip reads one)
+    read = page + "index.html" if urlsplit(page).scheme == "file" else page
+    try:
+        with urllib.request.urlopen(read, timeout=60) as response:
+            body = response.read(_INDEX_PAGE_MAX + 1)
+    except (OSError, ValueError):
+        return None  # not on this index (or not reachable)
+    links = _Links()
+    links.feed(body[:_INDEX_PAGE_MAX].decode("utf-8", errors="replace"))
+    out: list[str] = []
+    for href in links.hrefs:
+        url = urljoin(page, href)
+        bare = url.split("#", 1)[0]
+        remote_page_to_file = urlsplit(page).scheme != "file" and bare.startswith("file:")
+        if not remote_page_to_file and index_url_problem(bare, what="a link") is None:
+            out.append(url)
+    return out
+
+
+def _link_name(url: str) -> str:
+    return unquote(urlsplit(url.split("#", 1)[0]).path.rsplit("/", 1)[-1])
+
+
+def _link_sha256(url: str) -> str | None:
+    """The ``#sha256=<hex>`` a simple page gives a link (PEP 503), None where it gives none."""
+    fragment = urlsplit(url).fragment
+    key, _, value = fragment.partition("=")
+    value = value.lower()
+    return value if key == "sha256" and re.fullmatch(r"[0-9a-f]{64}", value) else None
+
+
+def _lock_indexes(lock: Lock, first: str | None = None) -> list[str]:
+    """The indexes a lock's package is looked up on, in order: ``first``, then the lock's
+    own (PyPI where it names none, as pip does)."""
+    wanted = [first, lock.options.index_url or PYPI_SIMPLE, *lock.options.extra_index_urls]
+    return list(dict.fromkeys(i for i in wanted if i))
+
+
+def _find_on_index(lock: Lock, name: str, version: str, source: SourceArchive) -> str:
+    """Where the sdist a lock names but does not locate (poetry.lock, pdm.lock, and the sdists
+    found for hashed requirements and Pipfile.lock by :func:`locate_sdists`) lies: its
+    project's page on the simple index the record names, then on the lock's other indexes,
+    read as PEP 503 HTML. Only a link of a scheme the host may fetch from counts (its bytes
+    are checked against the lock's sha256 after)."""
     wanted = [source.index, lock.options.index_url, *lock.options.extra_index_urls]
     indexes = list(dict.fromkeys(i for i in wanted if i))
-    project = canonicalize_name(name)
     for index in indexes:
-        page = index.rstrip("/") + f"/{project}/"
-        # a file: index is a tree of folders, each page its index.html (as pip reads one)
-        read = page + "index.html" if urlsplit(page).scheme == "file" else page
-        try:
-            with urllib.request.urlopen(read, timeout=60) as response:
-                body = response.read(_INDEX_PAGE_MAX + 1)
-        except (OSError, ValueError):
-            continue  # not on this index (or not reachable): the next one
-        links = _Links()
-        links.feed(body[:_INDEX_PAGE_MAX].decode("utf-8", errors="replace"))
-        for href in links.hrefs:
-            url = urljoin(page, href).split("#", 1)[0]
-            if unquote(urlsplit(url).path.rsplit("/", 1)[-1]) != source.filename:
-                continue
-            remote_page_to_file = urlsplit(page).scheme != "file" and url.startswith("file:")
-            if not remote_page_to_file and index_url_problem(url, what="the sdist's link") is None:
-                return url
+        for url in _index_links(index, name) or []:
+            if _link_name(url) == source.filename:
+                return url.split("#", 1)[0]
     raise WheelError(
         f"the sdist {source.filename} of {name} {version} is on none of the lock's indexes "
         f"({', '.join(indexes)})",
         hint="check the network to the lock's index, or that the index still has the file",
     )
+
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+# Set to 0 (or off/no/false): init and build-lock never read an index to tell a hash-only
+# lock's sdists from its wheels (an air-gapped host; the unit tests). Such a package is then
+# fetched as a wheel, and the fetch says there is none, as before.
+LOOKUP_VAR = "REPROBUILD_SDIST_LOOKUP"
+_LOOKUP_THREADS = 8
+
+
+def sdist_lookup_enabled() -> bool:
+    return os.environ.get(LOOKUP_VAR, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def locate_sdists(lock: Lock, selection: Selection, *, log: Log = print) -> Lock:
+    """``lock`` (a hashed requirements file or a Pipfile.lock, which give hashes but no file
+    names) with each package that has no wheel for ``selection`` turned into the sdist to
+    build: the file on its index whose sha256 is one of the package's locked hashes (a
+    :class:`~reprobuild.locks.records.SourceArchive` with that index; the host fetches and
+    checks it later, as it does poetry.lock's). Other formats come back as they are.
+
+    No index is read for a package with a fitting wheel in the host's wheel cache (by sha256,
+    as the wheel fetch itself decides), nor for one whose marker leaves it out, nor at all
+    with ``REPROBUILD_SDIST_LOOKUP=0``. Otherwise the package's simple page is read (a few at
+    once): a locked hash on a wheel that fits keeps the package a wheel; on an sdist (and on
+    no fitting wheel) makes it one to build; on no file there, one ``file:line`` line naming
+    the package and what is allowed. An index that cannot be read, or a lock with
+    ``--find-links`` folders the file may be in, leaves the package a wheel for the fetch to
+    judge."""
+    if lock.format not in HASH_ONLY_FORMATS or not sdist_lookup_enabled():
+        return lock
+    target = Target(".".join(selection.python.split(".")[:2]), selection.machine, selection.glibc)
+    folder = wheel_folder(target)
+    try:
+        cached = set(_hash_index(folder).values()) if folder.is_dir() else set()
+    except (OSError, ReprobuildError):
+        cached = set()  # an unreadable cache holds nothing: the index decides
+    todo: list[Requirement] = []
+    for req in lock.requirements:
+        hexes = {h.split(":", 1)[1] for h in req.hashes if h.startswith("sha256:")}
+        if (
+            req.source is None
+            and req.url is None
+            and selection.marker_holds(req.marker)
+            and not hexes & cached
+        ):
+            todo.append(req)
+    if not todo:
+        return lock
+    import concurrent.futures
+
+    firsts = _pipfile_indexes(lock)
+    with concurrent.futures.ThreadPoolExecutor(min(_LOOKUP_THREADS, len(todo))) as pool:
+        found = list(
+            pool.map(lambda r: _sdist_by_hash(lock, r, selection, firsts.get(r.name)), todo)
+        )
+    sources: dict[str, SourceArchive] = {}
+    for req, result in zip(todo, found, strict=True):
+        if isinstance(result, LockfileError):
+            raise result  # the first in the lock's order
+        if result is not None:
+            log(f"{req.name} {req.version}: no wheel for {selection.label}; building it from "
+                f"{result.filename}")  # fmt: skip
+            sources[req.name] = result
+    if not sources:
+        return lock
+    return replace(
+        lock,
+        requirements=tuple(
+            replace(r, hashes=(sources[r.name].sha256,), source=sources[r.name])
+            if r.name in sources
+            else r
+            for r in lock.requirements
+        ),
+    )
+
+
+def _pipfile_indexes(lock: Lock) -> dict[str, str]:
+    """A Pipfile.lock's index of each package (its ``index`` key, by ``_meta.sources``' name),
+    read again from the file the reader checked; empty for other formats."""
+    if lock.format != "pipfile":
+        return {}
+    try:
+        doc = json.loads(lock.path.read_text(encoding="utf-8-sig"))
+        urls = {s["name"]: s["url"] for s in doc["_meta"]["sources"]}
+        return {
+            canonicalize_name(name): urls[entry["index"]]
+            for section, entries in doc.items()
+            if section != "_meta" and isinstance(entries, dict)
+            for name, entry in entries.items()
+            if isinstance(entry, dict) and entry.get("index") in urls
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}  # the lock's own order then
+
+
+def _sdist_by_hash(
+    lock: Lock, req: Requirement, selection: Selection, first: str | None = None
+) -> SourceArchive | LockfileError | None:
+    """The sdist of ``req`` whose sha256 is locked; None where a fitting wheel's is (or the
+    index cannot tell); the refusal where the index has no file with a locked hash. ``first``:
+    the index the lock names for this package, read before the lock's others."""
+    hexes = {h.split(":", 1)[1] for h in req.hashes if h.startswith("sha256:")}
+    indexes = _lock_indexes(lock, first)
+    other_wheels: list[str] = []
+    read = False
+    for index in indexes:
+        links = _index_links(index, req.name)
+        if links is None:
+            continue
+        read = True
+        sdists: list[tuple[str, str | None]] = []
+        for url in links:
+            filename, digest = _link_name(url), _link_sha256(url)
+            if filename.endswith(".whl"):
+                if digest in hexes and selection.wheel_fits(filename):
+                    return None
+                if digest in hexes:
+                    other_wheels.append(filename)
+                elif (
+                    digest is None
+                    and selection.wheel_fits(filename)
+                    and _wheel_of(filename, req.name, req.version)
+                ):
+                    return None  # an unhashed link: pip's download checks its hash
+            elif SOURCE_ARCHIVE_RE.fullmatch(filename) and (digest is None or digest in hexes):
+                sdists.append((url.split("#", 1)[0], digest))
+        for url, digest in sdists:
+            filename = _link_name(url)
+            if not _sdist_of(filename, req.name, req.version):
+                continue
+            if digest is None:  # the page gives no hash: the file's bytes tell
+                digest = _url_sha256(url)
+                if digest not in hexes:
+                    continue
+            return SourceArchive(filename=filename, sha256=f"sha256:{digest}", index=index)
+    if not read or _in_find_links(lock, req, hexes) is not False:
+        return None  # nothing known here: the wheel fetch says what is wrong, as before
+    what = (
+        f"its locked wheels are for other platforms ({quoted(sorted(other_wheels)[0], 70)}"
+        f"{f' and {len(other_wheels) - 1} more' if len(other_wheels) > 1 else ''})"
+        if other_wheels
+        else "no file there has a locked hash"
+    )
+    return LockfileError(
+        lock.path,
+        req.line or None,
+        f"package {req.name} {req.version}: no wheel for {selection.label} and no sdist with a "
+        f"locked sha256 on {quoted(', '.join(indexes), 90)} ({what}); allowed: a wheel that "
+        "fits or an sdist (.tar.gz, .zip) with a locked hash",
+        hint="relock with hashes of a wheel for this platform or of the package's sdist",
+    )
+
+
+def _in_find_links(lock: Lock, req: Requirement, hexes: set[str]) -> bool | None:
+    """Whether a file of ``req`` with a locked hash is in the --find-links folders pip's fetch
+    also reads (the lock's and ``PIP_FIND_LINKS``); None where one is a URL (unknown)."""
+    links = [*lock.options.find_links, *os.environ.get("PIP_FIND_LINKS", "").split()]
+    prefix = req.name.replace("-", "_")
+    for link in links:
+        folder = Path(link.removeprefix("file://")) if link.startswith(("/", "file:///")) else None
+        if folder is None:
+            return None
+        try:
+            names = [p for p in folder.iterdir() if p.is_file()]
+        except OSError:
+            continue
+        for path in names:
+            stem = canonicalize_name(path.name.split("-", 1)[0]).replace("-", "_")
+            if stem == prefix and _verified_any(path, hexes):
+                return True
+    return False
+
+
+def _verified_any(path: Path, hexes: set[str]) -> bool:
+    try:
+        return _sha256(path) in hexes
+    except OSError:
+        return False
+
+
+def _wheel_of(filename: str, name: str, version: str) -> bool:
+    parts = filename[:-4].split("-")
+    try:
+        return canonicalize_name(parts[0]) == name and Version(parts[1]) == Version(version)
+    except (IndexError, InvalidVersion):
+        return False
+
+
+def _sdist_of(filename: str, name: str, version: str) -> bool:
+    """``filename`` is an sdist of ``name`` ``version`` (PEP 625, or the older spelling)."""
+    stem = filename.removesuffix(".tar.gz").removesuffix(".zip")
+    sdist_name, _, sdist_version = stem.rpartition("-")
+    try:
+        return canonicalize_name(sdist_name) == name and Version(sdist_version) == Version(version)
+    except InvalidVersion:
+        return False
+
+
+def _url_sha256(url: str) -> str | None:
+    """The sha256 of the file at ``url`` (streamed, nothing kept); None when unreadable."""
+    import urllib.request
+
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                digest.update(block)
+    except (OSError, ValueError):
+        return None
+    return digest.hexdigest()
 
 
 def _fetch_source(lock: Lock, name: str, version: str, line: int, cached: Path, log: Log) -> None:

@@ -10,7 +10,10 @@ from reprobuild.cli.output import err
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Fetch (sha256-checked) each sdist the project's lock builds, read its [build-system] "
+        "Fetch (sha256-checked) each sdist the project's lock builds (for a hashed "
+        "requirements file or a Pipfile.lock, which give hashes only, first found on the "
+        "package's index by a locked sha256, for each package with no fitting wheel in the "
+        "host's wheel cache), read its [build-system] "
         "requires (setuptools' legacy default where none) and resolve them with the pinned uv "
         "into a hashed lock for the image's Python and platform: the file reprobuild.yaml's "
         "build_lock names (build-requirements.lock when it names none). `render` refuses a "
