@@ -26,7 +26,9 @@ def test_julius_is_built_from_its_sdist_and_filters_beside_torch(
     root = project("sdist-torch")
     tag = unique_tag("sdist-torch")
     start = time.monotonic()
-    built = build_json(str(root), "--base", base_ref, "--builder", "buildah", "--tag", tag, env=ENV)
+    # --no-cache: julius is built from its sdist in this run, whatever an earlier one left
+    args = ("--base", base_ref, "--builder", "buildah", "--no-cache", "--tag", tag)
+    built = build_json(str(root), *args, env=ENV)
     print(f"image built in {time.monotonic() - start:.1f} s")
 
     (julius,) = built["manifest"]["built_from_source"]
