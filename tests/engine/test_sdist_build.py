@@ -5,8 +5,9 @@ days ahead (Debian's faketime), give the same built wheels (sha256) and the same
 the packages import inside; the manifest names each wheel beside its sdist and the build
 lock; a code-only change rebuilds on the cached wheels.
 
-julius 0.2.7 (pyannote-audio's) is left to the unit tests (tests/unit/test_wild_locks.py):
-it needs torch, about 200 MB, which would cost this suite minutes for no other proof."""
+julius 0.2.7 (pyannote-audio's sdist-only dependency) has its own test beside torch
+(test_sdist_torch_build.py: one cold build, the filter run inside); the checks above stay on
+these small sdists, where each of the four builds costs seconds, not torch's install."""
 
 from __future__ import annotations
 
