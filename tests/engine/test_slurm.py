@@ -470,7 +470,6 @@ def test_slurm_job_gives_the_compose_job_s_bits(
         project,
         pushed_image,
         "off",
-        *("--env", "DDP_HARD_EXIT=1"),  # see tests/engine/test_nodes.py's control
         env={"REPRO_DETERMINISM": "off"},
     )
     assert off != first

@@ -8,8 +8,7 @@ Every rank prints one ``rank R ...`` line on stderr, with the seed its RNG start
 The backend is ``$REPRO_DIST_BACKEND`` (gloo when unset: CPU). ``DDP_EPOCHS`` and
 ``DDP_SLEEP`` (seconds per step, to keep a job running while a test stops one of its nodes)
 make the run longer; the defaults keep it to seconds. Every rank ends with its exit functions
-and ``os._exit`` once its work is done (see the end; ``DDP_HARD_EXIT``, which asked for that
-before, is no longer needed).
+and ``os._exit`` once its work is done (see the end).
 """
 
 import atexit
