@@ -727,17 +727,18 @@ def _sdist_by_hash(
             return SourceArchive(filename=filename, sha256=f"sha256:{digest}", index=index)
     if not read or _in_find_links(lock, req, hexes) is not False:
         return None  # nothing known here: the wheel fetch says what is wrong, as before
+    # kept short: the lock's path (file:line) and the index come first, both of any length
     what = (
-        f"its locked wheels are for other platforms ({quoted(sorted(other_wheels)[0], 70)}"
+        f" (its locked wheels are for other platforms: {quoted(sorted(other_wheels)[0], 50)}"
         f"{f' and {len(other_wheels) - 1} more' if len(other_wheels) > 1 else ''})"
         if other_wheels
-        else "no file there has a locked hash"
+        else ""
     )
     return LockfileError(
         lock.path,
         req.line or None,
         f"package {req.name} {req.version}: no wheel for {selection.label} and no sdist with a "
-        f"locked sha256 on {quoted(', '.join(indexes), 90)} ({what}); allowed: a wheel that "
+        f"locked sha256 on {quoted(', '.join(indexes), 60)}{what}; allowed: a wheel that "
         "fits or an sdist (.tar.gz, .zip) with a locked hash",
         hint="relock with hashes of a wheel for this platform or of the package's sdist",
     )
