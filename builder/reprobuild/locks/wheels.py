@@ -102,6 +102,11 @@ def cache_root() -> Path:
     return Path(base) / "reprobuild"
 
 
+def _sha256_hexes(requirement: Requirement) -> set[str]:
+    """The hex digests of a requirement's locked sha256 hashes (its other algorithms left out)."""
+    return {h.split(":", 1)[1] for h in requirement.hashes if h.startswith("sha256:")}
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -454,7 +459,7 @@ def _fetch_wheels(
     chosen: list[Path] = []
     missing: list[str] = []
     for requirement in lock.requirements:
-        hexes = {h.split(":", 1)[1] for h in requirement.hashes if h.startswith("sha256:")}
+        hexes = _sha256_hexes(requirement)
         found = [by_hash[h] for h in sorted(hexes) if h in by_hash]
         if not found:
             if requirement.marker is None:
@@ -628,7 +633,7 @@ def locate_sdists(lock: Lock, selection: Selection, *, log: Log = print) -> Lock
         cached = set()  # an unreadable cache holds nothing: the index decides
     todo: list[Requirement] = []
     for req in lock.requirements:
-        hexes = {h.split(":", 1)[1] for h in req.hashes if h.startswith("sha256:")}
+        hexes = _sha256_hexes(req)
         if (
             req.source is None
             and req.url is None
@@ -691,7 +696,7 @@ def _sdist_by_hash(
     """The sdist of ``req`` whose sha256 is locked; None where a fitting wheel's is (or the
     index cannot tell); the refusal where the index has no file with a locked hash. ``first``:
     the index the lock names for this package, read before the lock's others."""
-    hexes = {h.split(":", 1)[1] for h in req.hashes if h.startswith("sha256:")}
+    hexes = _sha256_hexes(req)
     indexes = _lock_indexes(lock, first)
     other_wheels: list[str] = []
     read = False
