@@ -18,10 +18,12 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
 # files and the throwaway pip (or the base's own, where it has no ensurepip): none of them, and
 # no copy of the venv from another stage, ever reach a layer. buildah's layer cache does not
 # look into mounted files, so the lock's sha256 is part of the step's text: another lock, another
-# step. pip comes from a throwaway bootstrap venv (or the base's own); a pip older than 22.3
-# (Debian bullseye's) has no --python and runs in the venv's interpreter from where it lies,
-# installing every pin (which pip it is, read from its version: asking pip itself costs most of
-# a second). SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
+# step. pip is the wheel ensurepip would install, unpacked into the tmpfs and run from there: the
+# pip a bootstrap venv would get, without the seconds ensurepip takes to install it. Where the
+# base has none of 22.3 or newer, a throwaway bootstrap venv (or the base's own pip); a pip older
+# than 22.3 (Debian bullseye's) has no --python and runs in the venv's interpreter from where it
+# lies, installing every pin (which pip it is, read from its version: asking pip itself costs
+# most of a second). SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
 # runtime on the venv's path and imports its start-up hook at every interpreter start, so
 # determinism holds even without the ENTRYPOINT.
 RUN --mount=type=tmpfs,target=/.reprobuild \
@@ -31,12 +33,18 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
       PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1 \
       PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
       PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])" \
+      PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)" \
  && python3 -m venv --system-site-packages --without-pip /opt/venv \
- && py=/.reprobuild/bootstrap/bin/python \
- && { python3 -m venv /.reprobuild/bootstrap || py=python3; } \
- && install="$py -m pip --python /opt/venv/bin/python install" \
- && { $py -c "$PIP_PYTHON_OK" \
-      || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; } \
+ && if whl=$(python3 -I -c "$PIP_WHEEL" 2>/dev/null) \
+       && python3 -I -m zipfile -e "$whl" /.reprobuild/pip; then \
+      install="python3 /.reprobuild/pip/pip --python /opt/venv/bin/python install"; \
+    else \
+      py=/.reprobuild/bootstrap/bin/python; \
+      python3 -m venv /.reprobuild/bootstrap || py=python3; \
+      install="$py -m pip --python /opt/venv/bin/python install"; \
+      $py -c "$PIP_PYTHON_OK" \
+        || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; \
+    fi \
  && $install \
       --no-index --find-links /.reprobuild/wheels \
       --require-hashes --only-binary=:all: \

@@ -8,9 +8,12 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
     PIP_NO_CACHE_DIR=1 \
     PIP_NO_INPUT=1 \
     PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
-    PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])"
-# The target venv gets no pip of its own; pip comes from a throwaway bootstrap venv, or from
-# the base itself where it has no ensurepip (NGC images ship pip but no python3-venv). A pip
+    PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])" \
+    PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)"
+# The target venv gets no pip of its own; pip is the wheel ensurepip would install, unpacked
+# and run from where it lies (the pip a bootstrap venv would get, without the seconds
+# ensurepip takes to install it); else a throwaway bootstrap venv, or the base itself where it
+# has no ensurepip (NGC images ship pip but no python3-venv). A pip
 # older than 22.3 (Debian bullseye's, for CPython 3.9) has no --python: it then runs in the
 # venv's own interpreter from where it lies, installing every pin (--ignore-installed: the
 # bootstrap's own packages on its path are not the venv's). Which pip it is comes from its
@@ -21,13 +24,20 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
 # After the install, a .pth puts the in-image runtime on the venv's path and imports its
 # start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
 RUN python3 -m venv --system-site-packages --without-pip /opt/venv \
- && { python3 -m venv /tmp/reprobuild/bootstrap || python3 -m pip --version; }
+ && { { whl=$(python3 -I -c "$PIP_WHEEL" 2>/dev/null) \
+        && python3 -I -m zipfile -e "$whl" /tmp/reprobuild/pip.part \
+        && mv /tmp/reprobuild/pip.part /tmp/reprobuild/pip; } \
+      || python3 -m venv /tmp/reprobuild/bootstrap || python3 -m pip --version; }
 COPY requirements.lock /tmp/reprobuild/requirements.lock
 COPY wheels/ /tmp/reprobuild/wheels/
 RUN py=/tmp/reprobuild/bootstrap/bin/python; [ -x "$py" ] || py=python3; \
     install="$py -m pip --python /opt/venv/bin/python install"; \
-    $py -c "$PIP_PYTHON_OK" \
-      || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; \
+    if [ -d /tmp/reprobuild/pip ]; then \
+      install="python3 /tmp/reprobuild/pip/pip --python /opt/venv/bin/python install"; \
+    else \
+      $py -c "$PIP_PYTHON_OK" \
+        || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; \
+    fi; \
     $install \
       --no-index --find-links /tmp/reprobuild/wheels \
       --require-hashes --only-binary=:all: \

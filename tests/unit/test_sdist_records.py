@@ -369,31 +369,40 @@ def test_a_lock_of_wheels_and_sdists_installs_both(mount_install: bool) -> None:
     assert "-r " + where + "/requirements.lock" not in render_dockerfile(only)
 
 
-def _stage_inputs(root: Path, files: dict[str, str]) -> None:
+def _stage_inputs(root: Path, files: dict[str, str], *more: tuple[str, dict[str, str]]) -> None:
     """The stage's inputs under ``root``: one sdist ``bad_demo-0.1.tar.gz`` made of ``files``
-    and the ``sources.json`` that names it with its sha256."""
+    (and one ``NAME-0.1.tar.gz`` for each of ``more``, in that order) and the
+    ``sources.json`` that names them with their sha256."""
     import io
     import json
     import tarfile
 
-    sdist = io.BytesIO()
-    with tarfile.open(fileobj=sdist, mode="w:gz") as tf:
-        for rel, text in files.items():
-            info = tarfile.TarInfo(f"bad_demo-0.1/{rel}")
-            info.size, info.mode = len(text.encode()), 0o644
-            tf.addfile(info, io.BytesIO(text.encode()))
+    listed = []
     (root / "sdists").mkdir(parents=True)
-    (root / "sdists" / "bad_demo-0.1.tar.gz").write_bytes(sdist.getvalue())
-    digest = "sha256:" + hashlib.sha256(sdist.getvalue()).hexdigest()
-    listed = [{"name": "bad-demo", "version": "0.1", "filename": "bad_demo-0.1.tar.gz"}]
-    listed[0]["sha256"] = digest
+    for name, members in (("bad-demo", files), *more):
+        stem = f"{name.replace('-', '_')}-0.1"
+        sdist = io.BytesIO()
+        with tarfile.open(fileobj=sdist, mode="w:gz") as tf:
+            for rel, text in members.items():
+                info = tarfile.TarInfo(f"{stem}/{rel}")
+                info.size, info.mode = len(text.encode()), 0o644
+                tf.addfile(info, io.BytesIO(text.encode()))
+        (root / "sdists" / f"{stem}.tar.gz").write_bytes(sdist.getvalue())
+        digest = "sha256:" + hashlib.sha256(sdist.getvalue()).hexdigest()
+        listed.append(
+            {"name": name, "version": "0.1", "filename": f"{stem}.tar.gz", "sha256": digest}
+        )
     (root / "sources.json").write_text(json.dumps(listed))
 
 
 def _run_stage_script(
-    tmp_path: Path, files: dict[str, str], **env_extra: str
+    tmp_path: Path,
+    files: dict[str, str],
+    *more: tuple[str, dict[str, str]],
+    **env_extra: str,
 ) -> subprocess.CompletedProcess[str]:
-    """The wheel-build stage's script on this machine, on one sdist made of ``files``."""
+    """The wheel-build stage's script on this machine, on one sdist made of ``files`` (and
+    those of ``more``)."""
     import os
     import sys
 
@@ -401,7 +410,7 @@ def _run_stage_script(
 
     script = Path(reprobuild.imaging.__file__).parent / "templates" / "build_sdists.py"
     root = tmp_path / "reprobuild-build"
-    _stage_inputs(root, files)
+    _stage_inputs(root, files, *more)
     env = {
         **os.environ,
         "REPROBUILD_BUILD_ROOT": str(root),
@@ -441,6 +450,50 @@ def test_a_build_that_fails_names_its_last_words(tmp_path: Path) -> None:
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(
         "reprobuild: building bad-demo 0.1 from its sdist failed: urllib.error.URLError: "
+    ), last
+    assert not (tmp_path / "reprobuild-build" / "out" / "built.json").exists()
+
+
+_GOOD_SETUP = "from setuptools import setup\nsetup(name={name!r}, version='0.1', py_modules=[])\n"
+
+
+def test_the_sdists_build_side_by_side_and_land_in_the_lock_s_order(tmp_path: Path) -> None:
+    """Two sdists, built at once (each in its own tree, home and wheel folder): both wheels in
+    out/, built.json in the lock's order whichever finished first, and each build's lines led
+    by its package."""
+    import json
+    import os
+
+    slow = "import time\ntime.sleep(2)\n" + _GOOD_SETUP.format(name="bad-demo")
+    fast = {"setup.py": _GOOD_SETUP.format(name="fast-demo")}
+    proc = _run_stage_script(tmp_path, {"setup.py": slow}, ("fast-demo", fast))
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    out = tmp_path / "reprobuild-build" / "out"
+    built = json.loads((out / "built.json").read_text())
+    assert [b["name"] for b in built] == ["bad-demo", "fast-demo"]
+    assert sorted(p.name for p in out.glob("*.whl")) == sorted(b["wheel"] for b in built)
+    lines = proc.stdout.splitlines()
+    assert "[fast-demo] building fast-demo 0.1 from fast_demo-0.1.tar.gz" in lines
+    if (os.cpu_count() or 1) > 1:  # side by side: the fast one was done before the slow one
+        done = [ln.split("]")[0] for ln in lines if "Successfully built" in ln]
+        assert done == ["[fast-demo", "[bad-demo"], lines
+
+
+def test_a_failed_build_stops_the_others_and_is_the_one_line(tmp_path: Path) -> None:
+    """One sdist's build fails while another's would run for minutes: the other is stopped at
+    once, and the one line names the one that failed of its own accord."""
+    import time
+
+    fails = {"setup.py": "raise RuntimeError('no compiler for this')\n"}
+    hangs = {"setup.py": "import time\ntime.sleep(300)\n"}
+    started = time.monotonic()
+    proc = _run_stage_script(tmp_path, hangs, ("fails-demo", fails))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert time.monotonic() - started < 60
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (
+        "reprobuild: building fails-demo 0.1 from its sdist failed: "
+        "RuntimeError: no compiler for this"
     ), last
     assert not (tmp_path / "reprobuild-build" / "out" / "built.json").exists()
 

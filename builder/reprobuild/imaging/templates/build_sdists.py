@@ -5,7 +5,9 @@ exactly the build lock's wheels (installed with --require-hashes --no-index). St
 library only. Each archive's sha256 is checked again, it is unpacked to a fixed path
 (``/.reprobuild-build/src/NAME``: no random temp dir reaches a compiled file), members that
 would land outside it are refused, and it is built with ``pip wheel --no-deps
---no-build-isolation --no-index`` under SOURCE_DATE_EPOCH. The wheels and ``built.json``
+--no-build-isolation --no-index`` under SOURCE_DATE_EPOCH, with the pip ensurepip would
+install (unpacked, ``REPROBUILD_PIP``) or the venv's own; the sdists build side by side, one
+per CPU, each in its own folders. The wheels and ``built.json``
 (each wheel's sha256 beside its sdist's) go to ``/.reprobuild-build/out``, their times
 set to the epoch.
 
@@ -30,6 +32,7 @@ import tarfile
 import threading
 import zipfile
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
@@ -75,10 +78,35 @@ def own(root: Path, user: tuple[int, int]) -> None:
             os.lchown(os.path.join(folder, name), *user)
 
 
-def run_build(argv: list[str], what: str, cwd: Path, user: tuple[int, int] | None) -> None:
-    """Run one build in ``cwd``, its output streamed; stop it past the time limit; a failure is
-    one line naming ``what`` and the build's last words. HOME and TMPDIR are a folder of the
-    build's own beside its tree (``ROOT/home/NAME``)."""
+class Builds:
+    """The builds running side by side: their output, one line at a time (each line led by its
+    package where more than one runs), and a stop for all of them once one has failed."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.lock = threading.Lock()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.failed = threading.Event()
+
+    def say(self, label: str, line: str) -> None:
+        with self.lock:
+            print(f"[{label}] {line}" if self.jobs > 1 else line, flush=True)
+
+    def stop_all(self) -> None:
+        self.failed.set()
+        with self.lock:
+            for proc in self.procs.values():
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, 9)
+
+
+def run_build(
+    argv: list[str], what: str, cwd: Path, user: tuple[int, int] | None, builds: Builds
+) -> str | None:
+    """Run one build in ``cwd``, its output streamed; stop it past the time limit. A failure
+    is one line (returned, not raised: builds run in threads) naming ``what`` and the build's
+    last words. HOME and TMPDIR are a folder of the build's own beside its tree
+    (``ROOT/home/NAME``); its wheel goes to a folder of its own (``ROOT/built/NAME``)."""
     limit = float(os.environ.get("REPROBUILD_SDIST_TIMEOUT", "3600"))
     env = dict(os.environ)
     home = ROOT / "home" / cwd.name
@@ -93,12 +121,16 @@ def run_build(argv: list[str], what: str, cwd: Path, user: tuple[int, int] | Non
             os.setuid(user[0])
 
     if user is not None:
-        for folder in (cwd, home, OUT):
+        for folder in (cwd, home, ROOT / "built" / cwd.name):
             own(folder, user)
-    proc = subprocess.Popen(
-        argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        preexec_fn=drop,
-    )  # fmt: skip
+    with builds.lock:
+        if builds.failed.is_set():
+            return None
+        proc = subprocess.Popen(
+            argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            preexec_fn=drop,
+        )  # fmt: skip
+        builds.procs[what] = proc
     assert proc.stdout is not None
     expired = threading.Event()
 
@@ -114,18 +146,17 @@ def run_build(argv: list[str], what: str, cwd: Path, user: tuple[int, int] | Non
     try:
         for raw in proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
-            print(line, flush=True)
+            builds.say(cwd.name, line)
             if line.strip():
                 tail.append(line.strip())
         code = proc.wait()
     finally:
         timer.cancel()
-        if user is not None:
-            own(OUT, (0, 0))
     if expired.is_set():
-        fail(f"building {what} did not finish within {limit:g} s; stopped")
-    if code != 0:
-        fail(f"building {what} from its sdist failed: {last_words(list(tail))[:200]}")
+        return f"building {what} did not finish within {limit:g} s; stopped"
+    if code != 0 and not builds.failed.is_set():
+        return f"building {what} from its sdist failed: {last_words(list(tail))[:200]}"
+    return None
 
 
 def last_words(tail: list[str]) -> str:
@@ -179,14 +210,41 @@ def unpack(archive: Path, dest: Path) -> None:
                 fail(f"{archive.name}: member {member.name!r} is not a plain file or folder")
 
 
+def pip() -> list[str]:
+    """How the stage runs pip: the unpacked wheel ensurepip would install
+    (``REPROBUILD_PIP``), else the build venv's own."""
+    runnable = os.environ.get("REPROBUILD_PIP", "")
+    return [sys.executable, runnable] if runnable else [sys.executable, "-m", "pip"]
+
+
+def build(source: dict[str, str], tree: Path, user: tuple[int, int] | None, builds: Builds) -> str:
+    """Build one unpacked sdist into its own wheel folder; the wheel's path, or a failure's
+    line (``reprobuild: ...`` left to the caller)."""
+    what = f"{source['name']} {source['version']}"
+    wheels = ROOT / "built" / source["name"]
+    wheels.mkdir(parents=True)
+    builds.say(source["name"], f"building {what} from {source['filename']}")
+    argv = [
+        *pip(), "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--use-pep517",
+        "--no-cache-dir", "--wheel-dir", str(wheels), str(tree),
+    ]  # fmt: skip
+    error = run_build(argv, what, ROOT / "src" / source["name"], user, builds)
+    if error is not None or builds.failed.is_set():
+        return error or ""
+    new = sorted(wheels.iterdir())
+    if len(new) != 1 or not new[0].name.endswith(".whl"):
+        return f"building {source['name']} gave {[p.name for p in new]}, not one wheel"
+    return str(new[0])
+
+
 def main() -> None:
     os.umask(0o022)
     epoch = int(os.environ["SOURCE_DATE_EPOCH"])
     sources = json.loads((ROOT / "sources.json").read_text())
     OUT.mkdir()
     user = build_user()
-    built: list[dict[str, str]] = []
-    for source in sources:
+    trees: list[Path] = []
+    for source in sources:  # every archive checked and unpacked before any build starts
         archive = ROOT / "sdists" / source["filename"]
         got = sha256(archive)
         if got != source["sha256"]:
@@ -195,31 +253,37 @@ def main() -> None:
         dest.mkdir(parents=True)
         unpack(archive, dest)
         tops = [p for p in dest.iterdir() if p.is_dir()]
-        tree = tops[0] if len(tops) == 1 and not (dest / "setup.py").exists() else dest
-        before = set(OUT.iterdir())
-        what = f"{source['name']} {source['version']}"
-        print(f"building {what} from {source['filename']}", flush=True)
-        run_build(
-            [
-                sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                "--no-index", "--use-pep517", "--no-cache-dir", "--wheel-dir", str(OUT),
-                str(tree),
-            ],
-            what,
-            dest,
-            user,
-        )  # fmt: skip
-        new = sorted(set(OUT.iterdir()) - before)
-        if len(new) != 1 or not new[0].name.endswith(".whl"):
-            fail(f"building {source['name']} gave {[p.name for p in new]}, not one wheel")
+        trees.append(tops[0] if len(tops) == 1 and not (dest / "setup.py").exists() else dest)
+    # Side by side, one per CPU: each build has its own tree, HOME, TMPDIR and wheel folder,
+    # so the bytes of none depend on another's; the first failure stops the rest.
+    builds = Builds(max(1, min(len(sources), os.cpu_count() or 1)))
+    results: list[str] = [""] * len(sources)
+
+    def one(index: int) -> None:
+        results[index] = build(sources[index], trees[index], user, builds)
+        if not results[index].endswith(".whl"):
+            builds.stop_all()
+
+    with ThreadPoolExecutor(max_workers=builds.jobs) as pool:
+        list(pool.map(one, range(len(sources))))
+    if builds.failed.is_set():
+        # the first that failed of its own accord, in the lock's order (not one stopped for it)
+        fail(next((r for r in results if r and not r.endswith(".whl")), "a build failed"))
+    built: list[dict[str, str]] = []
+    for index, source in enumerate(sources):  # (zip(strict=) is 3.10's; the base may be 3.8)
+        result = results[index]
+        wheel = OUT / Path(result).name
+        shutil.move(result, wheel)
+        if user is not None:  # written by the build's user; the stage's files are root's
+            os.chown(wheel, 0, 0)
         built.append(
             {
                 "name": source["name"],
                 "version": source["version"],
                 "sdist": source["filename"],
                 "sdist_sha256": source["sha256"],
-                "wheel": new[0].name,
-                "wheel_sha256": sha256(new[0]),
+                "wheel": wheel.name,
+                "wheel_sha256": sha256(wheel),
             }
         )
     (OUT / "built.json").write_text(json.dumps(built, indent=2, sort_keys=True) + "\n")
