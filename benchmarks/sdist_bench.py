@@ -3,7 +3,7 @@ installs the same lock with ``uv pip install --require-hashes``, on the same bui
 and the same base digest, as ratios measured in the same run.
 
     python benchmarks/sdist_bench.py --base REF@sha256:... [--project benchmarks/workloads/sdists]
-                                     [--rounds 3] [--out FILE]
+                                     [--rounds 3] [--out FILE] [--uv-compile-bytecode]
 
 The project's uv.lock locks N packages as sdists only (the default: antlr4-python3-runtime
 4.9.3, docopt 0.6.2, langdetect 1.0.9 and sqlitedict 2.1.0, beside six as a wheel; no torch
@@ -20,6 +20,7 @@ the arms alternate, ours first in odd rounds and the baseline first in even ones
   --mount``); ``uv pip install --require-hashes --no-index --no-cache`` into a venv, the sdists
   built by uv with build isolation from those wheels; ``buildah bud --layers --no-cache``,
   then ``buildah push docker-archive:`` through a pipe into ``docker load``, as ours loads.
+  With ``--uv-compile-bytecode`` uv writes .pyc files too, as ours does (pip's default).
 
 Then a code-only rebuild of ours (the app changed, not committed; cache on) against its cold
 build. Goals (issue 39): cold at most 1.05 x best-uv; the code-only rebuild under 5 % of cold.
@@ -57,7 +58,7 @@ RUN --mount=type=bind,source=uv,target=/tmp/uv \\
     --mount=type=bind,source=requirements.txt,target=/tmp/requirements.txt \\
     --mount=type=bind,source=build-constraints.txt,target=/tmp/build-constraints.txt \\
     python3 -m venv --without-pip /venv \\
- && /tmp/uv/uv pip install --python /venv/bin/python --no-cache --no-index \\
+ && /tmp/uv/uv pip install --python /venv/bin/python --no-cache --no-index{compile} \\
       --find-links /tmp/dists --require-hashes \\
       --build-constraint /tmp/build-constraints.txt -r /tmp/requirements.txt
 ENV PATH=/venv/bin:$PATH
@@ -118,11 +119,14 @@ def best_uv(context: Path, tag: str, scratch: Path) -> tuple[float, Trace]:
         subprocess.run(["buildah", "rmi", name], capture_output=True, check=False)
 
 
-def best_context(work: Path, folder: Path, base: str, uv: Path, cache: Path) -> Path:
+def best_context(
+    work: Path, folder: Path, base: str, uv: Path, cache: Path, *, compile_bytecode: bool = False
+) -> Path:
     """The baseline's build context: every sdist and wheel ours used, taken from the host cache
     its warm-up build filled (``cache``: this project's files only), under their own names; the
     lock exported as hashed requirements; the build lock as hashed build constraints; the uv
-    binary; the app."""
+    binary; the app. ``compile_bytecode``: uv writes .pyc files as pip does in ours (uv's
+    Docker guide recommends it for production images; uv does not by default)."""
     config = load_config(work)
     assert config.build_lock is not None, "the project needs a build lock (build_lock:)"
     dists = folder / "dists"
@@ -143,7 +147,8 @@ def best_context(work: Path, folder: Path, base: str, uv: Path, cache: Path) -> 
     shutil.copy(uv, folder / "uv" / "uv")
     app = config.include[0]
     shutil.copy(work / app, folder / app)
-    (folder / "Dockerfile").write_text(BEST_UV.format(base=base, app=app))
+    flag = " --compile-bytecode" if compile_bytecode else ""
+    (folder / "Dockerfile").write_text(BEST_UV.format(base=base, app=app, compile=flag))
     return folder
 
 
@@ -159,6 +164,12 @@ def main() -> int:
     parser.add_argument("--project", type=Path, default=HERE / "workloads" / "sdists")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--uv-compile-bytecode",
+        action="store_true",
+        help="the baseline compiles bytecode too (uv pip install --compile-bytecode), as ours "
+        "ships it; off by default, as in the runs before 2026-11-28",
+    )
     args = parser.parse_args()
     day = time.strftime("%Y-%m-%d", time.gmtime())
     out: Path = args.out or HERE / "results" / f"sdist-build-{day}.json"
@@ -208,7 +219,9 @@ def _measure(
         warm = f"reprobuild-bench/sdist-ours:{run_id}-warm"
         tags.append(warm)
         ours(work, args.base, warm, env)
-        best = best_context(work, tmp / "best", args.base, uv, cache)
+        best = best_context(
+            work, tmp / "best", args.base, uv, cache, compile_bytecode=args.uv_compile_bytecode
+        )
         sdists = sorted(p.name for p in (cache / "sources").iterdir() if p.is_file())
         load = os.getloadavg()
         print(f"{len(sdists)} sdists; load average {load[0]:.1f} at the start", flush=True)
@@ -244,6 +257,7 @@ def _measure(
         "sdists": sdists,
         "base": args.base,
         "rounds": args.rounds,
+        "uv_compile_bytecode": args.uv_compile_bytecode,
         "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in load],
         "buildah": buildah.version(),
