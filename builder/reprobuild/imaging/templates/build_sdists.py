@@ -256,7 +256,8 @@ def main() -> None:
         trees.append(tops[0] if len(tops) == 1 and not (dest / "setup.py").exists() else dest)
     # Side by side, one per CPU: each build has its own tree, HOME, TMPDIR and wheel folder,
     # so the bytes of none depend on another's; the first failure stops the rest.
-    builds = Builds(max(1, min(len(sources), os.cpu_count() or 1)))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    builds = Builds(max(1, min(len(sources), cpus or 1)))
     results: list[str] = [""] * len(sources)
 
     def one(index: int) -> None:
