@@ -34,7 +34,7 @@ import zipfile
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # The stage's fixed build root (a test runs the script on the host under another).
 ROOT = Path(os.environ.get("REPROBUILD_BUILD_ROOT", "/.reprobuild-build"))
@@ -113,12 +113,21 @@ def run_build(
     home.mkdir(parents=True, exist_ok=True)
     env.update(HOME=str(home), TMPDIR=str(home))
 
-    def drop() -> None:
-        os.setsid()  # its own process group: a stop reaches what it started too
-        if user is not None:
+    # Its own session (process group): a stop reaches what it started too. The user is dropped
+    # by Popen itself where it can (3.9+: no Python runs between fork and exec, which matters
+    # with builds started from several threads); 3.8 has only preexec_fn for it.
+    who: dict[str, Any] = {"start_new_session": True}
+    if user is not None and sys.version_info >= (3, 9):
+        who.update(user=user[0], group=user[1], extra_groups=[])
+    elif user is not None:
+        uid, gid = user
+
+        def drop() -> None:
             os.setgroups([])
-            os.setgid(user[1])
-            os.setuid(user[0])
+            os.setgid(gid)
+            os.setuid(uid)
+
+        who["preexec_fn"] = drop
 
     if user is not None:
         for folder in (cwd, home, ROOT / "built" / cwd.name):
@@ -127,8 +136,7 @@ def run_build(
         if builds.failed.is_set():
             return None
         proc = subprocess.Popen(
-            argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            preexec_fn=drop,
+            argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **who
         )  # fmt: skip
         builds.procs[what] = proc
     assert proc.stdout is not None
