@@ -93,6 +93,7 @@ class Builds:
             print(f"[{label}] {line}" if self.jobs > 1 else line, flush=True)
 
     def stop_all(self) -> None:
+        """Stop every build still running (those reaped are no longer listed)."""
         self.failed.set()
         with self.lock:
             for proc in self.procs.values():
@@ -160,6 +161,8 @@ def run_build(
         code = proc.wait()
     finally:
         timer.cancel()
+        with builds.lock:  # reaped: its process group id may be another's now
+            builds.procs.pop(what, None)
     if expired.is_set():
         return f"building {what} did not finish within {limit:g} s; stopped"
     if code != 0 and not builds.failed.is_set():
