@@ -12,10 +12,12 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -351,6 +353,78 @@ def test_auto_picks_buildah_says_so_and_reaps_a_killed_runs_stamp_image(
         assert "localhost/reprobuild-cache/reprobuild-test-tiny:cpu" in names
     finally:
         subprocess.run(["buildah", "rmi", dead, live], capture_output=True, check=False)
+
+
+def _broken_image(base_ref: str) -> str:
+    """An image in buildah's real storage whose record has lost its manifest: what a pull
+    stopped between writing the record and its data items leaves (tests/hostile's signal tests
+    stop real pulls, but hit that moment only now and then). Made by committing a working
+    container and removing the stored manifest, as the storage itself would have it."""
+    container = subprocess.run(
+        ["buildah", "from", "--pull=never", "--quiet", base_ref],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        image = subprocess.run(
+            ["buildah", "commit", "--quiet", container], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+    store = subprocess.run(
+        ["buildah", "info", "--format", "{{.store.GraphRoot}} {{.store.GraphDriverName}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    (Path(store[0]) / f"{store[1]}-images" / image / "manifest").unlink()
+    listing = subprocess.run(["buildah", "images", "-q"], capture_output=True, text=True)
+    assert listing.returncode != 0 and image in listing.stderr, listing.stderr
+    return image
+
+
+def test_a_broken_image_is_named_and_only_a_killed_pulls_is_removed(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag
+) -> None:
+    """A broken image in buildah's storage (a record without its manifest) makes every
+    `buildah images` fail, reprobuild's search for leftovers included. One that is not ours:
+    the build works, says so in one warning line with the command that removes it, and
+    leaves it. Once a killed run's pull is on record as the one that broke it (its temp dir,
+    with what was broken before it: nothing), the next build removes it in its note."""
+    subprocess.run(["buildah", "pull", "--quiet", "--tls-verify=false", base_ref],
+                   capture_output=True, check=True)  # fmt: skip
+    image = _broken_image(base_ref)
+    dead = f"{2**22 + 17}-1"  # no such pid
+    pull_dir: Path | None = None
+    try:
+        root = project("tiny")
+        first = run_cli("image", str(root), "--base", base_ref, "--builder", "buildah",
+                        "--tag", unique_tag(), env=ENV)  # fmt: skip
+        assert first.returncode == 0, first.stderr[-3000:]
+        warnings = [ln for ln in first.stderr.splitlines() if ln.startswith("warning: ")]
+        assert warnings == [
+            f"warning: buildah's storage holds a broken image {image[:12]} (its record without "
+            "its manifest: a pull or commit stopped half-way, not by this run): `buildah "
+            "images` fails and leftovers of killed runs cannot be found until `buildah rmi "
+            f"{image}` removes it"
+        ], first.stderr[-3000:]
+        assert image in subprocess.run(["buildah", "images", "-q"], capture_output=True,
+                                       text=True).stderr  # fmt: skip
+
+        pull_dir = Path(tempfile.mkdtemp(prefix=f"reprobuild-pull-{dead}-"))
+        (pull_dir / "broken-before").write_text("")
+        second = run_cli("image", str(root), "--base", base_ref, "--builder", "buildah",
+                         "--tag", unique_tag(), env=ENV)  # fmt: skip
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert "warning: " not in second.stderr, second.stderr[-3000:]
+        notes = [ln for ln in second.stderr.splitlines() if ln.startswith("note: removed ")]
+        assert len(notes) == 1, second.stderr
+        assert re.search(rf"killed \(pid (\d+, )*{dead.split('-')[0]}\b", notes[0]), notes[0]
+        assert not pull_dir.exists()
+        assert buildah_names()  # the listing works again
+        assert image not in subprocess.run(["buildah", "images", "-q", "--no-trunc"],
+                                           capture_output=True, text=True).stdout  # fmt: skip
+    finally:
+        subprocess.run(["buildah", "rmi", image], capture_output=True, check=False)
+        if pull_dir is not None:
+            shutil.rmtree(pull_dir, ignore_errors=True)
 
 
 def test_missing_buildah_says_how_to_install_it(project: MakeProject, tmp_path: Path) -> None:

@@ -11,6 +11,10 @@ committing) are the ones that used to leave working containers. SIGINT goes to t
 group, as a Ctrl-C at a terminal does; SIGTERM to the process, as a CI's cancel does. The grid
 is compact (each phase, offset and signal at least once) so the family takes minutes.
 
+A pull stopped between writing an image's record and its manifest leaves a broken image on
+which every `buildah images` fails: the stopped run removes it (and the listing must work
+after each of these runs).
+
 After SIGKILL, which cannot clean up, the next build removes what the dead run left in
 buildah's storage too (its probe container, its stamp name, the image its build finished after
 it was gone), in the same one ``note: removed N leftovers`` line as the engine's.
@@ -70,8 +74,11 @@ GRID = [
 ]
 
 
-def _buildah(*args: str) -> str:
+def _buildah(*args: str, check: bool = True) -> str:
+    """buildah's output; a listing that fails fails the test (an empty one would pass every
+    check of what was left: a broken image in the storage makes `buildah images` fail)."""
     done = subprocess.run(["buildah", *args], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 or not check, f"buildah {' '.join(args)}: {done.stderr[-500:]}"
     return done.stdout
 
 
@@ -206,7 +213,13 @@ def _ours(layer: str, containers: set[str]) -> set[str]:
         container, _, image = line.partition(" ")
         if container in containers:
             diffs = _buildah(
-                "inspect", "--type", "image", "--format", "{{.OCIv1.RootFS.DiffIDs}}", image
+                "inspect",
+                "--type",
+                "image",
+                "--format",
+                "{{.OCIv1.RootFS.DiffIDs}}",
+                image,
+                check=False,  # the image may have gone since
             )
             if layer in diffs:
                 found.add(container)
@@ -324,6 +337,9 @@ def test_signal_while_buildah_pulls_the_base_leaves_nothing(  # type: ignore[no-
                 assert _owned_temps(proc.pid) == []
                 # only containers on this base count: other builds may share buildah's storage
                 assert _ours(layer, set(_containers()) - containers) == set()
+                # no image record without its manifest (buildah pull stopped between the
+                # two), on which every `buildah images` fails
+                _names()
 
             _eventually(nothing_left)
         finally:

@@ -24,7 +24,7 @@ from reprobuild_entrypoint.contract import LABEL_PREFIX
 OWNER_LABEL = f"{LABEL_PREFIX}owner"
 SCRATCH_REPO = "reprobuild-scratch/"
 # Temp dirs a run makes: reprobuild-<kind>-<pid>-<start>-<random>
-TEMP_KINDS = ("ctx", "iid", "lock", "verify", "layers", "buildah")
+TEMP_KINDS = ("ctx", "iid", "lock", "verify", "layers", "buildah", "pull")
 _TOKEN = r"(?P<pid>\d+)-(?P<start>\d+)"
 _TEMP_RE = re.compile(rf"^reprobuild-(?:{'|'.join(TEMP_KINDS)})-{_TOKEN}-")
 _SCRATCH_RE = re.compile(rf"^{re.escape(SCRATCH_REPO)}[^:]+:{_TOKEN}-[0-9a-f]+$")

@@ -15,11 +15,13 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -147,14 +149,79 @@ def pull(ref: ImageRef, log: Log = _quiet) -> None:
     if has_image(pinned):
         return
     log(f"buildah: pulling {pinned}")
-    with _tmpdir() as tmp:
-        _stream(
-            [require(), "pull", "--quiet", *_tls(ref), pinned],
-            f"pulling {pinned}",
-            log,
-            tmp,
-            deadline_s=NETWORK_DEADLINE_S,
+    with _tmpdir("pull") as tmp:
+        # A pull stopped at the wrong moment (Ctrl-C, SIGTERM, the deadline, its run killed)
+        # leaves an image record without its manifest, on which every later listing of the
+        # storage fails. What the listing stumbles on now is not this pull's; it is written
+        # down (atomically) for the next run too, in case this one is killed.
+        before = broken_image()
+        mark = tmp / (BROKEN_BEFORE + ".part")
+        mark.write_text(before or "")
+        mark.rename(tmp / BROKEN_BEFORE)
+        try:
+            _stream(
+                [require(), "pull", "--quiet", *_tls(ref), pinned],
+                f"pulling {pinned}",
+                log,
+                tmp,
+                deadline_s=NETWORK_DEADLINE_S,
+            )
+        except BaseException:
+            remove_broken({before} if before else set())
+            raise
+
+
+# How containers/storage names an image whose record it has but one of whose data items (the
+# manifest, the config) it has not: written half-way by a pull or commit that was stopped.
+# buildah's own advice is to remove it; until then `buildah images` fails.
+_BROKEN_RE = re.compile(r'locating item named "[^"]*" for image with ID "([0-9a-f]{64})"')
+BROKEN_BEFORE = "broken-before"  # in a pull's temp dir: the broken image seen before it
+BROKEN_SETTLE_S = 1.0  # still broken this much later: no pull in flight (remove_broken)
+
+
+def broken_image() -> str | None:
+    """The ID of the broken image buildah's listing stops at (see ``_BROKEN_RE``), or None
+    when the listing works or fails for another reason (or there is no buildah)."""
+    cli = binary()
+    if cli is None:
+        return None
+    try:
+        listing = subprocess.run(
+            [cli, "images", "--quiet", "--no-trunc"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
         )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = _BROKEN_RE.search(listing.stderr) if listing.returncode != 0 else None
+    return found[1] if found else None
+
+
+def remove_broken(known: set[str]) -> list[str]:
+    """Remove the broken images a stopped pull left: each one the listing stops at, as long as
+    it is not in ``known`` (those broken before the pull: someone else's, left alone, and the
+    listing cannot see past them). Return the IDs removed. Never fails: clean-up."""
+    cli = binary()
+    removed: list[str] = []
+    while cli is not None and len(removed) < 16:
+        image = broken_image()
+        if image is None or image in known or image in removed:
+            break
+        time.sleep(BROKEN_SETTLE_S)  # a pull going on elsewhere has it broken for a moment only
+        if broken_image() != image:
+            break
+        try:
+            done = subprocess.run(
+                [cli, "rmi", image], capture_output=True, check=False, timeout=120
+            )
+        except (OSError, subprocess.SubprocessError):
+            break
+        if done.returncode != 0:
+            break
+        removed.append(image)
+    return removed
 
 
 # buildah (containers/image) on a base whose manifest names its layers with media types it
@@ -348,6 +415,7 @@ def archive_stream(
 CACHE_REPO = "reprobuild-cache/"
 IID_FILE = "iid"
 IMAGE_PREFIX = "image:"  # Storage.owned_containers: an image, not a container
+PULL_PREFIX = "pull:"  # ... and a dead run's pull, which may have left a broken image
 
 
 def cache_name(project: str, variant: str) -> str:
@@ -456,7 +524,12 @@ class Storage:
     is in the dead run's ``iid`` file; ``buildah rmi`` removes its record, and layers that
     other images are built on stay). buildah's build containers are not left behind: it is
     stopped only where it removes them itself (procstream.run_streamed ``gentle``), unless it
-    ignores SIGINT for longer than the stop wait (60 s) and is killed."""
+    ignores SIGINT for longer than the stop wait (60 s) and is killed. A pull its run's death
+    stopped may have left a broken image (:func:`pull`): found from the dead run's temp dir.
+    ``warn`` gets one line when the storage cannot be listed for a broken image not ours."""
+
+    def __init__(self, warn: Callable[[str], None] | None = None) -> None:
+        self._warn = warn
 
     def owned_containers(self) -> list[tuple[str, str]]:
         cli = binary()
@@ -476,6 +549,12 @@ class Storage:
                 image = (folder / IID_FILE).read_text().strip().removeprefix("sha256:")
                 if image and image_id(image) is not None:
                     owned.append((IMAGE_PREFIX + image, token))
+        # A run killed while buildah pulled: the pull, stopped by the kernel's signal, may
+        # have left a broken image. Looked for only once the run is known to be gone (in
+        # remove_container), since a live pull's image is broken until it has finished.
+        for folder, token in leftovers.dead_temp_dirs("pull"):
+            if (folder / BROKEN_BEFORE).is_file():
+                owned.append((PULL_PREFIX + str(folder), token))
         return owned
 
     def remove_container(self, container_id: str) -> bool:
@@ -483,6 +562,13 @@ class Storage:
             image = container_id.removeprefix(IMAGE_PREFIX)
             remove_images([image])
             return image_id(image) is None
+        if container_id.startswith(PULL_PREFIX):
+            folder = Path(container_id.removeprefix(PULL_PREFIX))
+            try:
+                before = (folder / BROKEN_BEFORE).read_text().strip()
+            except OSError:
+                return False
+            return bool(remove_broken({before} if before else set()))
         return remove_container(container_id)
 
     def tags_under(self, prefix: str) -> list[str]:
@@ -497,7 +583,15 @@ class Storage:
         except EngineError:
             try:
                 out = _capture(listing, "buildah images")
-            except EngineError:
+            except EngineError as exc:
+                found = _BROKEN_RE.search(str(exc))
+                if found is not None and self._warn is not None:
+                    self._warn(
+                        f"warning: buildah's storage holds a broken image {found[1][:12]} (its "
+                        "record without its manifest: a pull or commit stopped half-way, not "
+                        "by this run): `buildah images` fails and leftovers of killed runs "
+                        f"cannot be found until `buildah rmi {found[1]}` removes it"
+                    )
                 return []
         names = (line.strip().removeprefix("localhost/") for line in out.splitlines())
         return [name for name in names if name.startswith(prefix)]
@@ -518,11 +612,11 @@ def remove_container(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _tmpdir() -> Iterator[Path]:
+def _tmpdir(kind: str = "buildah") -> Iterator[Path]:
     """A temp dir named after this run for buildah's own temp files (its TMPDIR): buildah
     killed half-way leaves a ``buildahNNN`` dir there, which goes with ours, or with the next
-    run's reaping when this one was killed too."""
-    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("buildah")) as tmp:
+    run's reaping when this one was killed too. ``kind`` "pull": a pull's (Storage)."""
+    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix(kind)) as tmp:
         yield Path(tmp)
 
 

@@ -349,7 +349,7 @@ def _build_image(
         )
     # One note for all of it: the engine's leftovers and buildah's (reaped first: a dead
     # run's temp dir may name an image it left in buildah's storage).
-    leftovers.reap(engine, note, also=[buildah.Storage()] if builder == "buildah" else [])
+    leftovers.reap(engine, note, also=[buildah.Storage(note)] if builder == "buildah" else [])
     engine.ensure_base(spec.base, log)
     spec = replace(
         spec,
