@@ -375,19 +375,21 @@ def _broken_image(base_ref: str) -> str:
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     (Path(store[0]) / f"{store[1]}-images" / image / "manifest").unlink()
+    # buildah 1.28 fails the listing on it, or only logs it, by what else the storage holds
     listing = subprocess.run(["buildah", "images", "-q"], capture_output=True, text=True)
-    assert listing.returncode != 0 and image in listing.stderr, listing.stderr
+    assert image in listing.stderr, listing.stderr
     return image
 
 
 def test_a_broken_image_is_named_and_only_a_killed_pulls_is_removed(
     project: MakeProject, base_ref: str, unique_tag: MakeTag
 ) -> None:
-    """A broken image in buildah's storage (a record without its manifest) makes every
-    `buildah images` fail, reprobuild's search for leftovers included. One that is not ours:
-    the build works, says so in one warning line with the command that removes it, and
-    leaves it. Once a killed run's pull is on record as the one that broke it (its temp dir,
-    with what was broken before it: nothing), the next build removes it in its note."""
+    """A broken image in buildah's storage (a record without its manifest) makes
+    `buildah images` fail (or, by what else the storage holds, log an error), reprobuild's
+    search for leftovers included. One that is not ours: the build works, says so in one
+    warning line with the command that removes it where it cannot search, and leaves it.
+    Once a killed run's pull is on record as the one that broke it (its temp dir, with what
+    was broken before it: nothing), the next build removes it in its note."""
     subprocess.run(["buildah", "pull", "--quiet", "--tls-verify=false", base_ref],
                    capture_output=True, check=True)  # fmt: skip
     image = _broken_image(base_ref)
@@ -399,12 +401,19 @@ def test_a_broken_image_is_named_and_only_a_killed_pulls_is_removed(
                         "--tag", unique_tag(), env=ENV)  # fmt: skip
         assert first.returncode == 0, first.stderr[-3000:]
         warnings = [ln for ln in first.stderr.splitlines() if ln.startswith("warning: ")]
-        assert warnings == [
+        # where the reaping's own listing fails on it (not in every storage): one warning
+        reaping = subprocess.run(
+            ["buildah", "images", "--filter", "reference=localhost/reprobuild-scratch/*"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        said = (
             f"warning: buildah's storage holds a broken image {image[:12]} (its record without "
             "its manifest: a pull or commit stopped half-way, not by this run): `buildah "
             "images` fails and leftovers of killed runs cannot be found until `buildah rmi "
             f"{image}` removes it"
-        ], first.stderr[-3000:]
+        )
+        expected = [] if reaping.returncode == 0 else [said]
+        assert warnings == expected, first.stderr[-3000:]
         assert image in subprocess.run(["buildah", "images", "-q"], capture_output=True,
                                        text=True).stderr  # fmt: skip
 

@@ -174,14 +174,15 @@ def pull(ref: ImageRef, log: Log = _quiet) -> None:
 # How containers/storage names an image whose record it has but one of whose data items (the
 # manifest, the config) it has not: written half-way by a pull or commit that was stopped.
 # buildah's own advice is to remove it; until then `buildah images` fails.
-_BROKEN_RE = re.compile(r'locating item named "[^"]*" for image with ID "([0-9a-f]{64})"')
+# (In a log line the quotes come escaped.)
+_BROKEN_RE = re.compile(r'locating item named \\?"[^"]*" for image with ID \\?"([0-9a-f]{64})')
 BROKEN_BEFORE = "broken-before"  # in a pull's temp dir: the broken image seen before it
 BROKEN_SETTLE_S = 1.0  # still broken this much later: no pull in flight (remove_broken)
 
 
 def broken_image() -> str | None:
-    """The ID of the broken image buildah's listing stops at (see ``_BROKEN_RE``), or None
-    when the listing works or fails for another reason (or there is no buildah)."""
+    """The ID of the first broken image buildah's listing names (see ``_BROKEN_RE``), or None
+    when it names none (or there is no buildah)."""
     cli = binary()
     if cli is None:
         return None
@@ -195,7 +196,9 @@ def broken_image() -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    found = _BROKEN_RE.search(listing.stderr) if listing.returncode != 0 else None
+    # Whether the listing fails on it or only logs it ("exists in local storage but may be
+    # corrupted") depends on what else the storage holds (buildah 1.28): both name it.
+    found = _BROKEN_RE.search(listing.stderr)
     return found[1] if found else None
 
 
