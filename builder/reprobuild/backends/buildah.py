@@ -167,7 +167,7 @@ def pull(ref: ImageRef, log: Log = _quiet) -> None:
                 deadline_s=NETWORK_DEADLINE_S,
             )
         except BaseException:
-            remove_broken({before} if before else set())
+            remove_broken(before)
             raise
 
 
@@ -202,26 +202,17 @@ def broken_image() -> str | None:
     return found[1] if found else None
 
 
-def remove_broken(known: set[str]) -> list[str]:
-    """Remove the broken images a stopped pull left: each one the listing stops at, as long as
-    it is not in ``known`` (those broken before the pull: someone else's, left alone, and the
-    listing cannot see past them). Return the IDs removed. Never fails: clean-up."""
-    cli = binary()
+def remove_broken(before: str | None) -> list[str]:
+    """Remove the broken images a stopped pull left: each one the listing names, as long as it
+    is not ``before`` (the one it named before the pull: someone else's, left alone, and the
+    listing cannot see past it). Return the IDs removed. Never fails: clean-up."""
     removed: list[str] = []
-    while cli is not None and len(removed) < 16:
+    while len(removed) < 16:
         image = broken_image()
-        if image is None or image in known or image in removed:
+        if image is None or image == before or image in removed:
             break
         time.sleep(BROKEN_SETTLE_S)  # a pull going on elsewhere has it broken for a moment only
-        if broken_image() != image:
-            break
-        try:
-            done = subprocess.run(
-                [cli, "rmi", image], capture_output=True, check=False, timeout=120
-            )
-        except (OSError, subprocess.SubprocessError):
-            break
-        if done.returncode != 0:
+        if broken_image() != image or not _rmi(image):
             break
         removed.append(image)
     return removed
@@ -456,12 +447,19 @@ def forget(project: str, variant: str) -> None:
 
 def remove_images(names: Sequence[str]) -> None:
     """Remove images from buildah's storage (never fails: clean-up)."""
-    cli = binary()
-    if cli is None or not names:
-        return
     for name in names:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([cli, "rmi", name], capture_output=True, check=False, timeout=120)
+        _rmi(name)
+
+
+def _rmi(name: str) -> bool:
+    """``buildah rmi NAME``; whether it worked. Never fails: clean-up."""
+    cli = binary()
+    if cli is None:
+        return False
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run([cli, "rmi", name], capture_output=True, check=False, timeout=120)
+        return done.returncode == 0
+    return False
 
 
 class Prober:
@@ -571,7 +569,7 @@ class Storage:
                 before = (folder / BROKEN_BEFORE).read_text().strip()
             except OSError:
                 return False
-            return bool(remove_broken({before} if before else set()))
+            return bool(remove_broken(before or None))
         return remove_container(container_id)
 
     def tags_under(self, prefix: str) -> list[str]:
