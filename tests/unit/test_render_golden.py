@@ -21,6 +21,7 @@ GOLDEN = Path(__file__).parent.parent / "golden"
 LOCK = Path(__file__).parent.parent / "data" / "projects" / "tiny" / "requirements.lock"
 BASE = "python:3.11-slim-bookworm@sha256:" + "ab" * 32
 GPU_LOCK = LOCK.parent.parent / "tiny-gpu" / "requirements-gpu.lock"
+PROJECTS = LOCK.parent.parent
 APP = {"hello.py": FileEntry(b"print('hi')\n")}
 CATALOG = load_catalog()
 
@@ -69,6 +70,15 @@ CASES = {
         mount_install=True,
     ),
     "cpu-online-mount-keeps-the-stage": spec(online=True, mount_install=True),
+    # sdists built into wheels in a stage of their own (issue 39): beside locked wheels
+    # (julius beside torch) and alone (antlr4-python3-runtime, docopt), one stage and two
+    "cpu-mount-sdists-and-wheels": spec(
+        lock=load_lock(PROJECTS / "sdist-torch" / "uv.lock"), mount_install=True
+    ),
+    "cpu-mount-sdists-only": spec(
+        lock=load_lock(PROJECTS / "sdist" / "uv.lock"), mount_install=True
+    ),
+    "cpu-sdists-stage": spec(lock=load_lock(PROJECTS / "sdist-torch" / "uv.lock")),
     # The shipped catalog's NGC entries, as a project naming them renders them: FROM by
     # digest, NGC's entrypoint chained, the GPU lock on top of the base's frameworks.
     **{

@@ -1,0 +1,129 @@
+# Rendered by reprobuild 0.0.0-golden from uv.lock (sha256 653b17aba2ebe3f13d90c854d8b63a0ab422a100a127e2bff9b38b220b0f2669).
+# Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
+
+# ---- the wheel-build stage: the lock's sdists built into wheels on the pinned base itself ----
+# Same CPython, libc and ABI as the image. Its inputs are COPYed, so the layer cache keys on
+# them and on the base digest: the build lock and its wheels (host-fetched, sha256-checked),
+# the sdists (sha256-checked on the host and again here), the build script. Its own
+# SOURCE_DATE_EPOCH (315532800, not the project's) keeps a code-only rebuild on the
+# cached wheels. pip never reaches an index here (--no-index, PIP_NO_INDEX, a dead proxy), and
+# a hermetic build runs with no network at all. Fixed build paths and -ffile-prefix-map keep
+# the build folder out of compiled extensions. The build venv holds the build lock's wheels and
+# nothing else (no pip, no ensurepip setuptools): pip is the wheel ensurepip would install,
+# unpacked and run from where it lies. The sdists build side by side, one per CPU. Each build
+# runs as an unprivileged user (65534, HOME and TMPDIR its own folder): one that writes outside
+# its tree fails, in one line; one that runs past build_timeout (3600 s) is
+# stopped, in one line.
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS sdist-build
+COPY build/ /.reprobuild-build/
+RUN export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
+      REPROBUILD_BUILD_USER=65534 REPROBUILD_SDIST_TIMEOUT=3600 \
+      PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1 \
+      http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
+      HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
+      CFLAGS="-ffile-prefix-map=/.reprobuild-build/src=." \
+      CXXFLAGS="-ffile-prefix-map=/.reprobuild-build/src=." \
+      PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)" \
+ && python3 -m venv --without-pip /.reprobuild-build/venv \
+ && if whl=$(python3 -I -c "$PIP_WHEEL" 2>/dev/null) \
+       && python3 -I -m zipfile -e "$whl" /.reprobuild-build/pip; then \
+      export REPROBUILD_PIP=/.reprobuild-build/pip/pip; \
+      pip="python3 $REPROBUILD_PIP --python /.reprobuild-build/venv/bin/python"; \
+    else \
+      python3 -m venv --clear /.reprobuild-build/venv; pip="/.reprobuild-build/venv/bin/python -m pip"; \
+    fi \
+ && $pip install --no-index \
+      --find-links /.reprobuild-build/wheels --require-hashes --only-binary=:all: \
+      -r /.reprobuild-build/requirements.lock \
+ && /.reprobuild-build/venv/bin/python -I /.reprobuild-build/build_sdists.py
+
+# ---- one stage: the image that ships ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab
+# The build's time (SOURCE_DATE_EPOCH) in the first step: buildah's layer cache does not look
+# at --timestamp, so a step cached for another epoch would be reused with that epoch's file
+# times. This way every later step's cache is the epoch's own.
+LABEL org.opencontainers.image.created="2023-11-14T22:13:20Z"
+# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
+# it (no password aging; the account has no password), so the image is the same on any day.
+RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
+ && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
+ && install -d -o 10001 -g 10001 /app \
+ && install -d /opt/reprobuild
+# The wheels built from the lock's sdists, with built.json (each wheel's sha256 beside its
+# sdist's): kept in the image as the record of what was built.
+COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
+# The locked wheels go straight into this stage (RUN --mount: buildah, BuildKit). A tmpfs on
+# /.reprobuild holds the wheelhouse and the lock (bind-mounted from the context), pip's temp
+# files and the throwaway pip (or the base's own, where it has no ensurepip): none of them, and
+# no copy of the venv from another stage, ever reach a layer. buildah's layer cache does not
+# look into mounted files, so the lock's sha256 is part of the step's text: another lock, another
+# step. pip is the wheel ensurepip would install, unpacked into the tmpfs and run from there: the
+# pip a bootstrap venv would get, without the seconds ensurepip takes to install it. Where the
+# base has none of 22.3 or newer, a throwaway bootstrap venv (or the base's own pip); a pip older
+# than 22.3 (Debian bullseye's) has no --python and runs in the venv's interpreter from where it
+# lies, installing every pin (which pip it is, read from its version: asking pip itself costs
+# most of a second). SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
+# runtime on the venv's path and imports its start-up hook at every interpreter start, so
+# determinism holds even without the ENTRYPOINT.
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=wheels,target=/.reprobuild/wheels \
+    --mount=type=bind,source=requirements.lock,target=/.reprobuild/requirements.lock \
+    export REPROBUILD_LOCK_SHA256=653b17aba2ebe3f13d90c854d8b63a0ab422a100a127e2bff9b38b220b0f2669 REPROBUILD_REQUIREMENTS_SHA256=23269396b8c12ea9b34d809bc9a47d890b106f6aeb4fe9dc00434a4f7d74225f SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
+      PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1 \
+      PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
+      PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])" \
+      PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)" \
+ && python3 -m venv --without-pip /opt/venv \
+ && if whl=$(python3 -I -c "$PIP_WHEEL" 2>/dev/null) \
+       && python3 -I -m zipfile -e "$whl" /.reprobuild/pip; then \
+      install="python3 /.reprobuild/pip/pip --python /opt/venv/bin/python install"; \
+    else \
+      py=/.reprobuild/bootstrap/bin/python; \
+      python3 -m venv /.reprobuild/bootstrap || py=python3; \
+      install="$py -m pip --python /opt/venv/bin/python install"; \
+      $py -c "$PIP_PYTHON_OK" \
+        || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; \
+    fi \
+ && $install --no-index --no-deps /opt/reprobuild/built/*.whl \
+ && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
+COPY runtime/ /opt/reprobuild/runtime/
+# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
+# every interpreter, so its modules must load from bytecode. -S: without site the hook does
+# not run here, which would first write timestamp-based .pyc files that compileall keeps.
+RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
+ENV PATH=/opt/venv/bin:$PATH \
+    VIRTUAL_ENV=/opt/venv \
+    PYTHONUNBUFFERED=1 \
+    REPROBUILD_IMAGE_SEED=1234 \
+    REPROBUILD_IMAGE_DETERMINISM=strict \
+    REPROBUILD_VARIANT=cpu
+# Determinism environment (reprobuild_entrypoint.envplan.image_env): here so it holds when the
+# ENTRYPOINT is bypassed; the entrypoint re-plans it per run (REPRO_SEED, REPRO_DETERMINISM).
+ENV MKL_CBWR="AUTO,STRICT" \
+    MKL_DYNAMIC="FALSE" \
+    MKL_NUM_THREADS="4" \
+    OMP_DYNAMIC="FALSE" \
+    OMP_NUM_THREADS="4" \
+    OPENBLAS_NUM_THREADS="4" \
+    PYTHONHASHSEED="1234" \
+    TF_DETERMINISTIC_OPS="1" \
+    TF_ENABLE_ONEDNN_OPTS="1" \
+    TF_NUM_INTEROP_THREADS="4" \
+    TF_NUM_INTRAOP_THREADS="4" \
+    TORCHINDUCTOR_DETERMINISTIC="1"
+WORKDIR /app
+USER 10001:10001
+ENTRYPOINT ["/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint"]
+CMD ["python", "hello.py"]
+LABEL io.reprobuild.builder.version="0.0.0-golden" \
+      io.reprobuild.determinism="strict" \
+      io.reprobuild.lock.sha256="653b17aba2ebe3f13d90c854d8b63a0ab422a100a127e2bff9b38b220b0f2669" \
+      io.reprobuild.seed="1234" \
+      io.reprobuild.variant="cpu" \
+      org.opencontainers.image.base.digest="sha256:abababababababababababababababababababababababababababababababab" \
+      org.opencontainers.image.base.name="python:3.11-slim-bookworm" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.title="example/golden"
+# The project's code last: a change to it alone rebuilds this one step (files owned by root,
+# read-only to the image's user, whatever USER says: COPY does not follow it).
+COPY app/ /app/
