@@ -13,7 +13,9 @@
 # unpacked and run from where it lies. The sdists build side by side, one per CPU. Each build
 # runs as an unprivileged user (65534, HOME and TMPDIR its own folder): one that writes outside
 # its tree fails, in one line; one that runs past build_timeout (3600 s) is
-# stopped, in one line.
+# stopped, in one line. The build venv, pip and the unpacked trees are removed once the wheels
+# are in out/, so the RUN's layer holds out/ alone: a second less to commit (2-core host,
+# benchmarks/sdist_bench.py) and less kept in the layer cache.
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS sdist-build
 COPY build/ /.reprobuild-build/
 RUN export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
@@ -35,7 +37,9 @@ RUN export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
  && $pip install --no-index \
       --find-links /.reprobuild-build/wheels --require-hashes --only-binary=:all: \
       -r /.reprobuild-build/requirements.lock \
- && /.reprobuild-build/venv/bin/python -I /.reprobuild-build/build_sdists.py
+ && /.reprobuild-build/venv/bin/python -I /.reprobuild-build/build_sdists.py \
+ && rm -rf /.reprobuild-build/venv /.reprobuild-build/pip /.reprobuild-build/src \
+      /.reprobuild-build/home /.reprobuild-build/built
 
 # ---- one stage: the image that ships ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab
