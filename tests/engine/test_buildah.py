@@ -38,6 +38,7 @@ from helpers import (
 )
 from reprobuild._util import leftovers
 from reprobuild.backends.engine import Engine
+from reprobuild.imaging.render import layers_epoch
 from reprobuild.locks.wheels import CACHED_MTIME_NS
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 EPOCH = 1700000000  # not 0: a time that no tool writes by default
+LAYERS = layers_epoch(EPOCH)  # what buildah builds the layers under the stamp at
 ENV = {"SOURCE_DATE_EPOCH": str(EPOCH)}
 
 
@@ -133,11 +135,21 @@ def test_same_inputs_same_image_on_any_day(
     assert labels["io.reprobuild.build.reproducible"] == "true"
     assert docker_client.images.get(tags[0]).attrs["Created"].startswith("2023-11-14T22:13:20")
 
-    # What is inside: no time but the epoch, hash-based bytecode, no day in /etc/shadow.
+    # What is inside: no time but the layers' epoch (1980, whatever the commit's: a commit
+    # rebuilds nothing under the stamp) and the project's on what the stamp adds,
+    # hash-based bytecode, no day in /etc/shadow.
     entries = list(new_layers(docker_client, tags[0], base_ref))
     names = [m.name for m, _ in entries]
     assert "opt/reprobuild/manifest.json" in names and "app/hello.py" in names
-    assert {m.name: m.mtime for m, _ in entries if m.mtime != EPOCH} == {}
+    assert {m.name: m.mtime for m, _ in entries if m.mtime not in (LAYERS, EPOCH)} == {}
+    stamped = {m.name for m, _ in entries if m.mtime == EPOCH}
+    assert {"opt/reprobuild/manifest.json", "opt/reprobuild/sbom.cdx.json"} <= stamped, stamped
+    assert stamped <= {
+        "opt",
+        "opt/reprobuild",
+        "opt/reprobuild/manifest.json",
+        "opt/reprobuild/sbom.cdx.json",
+    }
     pycs = {m.name: head for m, head in entries if m.name.endswith(".pyc")}
     assert len(pycs) > 10
     # PEP 552: the flags word after the magic number; bit 0 set means hash-based
@@ -570,6 +582,33 @@ def rebuild_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cli("rebuild", *args, env=ENV)
 
 
+def test_a_committed_code_change_reuses_every_layer_under_the_app(
+    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """A commit moves SOURCE_DATE_EPOCH (the project's last commit time). The layers under the
+    stamp are built at an epoch of their own, so a commit that changes only the app shares
+    every layer but the app's and the stamp's with the build before it (before, the epoch in
+    the first step rebuilt them all: every wheel installed again). The image still carries
+    the commit's time: its config's created and its created label."""
+    root = project("tiny")
+    tags = [unique_tag("commit-a"), unique_tag("commit-b")]
+    build_json(str(root), "--base", base_ref, "--builder", "buildah", "--tag", tags[0], env=ENV)
+    (root / "hello.py").write_text((root / "hello.py").read_text() + "# another commit\n")
+    later = EPOCH + 86400
+    build_json(
+        str(root), "--base", base_ref, "--builder", "buildah", "--tag", tags[1],
+        env={"SOURCE_DATE_EPOCH": str(later)},
+    )  # fmt: skip
+    first, second = (docker_client.images.get(tag).attrs for tag in tags)
+    layers = [image["RootFS"]["Layers"] for image in (first, second)]
+    assert len(layers[0]) == len(layers[1]) > 2
+    assert layers[0][:-2] == layers[1][:-2]  # the base and every dependency layer
+    assert layers[0][-2] != layers[1][-2] and layers[0][-1] != layers[1][-1]  # app, stamp
+    assert second["Created"].startswith("2023-11-15T22:13:20")
+    assert second["Config"]["Labels"]["org.opencontainers.image.created"] == "2023-11-15T22:13:20Z"
+    assert first["Config"]["Labels"]["org.opencontainers.image.created"] == "2023-11-14T22:13:20Z"
+
+
 def test_rebuild_check(
     project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
 ) -> None:
@@ -608,7 +647,7 @@ def test_rebuild_check(
         changed["rebuilt"]["sha256"] == hashlib.sha256((root / "hello.py").read_bytes()).hexdigest()
     )
     assert changed["recorded"]["sha256"] == hashlib.sha256(source).hexdigest()
-    assert changed["recorded"]["mtime"] == changed["rebuilt"]["mtime"] == "2023-11-14T22:13:20Z"
+    assert changed["recorded"]["mtime"] == changed["rebuilt"]["mtime"] == "1980-01-01T00:00:00Z"
     assert changed["recorded"]["owner"] == "0:0" and changed["recorded"]["mode"] == "0644"
     # the rebuilt image is never left behind
     assert not [

@@ -28,10 +28,12 @@ from reprobuild.imaging.manifest import BUILT_KEYS, Distribution, Manifest
 from reprobuild.imaging.render import (
     BUILD_DIR,
     BUILD_EPOCH,
+    CREATED_LABEL,
     ENTRYPOINT,
     LOCK_LABEL,
     RenderSpec,
     epoch_iso,
+    layers_epoch,
     render_context,
     render_stamp,
 )
@@ -358,21 +360,26 @@ def _build_image(
         # BuildKit would take it too, but its image is not reproducible either way)
         mount_install=builder == "buildah" or epoch is not None,
     )
-    files = render_context(spec)
+    # buildah builds the layers under the stamp at an epoch of their own (layers_epoch): a
+    # commit moves SOURCE_DATE_EPOCH, and with it every step's text and file time, so the next
+    # build would start over at the first step and install every wheel again. The stamp, built
+    # from the project's epoch, sets the image's time and its created label.
+    built = replace(spec, epoch=layers_epoch(spec.epoch)) if builder == "buildah" else spec
+    files = render_context(built)
     probe = base_probe(engine, spec)
     check_base_conflicts(spec, probe)
     scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("ctx")) as tmp:
         ctx = Path(tmp) / "context"
         ctx.mkdir()
-        write_tree(files, ctx, epoch=spec.epoch)
+        write_tree(files, ctx, epoch=built.epoch)
         checked: Callable[[], None] = _nothing_to_check
         if not online:
             target = Target.from_probe(probe)
             fetch_wheels(spec.lock, target, ctx / "wheels", log=log, bar=bar)
             if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
                 # the wheels are links into the cache, at its one fixed time: kept as they are
-                clamp_times(ctx, spec.epoch, linked_at=CACHED_MTIME_NS)
+                clamp_times(ctx, built.epoch, linked_at=CACHED_MTIME_NS)
             checked = WheelCheck(spec.lock, ctx / "wheels", wheel_folder(target)).wait
         if spec.build_lock is not None:
             _fill_build_stage(spec, Target.from_probe(probe), ctx, log, bar)
@@ -383,6 +390,7 @@ def _build_image(
                 return _build_buildah(
                     engine,
                     spec,
+                    built.epoch,
                     ctx,
                     scratch,
                     final,
@@ -465,6 +473,7 @@ def _fill_build_stage(
 def _build_buildah(
     engine: Engine,
     spec: RenderSpec,
+    layers_at: int,
     ctx: Path,
     scratch: str,
     final: str,
@@ -495,14 +504,17 @@ def _build_buildah(
         previous = buildah.image_id(buildah.cache_name(spec.name, spec.variant))
         with timed(log, "building the image with buildah"):
             scratch_id = buildah.bud(
-                ctx, None, epoch=spec.epoch, log=log, no_cache=no_cache, network=network
+                ctx, None, epoch=layers_at, log=log, no_cache=no_cache, network=network
             )
         checked()  # the wheels it used were the cache's, byte for byte
         prober = ProbeCache(buildah.Prober(), buildah.config(scratch_id), app=bool(spec.app_files))
         manifest, sbom_json = _manifest(prober, spec, scratch_id, info)
         stamp = ctx.parent / "stamp"
         stamp.mkdir()
-        files = render_stamp(scratch_id, manifest.to_json(), manifest.labels(), sbom_json)
+        labels = manifest.labels()
+        if layers_at != spec.epoch:  # the layers' LABEL named their epoch: the image's is this
+            labels[CREATED_LABEL] = epoch_iso(spec.epoch)
+        files = render_stamp(scratch_id, manifest.to_json(), labels, sbom_json)
         write_tree(files, stamp, epoch=spec.epoch)
         # One commit for the stamp's steps: no build reuses them (the manifest is new each
         # time). Its steps are logged as the build's are; the copy of every blob that a single

@@ -76,6 +76,18 @@ class RenderSpec:
     runtime_files: dict[str, FileEntry] = field(default_factory=dict)
 
 
+CREATED_LABEL = "org.opencontainers.image.created"
+
+
+def layers_epoch(epoch: int) -> int:
+    """The epoch buildah builds an image's layers at, under the stamp: BUILD_EPOCH (1980), or
+    the project's own where that is earlier (no file is ever newer than SOURCE_DATE_EPOCH).
+    Not the project's: its last commit time moves with every commit, and with it every step's
+    text and file times, so a committed code change would rebuild every layer. The stamp
+    gives the image the project's epoch (its config's created and the created label)."""
+    return min(epoch, BUILD_EPOCH)
+
+
 def epoch_iso(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -83,7 +95,7 @@ def epoch_iso(epoch: int) -> str:
 def static_labels(spec: RenderSpec) -> dict[str, str]:
     """Labels known before the build. OCI keys plus io.reprobuild.* keys."""
     labels = {
-        "org.opencontainers.image.created": epoch_iso(spec.epoch),
+        CREATED_LABEL: epoch_iso(spec.epoch),
         "org.opencontainers.image.title": spec.name,
         "org.opencontainers.image.base.name": spec.base.name
         + (f":{spec.base.tag}" if spec.base.tag else ""),
