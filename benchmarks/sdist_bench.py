@@ -261,14 +261,13 @@ def _measure(
         # A committed code change: SOURCE_DATE_EPOCH is the project's last commit time, so a
         # commit moves it. One build at a commit, then the app changed and committed an hour on.
         commit = 1700000000
-        for step, at in (("commit-1", commit), ("commit-2", commit + 3600)):
-            if step == "commit-2":
-                app.write_text(app.read_text() + "# a committed code change\n")
-            tag = f"reprobuild-bench/sdist-ours:{run_id}-{step}"
-            tags.append(tag)
-            committed, committed_trace = ours(
-                work, args.base, tag, {**env, "SOURCE_DATE_EPOCH": str(at)}
-            )
+        tags.append(f"reprobuild-bench/sdist-ours:{run_id}-commit-1")
+        ours(work, args.base, tags[-1], {**env, "SOURCE_DATE_EPOCH": str(commit)})
+        app.write_text(app.read_text() + "# a committed code change\n")
+        tags.append(f"reprobuild-bench/sdist-ours:{run_id}-commit-2")
+        committed, committed_trace = ours(
+            work, args.base, tags[-1], {**env, "SOURCE_DATE_EPOCH": str(commit + 3600)}
+        )
     return {
         "project": str(args.project),
         "sdists": sdists,

@@ -20,8 +20,8 @@ from reprobuild.locks.lockfile import load_lock
 GOLDEN = Path(__file__).parent.parent / "golden"
 LOCK = Path(__file__).parent.parent / "data" / "projects" / "tiny" / "requirements.lock"
 BASE = "python:3.11-slim-bookworm@sha256:" + "ab" * 32
-GPU_LOCK = LOCK.parent.parent / "tiny-gpu" / "requirements-gpu.lock"
 PROJECTS = LOCK.parent.parent
+GPU_LOCK = PROJECTS / "tiny-gpu" / "requirements-gpu.lock"
 APP = {"hello.py": FileEntry(b"print('hi')\n")}
 CATALOG = load_catalog()
 
