@@ -124,10 +124,15 @@ def test_same_inputs_same_image_on_any_day(
     assert [registry_digest(ref) for ref in pushed] == [first["digest"]] * 2
 
     build = first["manifest"]["build"]
+    from uv import find_uv_bin
+
     assert build == {
         "builder": "buildah",
         "builder_version": buildah_version(),
         "reproducible": True,
+        # uv installed the wheels (a CPU mount install on the host's machine): the very binary
+        "installer": "uv",
+        "installer_sha256": hashlib.sha256(Path(find_uv_bin()).read_bytes()).hexdigest(),
     }
     labels = docker_client.images.get(tags[0]).attrs["Config"]["Labels"]
     assert labels["io.reprobuild.build.builder"] == "buildah"
@@ -159,6 +164,16 @@ def test_same_inputs_same_image_on_any_day(
     # mount point reached a layer.
     assert [n for n in names if n.startswith((".reprobuild", "tmp/reprobuild"))] == []
     assert [n for n in names if n.endswith(".whl") or "site-packages/pip/" in n] == []
+    # uv left no binary, cache or uv_cache.json (the install's wall clock) behind, and no RECORD
+    # names one; INSTALLER says who installed it.
+    assert [n for n in names if n.endswith("/uv") or "uv_cache" in n or "uv-cache" in n] == []
+    records = docker_client.containers.run(
+        tags[0],
+        ["-c", "cat /opt/venv/lib/python3*/site-packages/*.dist-info/RECORD | grep -c uv_cache; "
+               "awk 1 /opt/venv/lib/python3*/site-packages/*.dist-info/INSTALLER | sort -u"],
+        entrypoint=["sh"], remove=True, network_disabled=True,
+    ).decode()  # fmt: skip
+    assert records.split() == ["0", "uv"], records
     assert "opt/venv/bin/python" in names
     shadow = docker_client.containers.run(
         tags[0], ["-c", "grep ^repro: /etc/shadow"], entrypoint=["sh"], user="0", remove=True
@@ -543,18 +558,19 @@ def test_interrupted_buildah_build_leaves_nothing(
 def test_failed_buildah_build_leaves_nothing(
     project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
 ) -> None:
-    """A base whose python3 can make no venv with pip (ensurepip removed, no system pip): the
-    build stage's RUN fails inside buildah. One error line, exit 1, and nothing left: no
-    image under the tag, no buildah working container, no scratch image, no temp dir."""
+    """A base whose python3 can make no venv (its venv module removed; uv, like pip, installs
+    into a venv): the install step's RUN fails inside buildah. One error line, exit 1, and
+    nothing left: no image under the tag, no buildah working container, no scratch image, no
+    temp dir."""
     broken = tar_context(
         {
             "Dockerfile": (
-                f"FROM {base_ref}\nRUN rm -rf /usr/lib/python3.11/ensurepip\n".encode(),
+                f"FROM {base_ref}\nRUN rm -rf /usr/lib/python3.11/venv\n".encode(),
                 0o644,
             )
         }
     )
-    with published_image(docker_client, broken, "no-ensurepip") as base:
+    with published_image(docker_client, broken, "no-venv") as base:
         root = project("tiny")
         tag = unique_tag("failed")
         before = buildah_containers()
@@ -569,7 +585,7 @@ def test_failed_buildah_build_leaves_nothing(
         assert len(errors) == 1 and errors[0].startswith("error: buildah build failed: "), err[
             -3000:
         ]
-        assert "ensurepip" in err or "No module named pip" in err  # the log tail says why
+        assert "No module named venv" in err  # the log tail says why
         assert not [t for i in docker_client.images.list() for t in i.tags if t == tag]
         assert buildah_containers() - before == set()
         assert not [n for n in buildah_names() if "reprobuild-scratch" in n]

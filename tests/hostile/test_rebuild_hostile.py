@@ -74,6 +74,10 @@ def _build_version(value: str) -> Change:
     return change
 
 
+def _other_uv(data: dict[str, Any], _base: str) -> None:
+    data["build"].update(installer="uv", installer_sha256="$(touch /tmp/pwned)\n")
+
+
 @contextlib.contextmanager
 def fake_image(
     docker_client: Any,
@@ -124,6 +128,7 @@ CASES: dict[str, tuple[Change, str]] = {
         ),
         "builder buildkit of Engine '$(touch /tmp/pwned)' is not at hand",
     ),
+    "other-uv": (_other_uv, r"installer uv '$(touch /tmp/pwned)\n' (sha256) installed the wheels"),
     "other-reprobuild": (_set("builder_version", "0.0.0"), "reprobuild '0.0.0' built"),
     "not-reproducible": (
         _set("build", {"builder": "buildx", "builder_version": "1", "reproducible": False}),

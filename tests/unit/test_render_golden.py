@@ -24,6 +24,7 @@ PROJECTS = LOCK.parent.parent
 GPU_LOCK = PROJECTS / "tiny-gpu" / "requirements-gpu.lock"
 APP = {"hello.py": FileEntry(b"print('hi')\n")}
 CATALOG = load_catalog()
+UV_SHA256 = "ef" * 32
 
 
 def spec(**over: Any) -> RenderSpec:
@@ -79,6 +80,14 @@ CASES = {
         lock=load_lock(PROJECTS / "sdist" / "uv.lock"), mount_install=True
     ),
     "cpu-sdists-stage": spec(lock=load_lock(PROJECTS / "sdist-torch" / "uv.lock")),
+    # uv installs the wheels (image: a CPU mount install whose base runs the host's uv), with
+    # and without built sdists
+    "cpu-uv-mount": spec(mount_install=True, uv_sha256=UV_SHA256),
+    "cpu-uv-mount-sdists-and-wheels": spec(
+        lock=load_lock(PROJECTS / "sdist-torch" / "uv.lock"),
+        mount_install=True,
+        uv_sha256=UV_SHA256,
+    ),
     # The shipped catalog's NGC entries, as a project naming them renders them: FROM by
     # digest, NGC's entrypoint chained, the GPU lock on top of the base's frameworks.
     **{
@@ -115,6 +124,22 @@ def test_render_is_byte_identical_across_calls() -> None:
         "app/hello.py",
         "runtime/reprobuild_entrypoint/x.py",
     }
+
+
+def test_uv_installs_only_a_hermetic_mount_install() -> None:
+    """An --online build (its stage, its index options) and a build without RUN --mount keep
+    pip, whatever the spec says of uv: the uv binary is only ever mounted, never copied."""
+    for case in (
+        spec(uv_sha256=UV_SHA256),
+        spec(online=True, mount_install=True, uv_sha256=UV_SHA256),
+    ):
+        text = render_dockerfile(case)
+        assert "/.reprobuild/uv" not in text and UV_SHA256 not in text
+        assert "pip" in text
+    text = render_dockerfile(spec(mount_install=True, uv_sha256=UV_SHA256))
+    assert f"REPROBUILD_UV_SHA256={UV_SHA256}" in text
+    assert "--mount=type=bind,source=uv,target=/.reprobuild/uv" in text
+    assert "pip install --python /opt/venv/bin/python" in text and "PIP_WHEEL" not in text
 
 
 def test_online_context_carries_the_ca_and_no_wheels_dir() -> None:

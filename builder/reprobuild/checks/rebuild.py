@@ -103,6 +103,17 @@ def epoch_of(created: str) -> int:
     return int(when.timestamp())
 
 
+def _uv_sha256() -> str | None:
+    """The sha256 of the uv binary reprobuild installs images' wheels with; None: none."""
+    try:
+        from uv import find_uv_bin
+
+        data = Path(find_uv_bin()).read_bytes()
+    except (ImportError, OSError):
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
 def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict[str, str], int]:
     """The image's manifest, labels and epoch, once every recorded input is at hand."""
     try:
@@ -161,6 +172,17 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
             f"{__version__}",
             hint=f"install reprobuild {manifest.builder_version} to check it",
         )
+    installer = build.get("installer_sha256")
+    if installer:
+        uv_here = _uv_sha256()
+        if uv_here != installer:
+            raise RebuildInputError(
+                f"installer uv {shorten(str(installer))} (sha256) installed the wheels in "
+                f"{image}, and is not at hand ("
+                + (f"this reprobuild's uv is {uv_here}" if uv_here else "this reprobuild has no uv")
+                + "); another uv may write other bytes",
+                hint=f"check it with reprobuild {manifest.builder_version} and the uv it pins",
+            )
     try:
         base = parse_ref(manifest.base_ref)
     except ReprobuildError:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import platform
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -115,6 +117,9 @@ def build_info(
         "builder": tool,
         "builder_version": version,
         "reproducible": (tool in REPRODUCIBLE or from_epoch) and not spec.apt,
+        # What installed the wheels in the image: uv (the very binary, by sha256) or pip.
+        "installer": "uv" if spec.uv_sha256 else "pip",
+        **({"installer_sha256": spec.uv_sha256} if spec.uv_sha256 else {}),
     }
 
 
@@ -203,6 +208,43 @@ def base_entrypoint(engine: Engine, spec: RenderSpec) -> tuple[str, ...]:
     reprobuild image (its entrypoint is ours)."""
     entry = engine.entrypoint_of(spec.base.by_digest())
     return () if entry == ENTRYPOINT else entry
+
+
+def uv_installer(spec: RenderSpec, probe: dict[str, Any]) -> Path | None:
+    """The host's pinned uv, where it installs the wheels in the image instead of pip; None:
+    pip, as before. uv unpacks and compiles on every CPU, pip one file after another: on a
+    torch lock the install took 28 s with pip and 17-20 s with uv on 2 cores
+    (docs/benchmarks.md). Only where it can stand in for pip byte for byte in what it decides:
+    a hermetic RUN --mount install (buildah, BuildKit from an epoch), a CPU image (a GPU image's
+    venv sees the base's packages, and an NGC base's PIP_CONSTRAINT is pip's), and a base of
+    the host's machine with a glibc the binary runs on (manylinux 2.17)."""
+    if not spec.mount_install or spec.online or spec.variant != "cpu":
+        return None
+    plat = probe.get("platform")
+    if not isinstance(plat, dict) or plat.get("machine") != platform.machine():
+        return None
+    if plat.get("libc") != "glibc":
+        return None
+    version = str(plat.get("libc_version", "")).split(".")
+    if len(version) < 2 or not all(p.isdigit() for p in version[:2]):
+        return None
+    if (int(version[0]), int(version[1])) < (2, 17):
+        return None
+    try:
+        from uv import find_uv_bin
+
+        path = Path(find_uv_bin())
+    except (ImportError, FileNotFoundError):  # reprobuild pins uv; a broken install has pip
+        return None
+    return path if path.is_file() else None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def check_base_conflicts(spec: RenderSpec, probe: dict[str, Any]) -> None:
@@ -364,15 +406,21 @@ def _build_image(
     # commit moves SOURCE_DATE_EPOCH, and with it every step's text and file time, so the next
     # build would start over at the first step and install every wheel again. The stamp, built
     # from the project's epoch, sets the image's time and its created label.
-    built = replace(spec, epoch=layers_epoch(spec.epoch)) if builder == "buildah" else spec
-    files = render_context(built)
     probe = base_probe(engine, spec)
     check_base_conflicts(spec, probe)
+    uv = uv_installer(spec, probe)
+    if uv is not None:
+        spec = replace(spec, uv_sha256=_sha256_file(uv))
+    built = replace(spec, epoch=layers_epoch(spec.epoch)) if builder == "buildah" else spec
+    files = render_context(built)
     scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("ctx")) as tmp:
         ctx = Path(tmp) / "context"
         ctx.mkdir()
         write_tree(files, ctx, epoch=built.epoch)
+        if uv is not None:  # a copy: the context's times are clamped, the venv's uv is not ours
+            shutil.copyfile(uv, ctx / "uv")
+            (ctx / "uv").chmod(0o755)
         checked: Callable[[], None] = _nothing_to_check
         if not online:
             target = Target.from_probe(probe)

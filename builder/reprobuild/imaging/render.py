@@ -72,6 +72,11 @@ class RenderSpec:
     build_lock: Lock | None = None
     # Seconds one sdist's build may run in that stage (reprobuild.yaml's build_timeout).
     build_timeout: int = 3600
+    # The sha256 of the uv binary in the context (``uv``), where uv installs the wheels in the
+    # image instead of pip: a hermetic RUN --mount install into a venv of its own (CPU), the
+    # host's pinned uv able to run on the base (reprobuild.imaging.image.uv_installer). Its
+    # sha256 is in the step's text: another uv, another step. None: pip, as before.
+    uv_sha256: str | None = None
     app_files: dict[str, FileEntry] = field(default_factory=dict)
     runtime_files: dict[str, FileEntry] = field(default_factory=dict)
 
@@ -189,7 +194,21 @@ def render_dockerfile(spec: RenderSpec) -> str:
         build_epoch=BUILD_EPOCH,
         build_timeout=spec.build_timeout,
         wheel_count=len(spec.lock.wheel_requirements),
+        uv_sha256=spec.uv_sha256 if spec.mount_install and not spec.online else None,
+        uv_record=UV_RECORD,
     )
+
+
+# uv writes uv_cache.json into each dist-info it installs (the install's wall clock, for its
+# own cache checks) and lists it in RECORD: both go, in the install's own step, or no two
+# builds would give the same layer. Nothing else of uv's install depends on the day or the run
+# (its .pyc files are the same bytes with 1, 2 or 8 workers: tests/engine/test_buildah.py).
+UV_RECORD = (
+    "import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); "
+    "[(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) "
+    "if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) "
+    "for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]"
+)
 
 
 # The wheel-build stage's SOURCE_DATE_EPOCH (1980-01-01, the earliest time a zip file holds):
