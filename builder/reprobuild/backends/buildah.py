@@ -416,7 +416,7 @@ def cache_name(project: str, variant: str) -> str:
     return f"{CACHE_REPO}{project.replace('/', '-')}:{variant}"
 
 
-def keep(image: str, project: str, variant: str) -> None:
+def keep(image: str, project: str, variant: str, *, held: str | None) -> None:
     """Name a build's final (stamped) image ``reprobuild-cache/<project>:<variant>`` in
     buildah's storage. ``buildah rmi`` also removes the parents it leaves without a name or a
     child, and a build's cached layers are such parents: with no named image on top of the
@@ -425,12 +425,12 @@ def keep(image: str, project: str, variant: str) -> None:
     it: buildah writes the name of the image a step is built FROM into the history ("FROM
     <name>", else "FROM <short ID>"), so a named scratch image would change the next stamp.
     The previous build's image under the name, if another, is removed first, down to the
-    layers the new one shares with it. Never fails: a cache."""
+    layers the new one shares with it. ``held``: the image under the name before the build
+    (:func:`image_id`, read once by the caller; None: none). Never fails: a cache."""
     cli = binary()
     if cli is None or not image:
         return
     name = cache_name(project, variant)
-    held = image_id(name)
     if held == image:
         return  # a rebuild that changed nothing: the image is the one named already
     if held is not None:

@@ -316,10 +316,17 @@ class Engine:
     def tags_under(self, prefix: str) -> list[str]:
         """Every tag on the engine that starts with ``prefix`` (e.g. ``reprobuild-scratch/``)."""
         try:
-            images = self.client.images.list()
+            # One request: the client's images.list() inspects every image in turn (0.46 s
+            # for 77 images here, at every build's reap)
+            images = self.client.api.images()
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot list images: {_short(exc)}") from None
-        return sorted(t for image in images for t in image.tags if t.startswith(prefix))
+        return sorted(
+            t
+            for image in images
+            for t in (image.get("RepoTags") or [])
+            if isinstance(t, str) and t.startswith(prefix)
+        )
 
     def untag(self, ref: str) -> None:
         """Remove a tag (never fails: used in clean-up paths)."""

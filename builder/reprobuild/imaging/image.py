@@ -596,7 +596,7 @@ def _build_buildah(
         done = True
     finally:
         if done:  # the stamped image keeps the layer cache; its run-specific name goes
-            buildah.keep(final_id, spec.name, spec.variant)
+            buildah.keep(final_id, spec.name, spec.variant, held=previous)
         buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id and not done else [])])
         engine.untag(scratch)
     image_id = engine.image_id(final) or f"sha256:{final_id}"
