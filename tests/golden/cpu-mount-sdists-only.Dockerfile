@@ -77,7 +77,9 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
       PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
       PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])" \
       PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)" \
+      BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
  && python3 -m venv --without-pip /opt/venv \
+ && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
  && if whl=$(python3 -I -c "$PIP_WHEEL" 2>/dev/null) \
        && python3 -I -m zipfile -e "$whl" /.reprobuild/pip; then \
       install="python3 /.reprobuild/pip/pip --python /opt/venv/bin/python install"; \
@@ -88,7 +90,10 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
       $py -c "$PIP_PYTHON_OK" \
         || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; \
     fi \
- && $install --no-index --no-deps /opt/reprobuild/built/*.whl \
+ && $install \
+      --no-index --find-links /.reprobuild/wheels \
+      --require-hashes --only-binary=:all: \
+      -r /.reprobuild/requirements.lock -r /.reprobuild/built.txt \
  && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
 COPY runtime/ /opt/reprobuild/runtime/
 # Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in

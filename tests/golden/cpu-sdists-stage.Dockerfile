@@ -49,7 +49,8 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
     PIP_NO_INPUT=1 \
     PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
     PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])" \
-    PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)"
+    PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)" \
+    BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]"
 # The target venv gets no pip of its own; pip is the wheel ensurepip would install, unpacked
 # and run from where it lies (the pip a bootstrap venv would get, without the seconds
 # ensurepip takes to install it); else a throwaway bootstrap venv, or the base itself where it
@@ -77,11 +78,11 @@ RUN py=/tmp/reprobuild/bootstrap/bin/python; [ -x "$py" ] || py=python3; \
       $py -c "$PIP_PYTHON_OK" \
         || install="env PYTHONPATH=$($py -c "$PIP_HOME") /opt/venv/bin/python -m pip install --ignore-installed"; \
     fi; \
+    python3 -I -c "$BUILT_REQUIREMENTS" /tmp/reprobuild/built > /tmp/reprobuild/built.txt && \
     $install \
       --no-index --find-links /tmp/reprobuild/wheels \
       --require-hashes --only-binary=:all: \
-      -r /tmp/reprobuild/requirements.lock \
- && $install --no-index --no-deps /tmp/reprobuild/built/*.whl \
+      -r /tmp/reprobuild/requirements.lock -r /tmp/reprobuild/built.txt \
  && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
 
 # ---- stage 2: the image that ships ----

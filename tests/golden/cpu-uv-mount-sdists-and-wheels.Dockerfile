@@ -80,13 +80,13 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
       UV_CACHE_DIR=/.reprobuild/uv-cache UV_LINK_MODE=copy UV_NO_CONFIG=1 UV_OFFLINE=1 \
       UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
       UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
+      BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
  && python3 -m venv --without-pip /opt/venv \
+ && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
  && /.reprobuild/uv pip install --python /opt/venv/bin/python \
       --no-index --find-links /.reprobuild/wheels \
       --require-hashes --only-binary :all: --compile-bytecode \
-      -r /.reprobuild/requirements.lock \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python \
-      --no-index --no-deps --only-binary :all: --compile-bytecode /opt/reprobuild/built/*.whl \
+      -r /.reprobuild/requirements.lock -r /.reprobuild/built.txt \
  && /opt/venv/bin/python -I -c "$UV_RECORD" \
  && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
 COPY runtime/ /opt/reprobuild/runtime/

@@ -341,7 +341,8 @@ def test_a_c_extension_sdist_built_twice_gives_the_same_bytes(tmp_path: Path) ->
 def test_a_lock_of_wheels_and_sdists_installs_both(mount_install: bool) -> None:
     """pyannote-audio's uv.lock (117 wheels, julius as an sdist): both install paths (one
     stage with RUN --mount; the deps stage for the classic builder) install the hashed wheels
-    first, then the built wheel with --no-deps; a lock of sdists only has no hashed install."""
+    and the built ones in one resolution (a locked wheel may depend on a built one: omegaconf
+    on antlr4), the built ones as hashed file requirements from the stage's built.json."""
     import dataclasses
 
     from reprobuild.bases.refs import parse_ref
@@ -362,11 +363,38 @@ def test_a_lock_of_wheels_and_sdists_installs_both(mount_install: bool) -> None:
     text = render_dockerfile(spec)
     where = "/.reprobuild" if mount_install else "/tmp/reprobuild"
     built = "/opt/reprobuild/built" if mount_install else "/tmp/reprobuild/built"
-    hashed = text.index(f"-r {where}/requirements.lock")
-    assert hashed < text.index(f"$install --no-index --no-deps {built}/*.whl")
+    listed = text.index(f'"$BUILT_REQUIREMENTS" {built} > {where}/built.txt')
+    assert listed < text.index(f"-r {where}/requirements.lock -r {where}/built.txt")
+    assert "--no-deps" not in text and "built/*.whl" not in text
     assert text.index("AS sdist-build") < text.index("COPY --from=sdist-build")
-    only = dataclasses.replace(spec, lock=load_lock(PROJECT / "uv.lock"))
-    assert "-r " + where + "/requirements.lock" not in render_dockerfile(only)
+    only = render_dockerfile(dataclasses.replace(spec, lock=load_lock(PROJECT / "uv.lock")))
+    assert f"-r {where}/requirements.lock -r {where}/built.txt" in only  # sdists only
+
+
+def test_the_built_wheels_become_hashed_file_requirements(tmp_path: Path) -> None:
+    """What the install step reads the stage's built.json into: one ``NAME @ file://`` line
+    per built wheel with its sha256, in the stage's order, run by the base's python3."""
+    import json
+    import sys
+
+    from reprobuild.imaging.render import BUILT_REQUIREMENTS
+
+    built = [
+        {"name": "antlr4-python3-runtime", "wheel": "antlr4_python3_runtime-4.9.3-py3-none-any.whl",
+         "wheel_sha256": "sha256:" + "a" * 64, "version": "4.9.3"},
+        {"name": "docopt", "wheel": "docopt-0.6.2-py2.py3-none-any.whl",
+         "wheel_sha256": "sha256:" + "b" * 64, "version": "0.6.2"},
+    ]  # fmt: skip
+    (tmp_path / "built.json").write_text(json.dumps(built))
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", BUILT_REQUIREMENTS, str(tmp_path)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.splitlines() == [
+        f"antlr4-python3-runtime @ file://{tmp_path}/antlr4_python3_runtime-4.9.3-py3-none-any.whl"
+        f" --hash=sha256:{'a' * 64}",
+        f"docopt @ file://{tmp_path}/docopt-0.6.2-py2.py3-none-any.whl --hash=sha256:{'b' * 64}",
+    ]
 
 
 def _stage_inputs(root: Path, files: dict[str, str], *more: tuple[str, dict[str, str]]) -> None:
@@ -455,6 +483,19 @@ def test_a_build_that_fails_names_its_last_words(tmp_path: Path) -> None:
 
 
 _GOOD_SETUP = "from setuptools import setup\nsetup(name={name!r}, version='0.1', py_modules=[])\n"
+
+
+def test_a_build_that_gives_another_project_s_wheel_is_refused(tmp_path: Path) -> None:
+    """The built wheel's file name goes into the install as a requirement: one of another
+    project than the sdist's is refused in one line, and nothing reaches out/."""
+    proc = _run_stage_script(tmp_path, {"setup.py": _GOOD_SETUP.format(name="other-demo")})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (
+        "reprobuild: building bad-demo gave the wheel 'other_demo-0.1-py3-none-any.whl', not a "
+        "wheel of bad-demo (NAME-VERSION-TAGS.whl)"
+    ), last
+    assert not (tmp_path / "reprobuild-build" / "out" / "built.json").exists()
 
 
 def test_the_sdists_build_side_by_side_and_land_in_the_lock_s_order(tmp_path: Path) -> None:

@@ -196,7 +196,20 @@ def render_dockerfile(spec: RenderSpec) -> str:
         wheel_count=len(spec.lock.wheel_requirements),
         uv_sha256=spec.uv_sha256 if spec.mount_install and not spec.online else None,
         uv_record=UV_RECORD,
+        built_requirements=BUILT_REQUIREMENTS,
     )
+
+
+# The wheels the wheel-build stage built, as requirements for the same install as the lock's
+# (built.json: each wheel's file and sha256): ``NAME @ file:///...whl --hash=sha256:...``. One
+# resolution, every hash checked: a locked wheel that depends on a package built from its sdist
+# (omegaconf on antlr4-python3-runtime, hydra's stack) finds it, which an install of the lock
+# alone cannot (its dependency is in no wheelhouse). argv[1]: the folder holding them.
+BUILT_REQUIREMENTS = (
+    "import json, sys; d = sys.argv[1]; "
+    "[print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) "
+    "for b in json.load(open(d + '/built.json'))]"
+)
 
 
 # uv writes uv_cache.json into each dist-info it installs (the install's wall clock, for its

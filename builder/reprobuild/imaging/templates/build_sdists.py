@@ -45,6 +45,12 @@ PIP_FRAME = (
     "error: subprocess-exited-with-error", "error: metadata-generation-failed",
 )  # fmt: skip
 # A Python exception's line (``urllib.error.URLError: <urlopen error ...>``) or ``error: ...``
+# A wheel's file name (PEP 427, tags without spaces or quotes): it goes into the image's install
+# as a requirement line (``NAME @ file:///...``), so anything else is refused, as is a wheel of
+# another project than the sdist's.
+WHEEL_NAME = re.compile(
+    r"^([A-Za-z0-9_.]+)-[A-Za-z0-9_.!+]+(?:-[0-9][A-Za-z0-9_.]*)?(?:-[A-Za-z0-9_.]+){3}\.whl$"
+)
 RAISED = re.compile(r"(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit)|error)\b[^ ]*:")
 
 
@@ -245,7 +251,18 @@ def build(source: dict[str, str], tree: Path, user: tuple[int, int] | None, buil
     new = sorted(wheels.iterdir())
     if len(new) != 1 or not new[0].name.endswith(".whl"):
         return f"building {source['name']} gave {[p.name for p in new]}, not one wheel"
+    match = WHEEL_NAME.match(new[0].name)
+    if match is None or normalize(match[1]) != normalize(source["name"]):
+        return (
+            f"building {source['name']} gave the wheel {new[0].name!r}, not a wheel of "
+            f"{source['name']} (NAME-VERSION-TAGS.whl)"
+        )
     return str(new[0])
+
+
+def normalize(name: str) -> str:
+    """A project name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def main() -> None:
