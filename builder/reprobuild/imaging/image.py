@@ -212,9 +212,9 @@ def base_entrypoint(engine: Engine, spec: RenderSpec) -> tuple[str, ...]:
 
 def uv_installer(spec: RenderSpec, probe: dict[str, Any]) -> Path | None:
     """The host's pinned uv, where it installs the wheels in the image instead of pip; None:
-    pip, as before. uv unpacks and compiles on every CPU, pip one file after another: on a
-    torch lock the install took 28 s with pip and 17-20 s with uv on 2 cores
-    (docs/benchmarks.md). Only where it can stand in for pip byte for byte in what it decides:
+    pip, as before. uv unpacks and compiles on every CPU, pip one file after another: torch's
+    install step with its commit took 31 s with pip and 16 to 25 s with uv on 2 cores
+    (docs/benchmarks.md). Only where it can stand in for pip in what it decides:
     a hermetic RUN --mount install (buildah, BuildKit from an epoch), a CPU image (a GPU image's
     venv sees the base's packages, and an NGC base's PIP_CONSTRAINT is pip's), and a base of
     the host's machine with a glibc the binary runs on (manylinux 2.17)."""
