@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from reprobuild._util import fsutil
 from reprobuild.errors import LockfileError
 from reprobuild.locks import wheels
 from reprobuild.locks.lockfile import Lock, load_lock
@@ -207,7 +208,7 @@ def test_hash_index_uses_cache(folder: Path, monkeypatch: pytest.MonkeyPatch) ->
     def boom(path: Path) -> str:
         raise AssertionError(f"re-hashed {path.name} although its stamp did not change")
 
-    monkeypatch.setattr(wheels, "_sha256", boom)
+    monkeypatch.setattr(wheels, "sha256_file", boom)
     assert _hash_index(folder) == first
     # Nothing changed, so the index file is not rewritten either.
     assert (folder / ".index.json").stat().st_mtime_ns == written
@@ -221,13 +222,13 @@ def test_hash_index_rehashes_changed_file_only(
     changed.write_bytes(b"beta, rebuilt")
     os.utime(changed, ns=(1, 1))
     hashed: list[str] = []
-    real = wheels._sha256
+    real = fsutil.sha256_file
 
     def spy(path: Path) -> str:
         hashed.append(path.name)
         return real(path)
 
-    monkeypatch.setattr(wheels, "_sha256", spy)
+    monkeypatch.setattr(wheels, "sha256_file", spy)
     index = _hash_index(folder)
     assert hashed == ["b-2.0-py3-none-any.whl"]
     assert index["b-2.0-py3-none-any.whl"] == sha(b"beta, rebuilt")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import tempfile
@@ -72,3 +73,12 @@ def replace_dir(staged: Path, target: Path) -> None:
         raise
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from reprobuild import __version__
 from reprobuild._util import leftovers
+from reprobuild._util.fsutil import sha256_file
 from reprobuild.backends import buildah
 from reprobuild.backends.builders import Builder
 from reprobuild.backends.engine import Engine
@@ -108,10 +109,9 @@ def _uv_sha256() -> str | None:
     try:
         from uv import find_uv_bin
 
-        data = Path(find_uv_bin()).read_bytes()
+        return sha256_file(Path(find_uv_bin()))
     except (ImportError, OSError):
         return None
-    return hashlib.sha256(data).hexdigest()
 
 
 def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict[str, str], int]:

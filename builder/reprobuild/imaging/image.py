@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from reprobuild._util import jsonload, leftovers
-from reprobuild._util.fsutil import write_atomic
+from reprobuild._util.fsutil import sha256_file, write_atomic
 from reprobuild._util.progress import timed
 from reprobuild.backends import buildah, layerload
 from reprobuild.backends.builders import REPRODUCIBLE, Builder
@@ -239,14 +239,6 @@ def uv_installer(spec: RenderSpec, probe: dict[str, Any]) -> Path | None:
     return path if path.is_file() else None
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_base_conflicts(spec: RenderSpec, probe: dict[str, Any]) -> None:
     """A GPU image's venv sees the base's packages (NGC's own torch, TensorFlow, CUDA
     libraries). A lock that would install another version of one of them would replace what
@@ -410,7 +402,7 @@ def _build_image(
     check_base_conflicts(spec, probe)
     uv = uv_installer(spec, probe)
     if uv is not None:
-        spec = replace(spec, uv_sha256=_sha256_file(uv))
+        spec = replace(spec, uv_sha256=sha256_file(uv))
     built = replace(spec, epoch=layers_epoch(spec.epoch)) if builder == "buildah" else spec
     files = render_context(built)
     scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])

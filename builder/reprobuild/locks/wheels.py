@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from reprobuild._util import jsonload, leftovers
-from reprobuild._util.fsutil import write_atomic
+from reprobuild._util.fsutil import sha256_file, write_atomic
 from reprobuild._util.progress import Transfers
 from reprobuild.errors import LockfileError, ReprobuildError
 from reprobuild.locks.lockfile import Lock, Selection
@@ -107,14 +107,6 @@ def _sha256_hexes(requirement: Requirement) -> set[str]:
     return {h.split(":", 1)[1] for h in requirement.hashes if h.startswith("sha256:")}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # Every cached wheel's mtime (ns). The context's wheels are hard links into the cache, and
 # buildah 1.39 digests a RUN bind mount's source, mtimes included, into the image's history
 # (issue 29): one fixed time for every cached file, whatever day it was downloaded, lets the
@@ -149,7 +141,7 @@ def _hash_index(folder: Path, *, needed: frozenset[str] = frozenset()) -> dict[s
         stored = entry if isinstance(entry, list) and len(entry) == 3 else None
         settled = st.st_mtime_ns == CACHED_MTIME_NS
         trusted = stored is not None and settled and stored[:2] == stamp
-        digest = stored[2] if stored is not None and trusted else _sha256(path)
+        digest = stored[2] if stored is not None and trusted else sha256_file(path)
         if stored is not None and stored[2] != digest and stored[2] in needed:
             raise WheelError(
                 f"cached wheel {str(path)!r} does not match the sha256 it was stored with",
@@ -170,7 +162,7 @@ def _verified(path: Path, digest: str) -> bool:
     """The file's content really has ``digest`` (for the small source archives, checked
     whole on every use)."""
     try:
-        return _sha256(path) == digest
+        return sha256_file(path) == digest
     except OSError:
         return False
 
@@ -195,7 +187,7 @@ class WheelCheck:
             for path in sorted(self._wheels.iterdir()):
                 if path.name.startswith("."):  # the context's own .keep
                     continue
-                if path.is_file() and _sha256(path) not in self._allowed:
+                if path.is_file() and sha256_file(path) not in self._allowed:
                     self._error = WheelError(
                         f"cached wheel {str(self._folder / path.name)!r} does not match the "
                         "sha256 it was stored with",
@@ -403,7 +395,7 @@ def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, sho
     try:
         _pip_download(wanted, target, staging, log, show)
         for path in sorted(staging.iterdir()):
-            if path.is_file() and not path.is_symlink() and _sha256(path) in allowed:
+            if path.is_file() and not path.is_symlink() and sha256_file(path) in allowed:
                 os.replace(path, folder / path.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -771,7 +763,7 @@ def _in_find_links(lock: Lock, req: Requirement, hexes: set[str]) -> bool | None
 
 def _verified_any(path: Path, hexes: set[str]) -> bool:
     try:
-        return _sha256(path) in hexes
+        return sha256_file(path) in hexes
     except OSError:
         return False
 
@@ -836,7 +828,7 @@ def _fetch_source(lock: Lock, name: str, version: str, line: int, cached: Path, 
                         f"cannot fetch the sdist of {name} {version} from {url}: {exc}",
                         hint="check the network to the lock's index, and that the file is there",
                     ) from None
-        got = _sha256(tmp)
+        got = sha256_file(tmp)
         if got != source.hex:
             where = f"{lock.path}:{line}" if line else str(lock.path)
             raise WheelError(
