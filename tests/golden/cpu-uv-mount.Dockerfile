@@ -19,9 +19,10 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
 # uv's temp files and its cache, where it unpacks each wheel before it copies it into the venv:
 # none of them reach a layer. The cache on the image's own disk (uv's hardlinks from it, or
 # copies, the folder removed in the same step) made the step's commit three times as long
-# (18 s against 6 s for torch's wheels on a 2-core host). uv unpacks and compiles on every CPU,
-# where pip takes one file after another: install and commit of those wheels took 17 s with uv
-# and 38 s with pip there (docs/benchmarks.md).
+# (18 s against 6 s for torch's wheels on a 2-core host), so it is there only where the
+# unpacked wheels might not fit in half the memory available (UV_CACHE_PLACE: CUDA wheels).
+# uv unpacks and compiles on every CPU, where pip takes one file after another: install and
+# commit of those wheels took 17 s with uv and 38 s with pip there (docs/benchmarks.md).
 # No index, no config file, no network (--offline), no build (--only-binary), every hash
 # checked (--require-hashes). SOURCE_DATE_EPOCH makes it write hash-based .pyc files, the same
 # bytes whatever the worker count; UV_RECORD drops the one file uv writes with the install's
@@ -34,14 +35,17 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=requirements.lock,target=/.reprobuild/requirements.lock \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
     export REPROBUILD_LOCK_SHA256=96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild/uv-cache UV_LINK_MODE=copy UV_NO_CONFIG=1 UV_OFFLINE=1 \
-      UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
+      UV_LINK_MODE=copy UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
+      UV_CACHE_PLACE="import os, sys; w = sum(e.stat().st_size for e in os.scandir(sys.argv[1]) if e.is_file()); m = [int(line.split()[1]) * 1024 for line in open(sys.argv[2]) if line.startswith('MemAvailable:')]; print('/.reprobuild/uv-cache' if m and 3 * w < m[0] // 2 else '/.reprobuild-uv-cache')" \
       UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
  && python3 -m venv --without-pip /opt/venv \
+ && UV_CACHE_DIR=$(python3 -I -c "$UV_CACHE_PLACE" /.reprobuild/wheels /proc/meminfo) \
+ && export UV_CACHE_DIR \
  && /.reprobuild/uv pip install --python /opt/venv/bin/python \
       --no-index --find-links /.reprobuild/wheels \
       --require-hashes --only-binary :all: --compile-bytecode \
       -r /.reprobuild/requirements.lock \
+ && rm -rf /.reprobuild-uv-cache \
  && /opt/venv/bin/python -I -c "$UV_RECORD" \
  && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
 COPY runtime/ /opt/reprobuild/runtime/
