@@ -106,11 +106,12 @@ def epoch_of(created: str) -> int:
 
 def _uv_sha256() -> str | None:
     """The sha256 of the uv binary reprobuild installs images' wheels with; None: none."""
-    try:
-        from uv import find_uv_bin
+    from reprobuild.imaging.image import pinned_uv
 
-        return sha256_file(Path(find_uv_bin()))
-    except (ImportError, OSError):
+    uv = pinned_uv()
+    try:
+        return sha256_file(uv) if uv is not None else None
+    except OSError:
         return None
 
 

@@ -44,6 +44,7 @@ from reprobuild.locks.wheels import (
     CACHED_MTIME_NS,
     Target,
     WheelCheck,
+    WheelError,
     cache_root,
     fetch_sources,
     fetch_wheels,
@@ -220,21 +221,22 @@ def uv_installer(spec: RenderSpec, probe: dict[str, Any]) -> Path | None:
     the host's machine with a glibc the binary runs on (manylinux 2.17)."""
     if not spec.mount_install or spec.online or spec.variant != "cpu":
         return None
-    plat = probe.get("platform")
-    if not isinstance(plat, dict) or plat.get("machine") != platform.machine():
+    try:
+        target = Target.from_probe(probe)
+    except WheelError:  # no platform facts: pip, which needs none
         return None
-    if plat.get("libc") != "glibc":
+    if target.machine != platform.machine() or target.glibc is None or target.glibc < (2, 17):
         return None
-    version = str(plat.get("libc_version", "")).split(".")
-    if len(version) < 2 or not all(p.isdigit() for p in version[:2]):
-        return None
-    if (int(version[0]), int(version[1])) < (2, 17):
-        return None
+    return pinned_uv()
+
+
+def pinned_uv() -> Path | None:
+    """The uv binary reprobuild pins (its ``uv`` dependency); None where the install lacks it."""
     try:
         from uv import find_uv_bin
 
         path = Path(find_uv_bin())
-    except (ImportError, FileNotFoundError):  # reprobuild pins uv; a broken install has pip
+    except (ImportError, FileNotFoundError):
         return None
     return path if path.is_file() else None
 

@@ -45,13 +45,13 @@ PIP_FRAME = (
     "error: subprocess-exited-with-error", "error: metadata-generation-failed",
 )  # fmt: skip
 # A Python exception's line (``urllib.error.URLError: <urlopen error ...>``) or ``error: ...``
+RAISED = re.compile(r"(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit)|error)\b[^ ]*:")
 # A wheel's file name (PEP 427, tags without spaces or quotes): it goes into the image's install
 # as a requirement line (``NAME @ file:///...``), so anything else is refused, as is a wheel of
 # another project than the sdist's.
 WHEEL_NAME = re.compile(
     r"^([A-Za-z0-9_.]+)-[A-Za-z0-9_.!+]+(?:-[0-9][A-Za-z0-9_.]*)?(?:-[A-Za-z0-9_.]+){3}\.whl$"
 )
-RAISED = re.compile(r"(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit)|error)\b[^ ]*:")
 
 
 def sha256(path: Path) -> str:
