@@ -712,3 +712,66 @@ def test_rebuild_names_the_missing_input(
         "reproducible build (--builder buildah, or buildkit where the engine builds it "
         "reproducibly; no apt packages) can be checked"
     )
+
+
+def test_the_code_step_built_apart_gives_the_whole_builds_image(
+    base_ref: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reprobuild builds the steps under the code and the code's step (``COPY app/ /app/``) in
+    two buildah builds, the second FROM the first's ID, and keeps the first by its inputs: the
+    image must be the one a single build of the whole Dockerfile gives, byte for byte (buildah
+    1.28 and 1.39 both record the step's parent by its ID). After a code-only change the layers
+    under the code come from the record, and the image is the one a --no-cache build of the
+    whole Dockerfile gives; a changed file under the code (another input) builds them again."""
+    from reprobuild.backends import buildah
+    from reprobuild.bases.refs import parse_ref
+    from reprobuild.imaging import image
+
+    monkeypatch.setenv("REPROBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    buildah.pull(parse_ref(base_ref))
+    ctx = tmp_path / "ctx"
+    (ctx / "app").mkdir(parents=True)
+    (ctx / "data").mkdir()
+    (ctx / "data" / "input.txt").write_text("one\n")
+    (ctx / "Dockerfile").write_text(
+        f"FROM {base_ref}\nCOPY data/ /data/\nRUN cat /data/input.txt > /copied\n"
+        f'ENV A=1\nWORKDIR /app\nCMD ["python", "x.py"]\n{image.APP_STEP}'
+    )
+
+    def code(text: str) -> None:
+        (ctx / "app" / "x.py").write_text(text)
+        for path in (ctx, *ctx.rglob("*")):
+            os.utime(path, (EPOCH, EPOCH))
+
+    made: list[str] = []
+
+    def apart(*, no_cache: bool = False) -> tuple[str, list[str]]:
+        lines: list[str] = []
+        built = image._bud_code_last(
+            ctx, epoch=EPOCH, no_cache=no_cache, network=False, version="t", log=lines.append
+        )
+        made.append(built)
+        return built, lines
+
+    def whole() -> str:
+        built = buildah.bud(ctx, None, epoch=EPOCH, no_cache=True, network=False)
+        made.append(built)
+        return built
+
+    try:
+        code("print(1)\n")
+        first, lines = apart(no_cache=True)
+        assert first == whole()
+        assert not any(image.LAYERS_REUSED in line for line in lines)
+        code("print(2)\n")
+        second, lines = apart()
+        assert any(image.LAYERS_REUSED in line for line in lines), lines
+        assert second != first and second == whole()
+        (ctx / "data" / "input.txt").write_text("two\n")
+        code("print(2)\n")
+        third, lines = apart()
+        assert not any(image.LAYERS_REUSED in line for line in lines), lines
+        assert third not in (first, second) and third == whole()
+    finally:
+        for built in reversed(made):  # children first: buildah keeps a parent with a child
+            subprocess.run(["buildah", "rmi", built], capture_output=True, check=False)

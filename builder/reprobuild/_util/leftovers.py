@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
@@ -185,6 +186,24 @@ def reap(
         runs = "an earlier run that was" if len(dead) == 1 else "earlier runs that were"
         note(f"note: removed {removed} {what} of {runs} killed (pid {pids})")
     return removed
+
+
+def reap_soon(
+    engine: OwnedEngine | None,
+    note: Callable[[str], None],
+    *,
+    also: Sequence[OwnedEngine] = (),
+) -> Callable[[], None]:
+    """:func:`reap` in a thread of its own, while the caller goes on with work that touches
+    none of it (a build's plan, its probes and its wheel checks: the listings of buildah's
+    storage and the engine's take a few tenths of a second); return what waits for it. The
+    thread is not a daemon: a run that fails before it waits still reaps everything before it
+    exits."""
+    thread = threading.Thread(
+        target=reap, args=(engine, note), kwargs={"also": also}, name="reprobuild-reap"
+    )
+    thread.start()
+    return thread.join
 
 
 def _reap_store(store: OwnedEngine, is_gone: Callable[[str], bool]) -> tuple[int, set[str]]:

@@ -234,8 +234,10 @@ def bud(
     no_cache: bool = False,
     network: bool = True,
     layers: bool = True,
+    dockerfile: Path | None = None,
 ) -> str:
-    """Build ``context/Dockerfile`` into buildah's storage as ``tag`` (None: untagged);
+    """Build ``context/Dockerfile`` (or ``dockerfile``, wherever it is) into buildah's
+    storage as ``tag`` (None: untagged);
     return the image ID (64 hex, no prefix). One layer per step (``--layers``; ``layers=False``:
     one layer for the whole build, committed once, for a build no later one reuses); OCI format
     (Docker's format records the build container's ID and hostname); every time from
@@ -258,6 +260,8 @@ def bud(
     argv += ulimits()
     if no_cache:
         argv.append("--no-cache")
+    if dockerfile is not None:
+        argv += ["--file", str(dockerfile)]
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
         iid = Path(tmp) / IID_FILE
         argv += ["--iidfile", str(iid), *(["-t", tag] if tag else []), str(context)]

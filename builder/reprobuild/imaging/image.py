@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import platform
+import re
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -386,8 +389,11 @@ def _build_image(
             hint=buildah.INSTALL_HINT.replace(", or use --builder classic", ""),
         )
     # One note for all of it: the engine's leftovers and buildah's (reaped first: a dead
-    # run's temp dir may name an image it left in buildah's storage).
-    leftovers.reap(engine, note, also=[buildah.Storage(note)] if builder == "buildah" else [])
+    # run's temp dir may name an image it left in buildah's storage). Meanwhile the plan goes
+    # on; the build waits for it.
+    reaped = leftovers.reap_soon(
+        engine, note, also=[buildah.Storage(note)] if builder == "buildah" else []
+    )
     engine.ensure_base(spec.base, log)
     spec = replace(
         spec,
@@ -427,6 +433,7 @@ def _build_image(
             _fill_build_stage(spec, Target.from_probe(probe), ctx, log, bar)
         # Hermetic builds get no network unless apt packages must be fetched.
         network = online or bool(spec.apt)
+        reaped()
         if builder == "buildah":
             try:
                 return _build_buildah(
@@ -535,6 +542,7 @@ def _build_buildah(
     and the scratch tag from the engine, whatever happens. A build that worked leaves its
     stamped image under the project's cache name (:func:`buildah.keep`), so that its layers
     stay buildah's cache for the next build; a failed one removes its images."""
+    sbom.preload()  # while buildah builds
     info = build_info(engine, "buildah", spec)
     stamp_tag = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
     scratch_id = final_id = ""
@@ -545,8 +553,13 @@ def _build_buildah(
             buildah.forget(spec.name, spec.variant)
         previous = buildah.image_id(buildah.cache_name(spec.name, spec.variant))
         with timed(log, "building the image with buildah"):
-            scratch_id = buildah.bud(
-                ctx, None, epoch=layers_at, log=log, no_cache=no_cache, network=network
+            scratch_id = _bud_code_last(
+                ctx,
+                epoch=layers_at,
+                no_cache=no_cache,
+                network=network,
+                version=str(info["builder_version"]),
+                log=log,
             )
         checked()  # the wheels it used were the cache's, byte for byte
         prober = ProbeCache(buildah.Prober(), buildah.config(scratch_id), app=bool(spec.app_files))
@@ -595,6 +608,86 @@ def _build_buildah(
         engine.untag(scratch)
     image_id = engine.image_id(final) or f"sha256:{final_id}"
     return ImageResult(final, image_id, manifest, pushed=push, digest=digest)
+
+
+# The Dockerfile's last step where the project has code (templates/Dockerfile.j2).
+APP_STEP = "COPY app/ /app/\n"
+# What a build that reuses the layers under the code says (tests look for it).
+LAYERS_REUSED = "the layers under the code are those built before from the same inputs"
+
+
+def _bud_code_last(
+    ctx: Path, *, epoch: int, no_cache: bool, network: bool, version: str, log: Log
+) -> str:
+    """Build ``ctx`` with buildah in two builds: every step but the code's (``Dockerfile``
+    without ``COPY app/ /app/``), then ``FROM <that image's ID>`` and the code's step. The
+    image is the one a single build of the whole Dockerfile gives, byte for byte (one ID:
+    buildah records the step's parent by its ID either way; the engine tests check it).
+
+    The layers under the code are kept by their inputs (:func:`_layers_key`: the steps'
+    text, every file of the context but the code, buildah's version, the epoch and the
+    network), so a code-only change builds just the code's step: buildah's own cache would
+    reuse those layers too, but looking up each of its steps costs more than a second for a
+    torch image here. A Dockerfile without the code's step last is built whole; so is
+    everything with ``no_cache``. Return the image ID."""
+    whole = (ctx / "Dockerfile").read_text()
+    if not whole.endswith("\n" + APP_STEP):
+        return buildah.bud(ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network)
+    below_text = whole[: -len(APP_STEP)]
+    record = (
+        cache_root()
+        / "buildah-layers"
+        / f"v1-{_layers_key(ctx, below_text, epoch, network, version)}"
+    )
+    below: str | None = None
+    if not no_cache:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            held = record.read_text().strip()
+            if _IMAGE_ID.fullmatch(held) and buildah.image_id(held) == held:
+                below = held
+                log(f"{LAYERS_REUSED} (sha256:{held[:12]}): building the code's step only")
+    if below is None:
+        path = ctx.parent / "Dockerfile.layers"
+        path.write_text(below_text)
+        below = buildah.bud(
+            ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network, dockerfile=path
+        )
+        with contextlib.suppress(OSError):  # only a cache
+            write_atomic(record, below)
+    path = ctx.parent / "Dockerfile.code"
+    path.write_text(f"FROM {below}\n{APP_STEP}")
+    return buildah.bud(
+        ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network, dockerfile=path
+    )
+
+
+_IMAGE_ID = re.compile(r"[0-9a-f]{64}")
+
+
+def _layers_key(ctx: Path, below: str, epoch: int, network: bool, version: str) -> str:
+    """What the layers under the code are a function of: the steps' text (the base by digest,
+    the lock's and uv's hashes), every file of the context but the code (path, mode, time,
+    and content by sha256), buildah's version, the epoch and the network. The lock's wheels
+    and the uv binary by name and size: their hashes are in the steps' text already, and the
+    build checks the wheels against the cache byte for byte (``checked``) whichever way it
+    went (hashing gigabytes of torch's wheels again would cost more than it saves)."""
+    digest = hashlib.sha256(json.dumps(["v1", below, epoch, network, version]).encode())
+    for path in sorted(ctx.rglob("*")):
+        rel = path.relative_to(ctx)
+        if rel.parts[0] == "app" or rel == Path("Dockerfile"):
+            continue
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            content = f"link:{os.readlink(path)}"
+        elif stat.S_ISDIR(info.st_mode):
+            content = "dir"
+        elif rel.parts[0] == "wheels" or rel == Path("uv"):
+            content = f"size:{info.st_size}"
+        else:
+            content = sha256_file(path)
+        entry = [rel.as_posix(), info.st_mode, info.st_mtime_ns, content]
+        digest.update(json.dumps(entry).encode() + b"\n")
+    return digest.hexdigest()
 
 
 def _into_engine(
