@@ -103,6 +103,44 @@ def test_same_inputs_same_bytes_and_a_serial_from_the_content() -> None:
     assert json.loads(other)["serialNumber"] != serial
 
 
+def test_the_build_keeps_sboms_by_everything_they_are_made_of(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """image._sbom: the SBOM make_sbom gives, made once per set of inputs; any input that
+    changes (the manifest, the lock, the facts, the epoch) is another SBOM, made anew."""
+    from reprobuild.imaging import image
+
+    monkeypatch.setenv("REPROBUILD_CACHE_DIR", str(tmp_path))
+    lock = load_lock(LOCK)
+    made: list[int] = []
+    real = sbom.make_sbom
+
+    def counted(*args: Any) -> bytes:
+        made.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(sbom, "make_sbom", counted)
+    first = image._sbom(manifest(), lock, FACTS, 0)
+    assert first == real(manifest(), lock, FACTS, 0)
+    assert image._sbom(manifest(), lock, FACTS, 0) == first
+    assert len(made) == 1 and len(list((tmp_path / "sboms").iterdir())) == 1
+    changed_lock = parse_lock_bytes(LOCK.read_bytes().replace(b"six==1.17.0", b"six==1.16.0"), LOCK)
+    others = [
+        (manifest(python_version="3.11.3"), lock, FACTS, 0),
+        (
+            manifest(distributions=(Distribution("idna", "3.10"), Distribution("six", "1.16.0"))),
+            changed_lock,
+            FACTS,
+            0,
+        ),
+        (manifest(), lock, {**FACTS, "dpkg": [STATUS]}, 0),
+        (manifest(), lock, FACTS, 1_700_000_000),
+    ]
+    for args in others:
+        assert image._sbom(*args) == real(*args) != first
+    assert len(made) == 5
+
+
 def test_its_only_time_is_source_date_epoch() -> None:
     assert json.loads(make(epoch=0))["metadata"]["timestamp"] == "1970-01-01T00:00:00+00:00"
     later = make(epoch=1_700_000_000)

@@ -420,7 +420,9 @@ def cache_name(project: str, variant: str) -> str:
     return f"{CACHE_REPO}{project.replace('/', '-')}:{variant}"
 
 
-def keep(image: str, project: str, variant: str, *, held: str | None) -> None:
+def keep(
+    image: str, project: str, variant: str, *, held: str | None, drop: Sequence[str] = ()
+) -> None:
     """Name a build's final (stamped) image ``reprobuild-cache/<project>:<variant>`` in
     buildah's storage. ``buildah rmi`` also removes the parents it leaves without a name or a
     child, and a build's cached layers are such parents: with no named image on top of the
@@ -428,19 +430,26 @@ def keep(image: str, project: str, variant: str, *, held: str | None) -> None:
     build would be cold. The name goes on the stamped image, never on the scratch image under
     it: buildah writes the name of the image a step is built FROM into the history ("FROM
     <name>", else "FROM <short ID>"), so a named scratch image would change the next stamp.
-    The previous build's image under the name, if another, is removed first, down to the
-    layers the new one shares with it. ``held``: the image under the name before the build
-    (:func:`image_id`, read once by the caller; None: none). Never fails: a cache."""
+    The name moves to the new image (a name is on one image at a time), then the previous
+    build's image under it, if another, is removed, down to the layers the new one shares with
+    it, in the same ``buildah rmi`` as ``drop`` (the run's own names: one process, not two).
+    ``held``: the image under the name before the build (:func:`image_id`, read once by the
+    caller; None: none). Never fails: a cache."""
     cli = binary()
     if cli is None or not image:
+        remove_images(drop)
         return
-    name = cache_name(project, variant)
-    if held == image:
-        return  # a rebuild that changed nothing: the image is the one named already
-    if held is not None:
-        forget(project, variant)
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([cli, "tag", image, name], capture_output=True, check=False, timeout=120)
+    gone = list(drop)
+    if held != image:  # else a rebuild that changed nothing: the image is the one named already
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                [cli, "tag", image, cache_name(project, variant)],
+                capture_output=True, check=False, timeout=120,
+            )  # fmt: skip
+        if held is not None:
+            gone.insert(0, held)
+    if gone:
+        _rmi(*gone)
 
 
 def forget(project: str, variant: str) -> None:
@@ -455,13 +464,14 @@ def remove_images(names: Sequence[str]) -> None:
         _rmi(name)
 
 
-def _rmi(name: str) -> bool:
-    """``buildah rmi NAME``; whether it worked. Never fails: clean-up."""
+def _rmi(*names: str) -> bool:
+    """``buildah rmi NAME...`` (each one removed, whatever becomes of the others); whether all
+    went. Never fails: clean-up."""
     cli = binary()
     if cli is None:
         return False
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        done = subprocess.run([cli, "rmi", name], capture_output=True, check=False, timeout=120)
+        done = subprocess.run([cli, "rmi", *names], capture_output=True, check=False, timeout=120)
         return done.returncode == 0
     return False
 

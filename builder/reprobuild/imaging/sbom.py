@@ -14,6 +14,7 @@ content (a name-based UUID of the sha256 of the document with a zero serial), ev
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -99,6 +100,23 @@ def licence_text(meta: dict[str, Any]) -> str:
         return field
     names = sorted({str(c).split("::")[-1].strip() for c in meta.get("classifiers") or []})
     return " AND ".join(n for n in names if n)
+
+
+@functools.cache
+def code_sha256() -> str:
+    """What the SBOM's bytes depend on in code, beside its inputs: this module's source, the
+    CycloneDX library's version and the runtime's (:func:`_runtime`). A key part for a cache
+    of SBOMs (a change to any of them is another SBOM)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from reprobuild_entrypoint import __version__ as runtime_version
+
+    try:
+        library = version("cyclonedx-python-lib")
+    except PackageNotFoundError:
+        library = "?"
+    source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return hashlib.sha256(f"{source} {library} {runtime_version}".encode()).hexdigest()
 
 
 def preload() -> None:
