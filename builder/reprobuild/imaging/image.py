@@ -4,6 +4,7 @@ so a failure at any step leaves nothing under the requested tag."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -632,9 +633,12 @@ def _bud_code_last(
     reuse those layers too, but looking up each of its steps costs more than a second for a
     torch image here. A Dockerfile without the code's step last is built whole; so is
     everything with ``no_cache``. Return the image ID."""
+    bud = functools.partial(
+        buildah.bud, ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network
+    )
     whole = (ctx / "Dockerfile").read_text()
     if not whole.endswith("\n" + APP_STEP):
-        return buildah.bud(ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network)
+        return bud()
     below_text = whole[: -len(APP_STEP)]
     record = (
         cache_root()
@@ -651,16 +655,12 @@ def _bud_code_last(
     if below is None:
         path = ctx.parent / "Dockerfile.layers"
         path.write_text(below_text)
-        below = buildah.bud(
-            ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network, dockerfile=path
-        )
+        below = bud(dockerfile=path)
         with contextlib.suppress(OSError):  # only a cache
             write_atomic(record, below)
     path = ctx.parent / "Dockerfile.code"
     path.write_text(f"FROM {below}\n{APP_STEP}")
-    return buildah.bud(
-        ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network, dockerfile=path
-    )
+    return bud(dockerfile=path)
 
 
 _IMAGE_ID = re.compile(r"[0-9a-f]{64}")
