@@ -6,16 +6,17 @@
 # them and on the base digest: the build lock and its wheels (host-fetched, sha256-checked),
 # the sdists (sha256-checked on the host and again here), the build script. Its own
 # SOURCE_DATE_EPOCH (315532800, not the project's) keeps a code-only rebuild on the
-# cached wheels. pip never reaches an index here (--no-index, PIP_NO_INDEX, a dead proxy), and
-# a hermetic build runs with no network at all. Fixed build paths and -ffile-prefix-map keep
-# the build folder out of compiled extensions. The build venv holds the build lock's wheels and
-# nothing else (no pip, no ensurepip setuptools): pip is the wheel ensurepip would install,
-# unpacked and run from where it lies. The sdists build side by side, one per CPU. Each build
-# runs as an unprivileged user (65534, HOME and TMPDIR its own folder): one that writes outside
-# its tree fails, in one line; one that runs past build_timeout (3600 s) is
-# stopped, in one line. The build venv, pip and the unpacked trees are removed once the wheels
-# are in out/, so the RUN's layer holds out/ alone: a second less to commit (2-core host,
-# benchmarks/sdist_bench.py) and less kept in the layer cache.
+# cached wheels. The build frontend never reaches an index here (--no-index, a dead proxy),
+# and a hermetic build runs with no network at all. Fixed build paths and -ffile-prefix-map
+# keep the build folder out of compiled extensions. The build venv holds the build lock's
+# wheels and nothing else (no pip, no ensurepip setuptools).
+# pip is the wheel ensurepip would install, unpacked and run from where it lies.
+# The sdists build side by side, one per CPU. Each build runs as an unprivileged user (65534,
+# HOME and TMPDIR its own folder): one that writes outside its tree fails, in one line; one
+# that runs past build_timeout (3600 s) is stopped, in one line. The build
+# venv and the unpacked trees are removed once the wheels are in out/, so the RUN's layer holds
+# out/ alone: a second less to commit (2-core host, benchmarks/sdist_bench.py) and less kept
+# in the layer cache.
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS sdist-build
 COPY build/ /.reprobuild-build/
 RUN export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \

@@ -6,39 +6,38 @@
 # them and on the base digest: the build lock and its wheels (host-fetched, sha256-checked),
 # the sdists (sha256-checked on the host and again here), the build script. Its own
 # SOURCE_DATE_EPOCH (315532800, not the project's) keeps a code-only rebuild on the
-# cached wheels. pip never reaches an index here (--no-index, PIP_NO_INDEX, a dead proxy), and
-# a hermetic build runs with no network at all. Fixed build paths and -ffile-prefix-map keep
-# the build folder out of compiled extensions. The build venv holds the build lock's wheels and
-# nothing else (no pip, no ensurepip setuptools): pip is the wheel ensurepip would install,
-# unpacked and run from where it lies. The sdists build side by side, one per CPU. Each build
-# runs as an unprivileged user (65534, HOME and TMPDIR its own folder): one that writes outside
-# its tree fails, in one line; one that runs past build_timeout (3600 s) is
-# stopped, in one line. The build venv, pip and the unpacked trees are removed once the wheels
-# are in out/, so the RUN's layer holds out/ alone: a second less to commit (2-core host,
-# benchmarks/sdist_bench.py) and less kept in the layer cache.
+# cached wheels. The build frontend never reaches an index here (--no-index, a dead proxy),
+# and a hermetic build runs with no network at all. Fixed build paths and -ffile-prefix-map
+# keep the build folder out of compiled extensions. The build venv holds the build lock's
+# wheels and nothing else (no pip, no ensurepip setuptools).
+# reprobuild's pinned uv (the image's installer, its sha256 in the step's text), bind-mounted
+# and never in a layer, installs that venv (--require-hashes, offline, no config file) and is
+# the build frontend (uv build --wheel --no-build-isolation): the wheels are the bytes pip's
+# frontend gives, and the stage takes a third of pip's time (2-core host: pip's install of
+# the build lock took 2.2 s, uv's 0.5 s; docs/benchmarks.md).
+# The sdists build side by side, one per CPU. Each build runs as an unprivileged user (65534,
+# HOME and TMPDIR its own folder): one that writes outside its tree fails, in one line; one
+# that runs past build_timeout (3600 s) is stopped, in one line. The build
+# venv and the unpacked trees are removed once the wheels are in out/, so the RUN's layer holds
+# out/ alone: a second less to commit (2-core host, benchmarks/sdist_bench.py) and less kept
+# in the layer cache.
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS sdist-build
 COPY build/ /.reprobuild-build/
-RUN export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
+RUN --mount=type=bind,source=uv,target=/.reprobuild-uv \
+    export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
       REPROBUILD_BUILD_USER=65534 REPROBUILD_SDIST_TIMEOUT=3600 \
-      PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_NO_INPUT=1 \
+      REPROBUILD_UV=/.reprobuild-uv REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef \
+      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never UV_NO_CACHE=1 \
       http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
       HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
       CFLAGS="-ffile-prefix-map=/.reprobuild-build/src=." \
       CXXFLAGS="-ffile-prefix-map=/.reprobuild-build/src=." \
-      PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)" \
  && python3 -m venv --without-pip /.reprobuild-build/venv \
- && if whl=$(python3 -I -c "$PIP_WHEEL" 2>/dev/null) \
-       && python3 -I -m zipfile -e "$whl" /.reprobuild-build/pip; then \
-      export REPROBUILD_PIP=/.reprobuild-build/pip/pip; \
-      pip="python3 $REPROBUILD_PIP --python /.reprobuild-build/venv/bin/python"; \
-    else \
-      python3 -m venv --clear /.reprobuild-build/venv; pip="/.reprobuild-build/venv/bin/python -m pip"; \
-    fi \
- && $pip install --no-index \
-      --find-links /.reprobuild-build/wheels --require-hashes --only-binary=:all: \
+ && /.reprobuild-uv pip install --python /.reprobuild-build/venv/bin/python --no-index \
+      --find-links /.reprobuild-build/wheels --require-hashes --only-binary :all: \
       -r /.reprobuild-build/requirements.lock \
  && /.reprobuild-build/venv/bin/python -I /.reprobuild-build/build_sdists.py \
- && rm -rf /.reprobuild-build/venv /.reprobuild-build/pip /.reprobuild-build/src \
+ && rm -rf /.reprobuild-build/venv /.reprobuild-build/src \
       /.reprobuild-build/home /.reprobuild-build/built
 
 # ---- one stage: the image that ships ----

@@ -27,6 +27,20 @@ def _h(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@pytest.fixture(params=["pip", "uv"])
+def frontend(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The stage script's build frontend, as the stage sets it: pip (the venv's own, here),
+    or reprobuild's pinned uv (``REPROBUILD_UV``: a CPU image installed by uv)."""
+    if request.param == "pip":
+        return {}
+    from reprobuild.imaging.image import pinned_uv
+
+    uv = pinned_uv()
+    if uv is None:
+        pytest.fail("reprobuild's pinned uv is missing (scripts/install installs it)")
+    return {"REPROBUILD_UV": str(uv)}
+
+
 def test_uv_lock_sdist_only_packages_become_source_records() -> None:
     lock = load_lock(PROJECT / "uv.lock")
     assert [r.name for r in lock.sources] == ["antlr4-python3-runtime", "docopt"]
@@ -271,7 +285,9 @@ PyMODINIT_FUNC PyInit_cext_demo(void) { return PyModule_Create(&D); }
 """
 
 
-def test_a_c_extension_sdist_built_twice_gives_the_same_bytes(tmp_path: Path) -> None:
+def test_a_c_extension_sdist_built_twice_gives_the_same_bytes(
+    tmp_path: Path, frontend: dict[str, str]
+) -> None:
     """The wheel-build stage's own script (templates/build_sdists.py), run on this machine's
     gcc and CPython under two different build roots with the stage's environment: the same
     wheel bytes, and no build path in the compiled extension (``-ffile-prefix-map``; without
@@ -315,6 +331,7 @@ def test_a_c_extension_sdist_built_twice_gives_the_same_bytes(tmp_path: Path) ->
             "TZ": "UTC",
             "PIP_NO_INDEX": "1",
             "CFLAGS": flags,
+            **frontend,
         }
         proc = subprocess.run(
             [sys.executable, "-I", str(script)], env=env, capture_output=True, text=True
@@ -451,44 +468,54 @@ def _run_stage_script(
     )
 
 
-def test_a_build_that_hangs_is_stopped_in_one_line(tmp_path: Path) -> None:
+def test_a_build_that_hangs_is_stopped_in_one_line(
+    tmp_path: Path, frontend: dict[str, str]
+) -> None:
     """A build past REPROBUILD_SDIST_TIMEOUT is stopped, with what it started (its own
     process group), and said in the one line the image build reports."""
     import time
 
     setup = "import time\ntime.sleep(300)\n"
     started = time.monotonic()
-    proc = _run_stage_script(tmp_path, {"setup.py": setup}, REPROBUILD_SDIST_TIMEOUT="3")
+    proc = _run_stage_script(
+        tmp_path, {"setup.py": setup}, REPROBUILD_SDIST_TIMEOUT="3", **frontend
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert time.monotonic() - started < 60
     last = proc.stderr.strip().splitlines()[-1]
     assert last == "reprobuild: building bad-demo 0.1 did not finish within 3 s; stopped", last
 
 
-def test_a_build_that_fails_names_its_last_words(tmp_path: Path) -> None:
+def test_a_build_that_fails_names_its_last_words(tmp_path: Path, frontend: dict[str, str]) -> None:
     """A build that fails (here: one that really fetches a page, with the dead proxy the stage
     sets, as it has no network) is one line naming the package and the build's own last
     error: the exception, not pip's frame around it."""
     setup = "import urllib.request\nurllib.request.urlopen('https://pypi.org/simple/', timeout=9)\n"
     dead = "http://127.0.0.1:9"
     proc = _run_stage_script(
-        tmp_path, {"setup.py": setup}, https_proxy=dead, HTTPS_PROXY=dead, no_proxy=""
+        tmp_path, {"setup.py": setup}, https_proxy=dead, HTTPS_PROXY=dead, no_proxy="", **frontend
     )
     assert proc.returncode == 1, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(
         "reprobuild: building bad-demo 0.1 from its sdist failed: urllib.error.URLError: "
     ), last
+    # the build's own last lines are in the log (uv's are shown only where a build fails)
+    assert "ConnectionRefusedError: [Errno 111]" in proc.stdout, proc.stdout[-3000:]
     assert not (tmp_path / "reprobuild-build" / "out" / "built.json").exists()
 
 
 _GOOD_SETUP = "from setuptools import setup\nsetup(name={name!r}, version='0.1', py_modules=[])\n"
 
 
-def test_a_build_that_gives_another_project_s_wheel_is_refused(tmp_path: Path) -> None:
+def test_a_build_that_gives_another_project_s_wheel_is_refused(
+    tmp_path: Path, frontend: dict[str, str]
+) -> None:
     """The built wheel's file name goes into the install as a requirement: one of another
     project than the sdist's is refused in one line, and nothing reaches out/."""
-    proc = _run_stage_script(tmp_path, {"setup.py": _GOOD_SETUP.format(name="other-demo")})
+    proc = _run_stage_script(
+        tmp_path, {"setup.py": _GOOD_SETUP.format(name="other-demo")}, **frontend
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (
@@ -498,7 +525,9 @@ def test_a_build_that_gives_another_project_s_wheel_is_refused(tmp_path: Path) -
     assert not (tmp_path / "reprobuild-build" / "out" / "built.json").exists()
 
 
-def test_the_sdists_build_side_by_side_and_land_in_the_lock_s_order(tmp_path: Path) -> None:
+def test_the_sdists_build_side_by_side_and_land_in_the_lock_s_order(
+    tmp_path: Path, frontend: dict[str, str]
+) -> None:
     """Two sdists, built at once (each in its own tree, home and wheel folder): both wheels in
     out/, built.json in the lock's order whichever finished first, and each build's lines led
     by its package."""
@@ -507,7 +536,7 @@ def test_the_sdists_build_side_by_side_and_land_in_the_lock_s_order(tmp_path: Pa
 
     slow = "import time\ntime.sleep(2)\n" + _GOOD_SETUP.format(name="bad-demo")
     fast = {"setup.py": _GOOD_SETUP.format(name="fast-demo")}
-    proc = _run_stage_script(tmp_path, {"setup.py": slow}, ("fast-demo", fast))
+    proc = _run_stage_script(tmp_path, {"setup.py": slow}, ("fast-demo", fast), **frontend)
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
     out = tmp_path / "reprobuild-build" / "out"
     built = json.loads((out / "built.json").read_text())
@@ -515,12 +544,16 @@ def test_the_sdists_build_side_by_side_and_land_in_the_lock_s_order(tmp_path: Pa
     assert sorted(p.name for p in out.glob("*.whl")) == sorted(b["wheel"] for b in built)
     lines = proc.stdout.splitlines()
     assert "[fast-demo] building fast-demo 0.1 from fast_demo-0.1.tar.gz" in lines
+    # the frontend's own lines, not the backend's (setuptools' every step)
+    assert not [ln for ln in lines if "running bdist_wheel" in ln], lines
     if (os.cpu_count() or 1) > 1:  # side by side: the fast one was done before the slow one
         done = [ln.split("]")[0] for ln in lines if "Successfully built" in ln]
         assert done == ["[fast-demo", "[bad-demo"], lines
 
 
-def test_a_failed_build_stops_the_others_and_is_the_one_line(tmp_path: Path) -> None:
+def test_a_failed_build_stops_the_others_and_is_the_one_line(
+    tmp_path: Path, frontend: dict[str, str]
+) -> None:
     """One sdist's build fails while another's would run for minutes: the other is stopped at
     once, and the one line names the one that failed of its own accord."""
     import time
@@ -528,7 +561,7 @@ def test_a_failed_build_stops_the_others_and_is_the_one_line(tmp_path: Path) -> 
     fails = {"setup.py": "raise RuntimeError('no compiler for this')\n"}
     hangs = {"setup.py": "import time\ntime.sleep(300)\n"}
     started = time.monotonic()
-    proc = _run_stage_script(tmp_path, hangs, ("fails-demo", fails))
+    proc = _run_stage_script(tmp_path, hangs, ("fails-demo", fails), **frontend)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert time.monotonic() - started < 60
     last = proc.stderr.strip().splitlines()[-1]
@@ -564,7 +597,7 @@ def open_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_a_build_that_writes_outside_its_tree_fails_in_one_line(
-    tmp_path: Path, open_venv: Path
+    tmp_path: Path, open_venv: Path, frontend: dict[str, str]
 ) -> None:
     """As the stage runs it (REPROBUILD_BUILD_USER=65534: an unprivileged user, HOME and
     TMPDIR its own folder), a build that writes outside its own tree fails, in one line, and
@@ -589,7 +622,12 @@ def test_a_build_that_writes_outside_its_tree_fails_in_one_line(
         script = Path(reprobuild.imaging.__file__).parent / "templates" / "build_sdists.py"
         shutil.copy(script, base / "build_sdists.py")
         os.chmod(base / "build_sdists.py", 0o644)
+        if frontend:  # where the build's user can run it, as the stage mounts it
+            shutil.copy(frontend["REPROBUILD_UV"], base / "uv")
+            os.chmod(base / "uv", 0o755)
+            frontend = {"REPROBUILD_UV": str(base / "uv")}
         env = {
+            **frontend,
             "PATH": "/usr/bin:/bin",
             "REPROBUILD_BUILD_ROOT": str(root),
             "REPROBUILD_BUILD_USER": "65534",

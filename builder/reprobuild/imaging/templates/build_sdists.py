@@ -4,10 +4,12 @@ Runs inside the image build, on the pinned base, with the interpreter of a venv 
 exactly the build lock's wheels (installed with --require-hashes --no-index). Standard
 library only. Each archive's sha256 is checked again, it is unpacked to a fixed path
 (``/.reprobuild-build/src/NAME``: no random temp dir reaches a compiled file), members that
-would land outside it are refused, and it is built with ``pip wheel --no-deps
---no-build-isolation --no-index`` under SOURCE_DATE_EPOCH, with the pip ensurepip would
-install (unpacked, ``REPROBUILD_PIP``) or the venv's own; the sdists build side by side, one
-per CPU, each in its own folders. The wheels and ``built.json``
+would land outside it are refused, and it is built under SOURCE_DATE_EPOCH with no build
+isolation and no index: by ``uv build --wheel`` where the stage has reprobuild's pinned uv
+(``REPROBUILD_UV``), else by ``pip wheel --no-deps``, with the pip ensurepip would install
+(unpacked, ``REPROBUILD_PIP``) or the venv's own. Both call the same build backend hook in
+the same venv, so the wheels are the same bytes. The sdists build side by side, one per CPU,
+each in its own folders. The wheels and ``built.json``
 (each wheel's sha256 beside its sdist's) go to ``/.reprobuild-build/out``, their times
 set to the epoch.
 
@@ -32,6 +34,7 @@ import tarfile
 import threading
 import zipfile
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
@@ -39,13 +42,17 @@ from typing import Any, NoReturn
 # The stage's fixed build root (a test runs the script on the host under another).
 ROOT = Path(os.environ.get("REPROBUILD_BUILD_ROOT", "/.reprobuild-build"))
 OUT = ROOT / "out"
-# pip's own frame around a failed build (its box and notes): never the build's last words
-PIP_FRAME = (
-    "\N{MULTIPLICATION SIGN}", "╰─>", "│", "note: ", "hint: ",
+# pip's and uv's own frame around a failed build (their boxes, causes and notes): never the
+# build's last words
+FRAME = (
+    "\N{MULTIPLICATION SIGN}", "╰─>", "├─▶", "╰─▶", "│", "note: ", "hint: ", "cause: ",
     "error: subprocess-exited-with-error", "error: metadata-generation-failed",
+    "error: Failed to build ",
 )  # fmt: skip
 # A Python exception's line (``urllib.error.URLError: <urlopen error ...>``) or ``error: ...``
 RAISED = re.compile(r"(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit)|error)\b[^ ]*:")
+# uv's own lines in a build's output (the rest is the build backend's)
+UV_OWN = re.compile(r"(?:Building (?:wheel|source distribution)\b|Successfully built |warning: )")
 # A wheel's file name (PEP 427, tags without spaces or quotes): it goes into the image's install
 # as a requirement line (``NAME @ file:///...``), so anything else is refused, as is a wheel of
 # another project than the sdist's.
@@ -108,9 +115,15 @@ class Builds:
 
 
 def run_build(
-    argv: list[str], what: str, cwd: Path, user: tuple[int, int] | None, builds: Builds
+    argv: list[str],
+    what: str,
+    cwd: Path,
+    user: tuple[int, int] | None,
+    builds: Builds,
+    shown: Callable[[str], bool] = lambda line: True,
 ) -> str | None:
-    """Run one build in ``cwd``, its output streamed; stop it past the time limit. A failure
+    """Run one build in ``cwd``, its output streamed (the lines ``shown`` takes; a failed
+    build's last 40 lines all); stop it past the time limit. A failure
     is one line (returned, not raised: builds run in threads) naming ``what`` and the build's
     last words. HOME and TMPDIR are a folder of the build's own beside its tree
     (``ROOT/home/NAME``); its wheel goes to a folder of its own (``ROOT/built/NAME``)."""
@@ -157,13 +170,15 @@ def run_build(
     timer = threading.Timer(limit, stop)
     timer.daemon = True
     timer.start()
-    tail: deque[str] = deque(maxlen=40)
+    tail: deque[tuple[str, bool]] = deque(maxlen=40)
     try:
         for raw in proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
-            builds.say(cwd.name, line)
+            said = shown(line)
+            if said:
+                builds.say(cwd.name, line)
             if line.strip():
-                tail.append(line.strip())
+                tail.append((line, said))
         code = proc.wait()
     finally:
         timer.cancel()
@@ -172,14 +187,18 @@ def run_build(
     if expired.is_set():
         return f"building {what} did not finish within {limit:g} s; stopped"
     if code != 0 and not builds.failed.is_set():
-        return f"building {what} from its sdist failed: {last_words(list(tail))[:200]}"
+        for line, said in tail:  # what the build said last, where it was not shown
+            if not said:
+                builds.say(cwd.name, line)
+        words = last_words([line.strip() for line, _ in tail])
+        return f"building {what} from its sdist failed: {words[:200]}"
     return None
 
 
 def last_words(tail: list[str]) -> str:
     """What a failed build said last about why: its last exception or ``error:`` line, not
-    pip's frame around it; else its last line mentioning an error; else its last line."""
-    own = [ln for ln in tail if not ln.startswith(PIP_FRAME)]
+    the frontend's frame around it; else its last line mentioning an error; else its last line."""
+    own = [ln for ln in tail if not ln.startswith(FRAME)]
     for wanted in (RAISED.match, lambda ln: "error" in ln.lower()):
         found = next((ln for ln in reversed(own) if wanted(ln)), None)
         if found is not None:
@@ -234,6 +253,27 @@ def pip() -> list[str]:
     return [sys.executable, runnable] if runnable else [sys.executable, "-m", "pip"]
 
 
+def frontend(wheels: Path, tree: Path) -> tuple[list[str], Callable[[str], bool]]:
+    """The command that builds ``tree`` into a wheel in ``wheels`` (no dependencies, no build
+    isolation: the venv holds the build lock's wheels; no index, no cache, no config file),
+    and which of its lines the log shows. pip shows its own lines only; uv streams the build
+    backend's too (a C extension's every compiler line): the log takes uv's own, as pip's,
+    and a failed build's last lines all."""
+    uv = os.environ.get("REPROBUILD_UV", "")
+    if uv:
+        argv = [
+            uv, "--no-config", "--offline", "--no-cache", "--no-progress", "--no-python-downloads",
+            "build", "--wheel", "--no-build-isolation", "--no-index", "--python", sys.executable,
+            "--out-dir", str(wheels), str(tree),
+        ]  # fmt: skip
+        return argv, UV_OWN.match
+    argv = [
+        *pip(), "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--use-pep517",
+        "--no-cache-dir", "--wheel-dir", str(wheels), str(tree),
+    ]  # fmt: skip
+    return argv, lambda line: True
+
+
 def build(source: dict[str, str], tree: Path, user: tuple[int, int] | None, builds: Builds) -> str:
     """Build one unpacked sdist into its own wheel folder; the wheel's path, or a failure's
     line (``reprobuild: ...`` left to the caller)."""
@@ -241,14 +281,12 @@ def build(source: dict[str, str], tree: Path, user: tuple[int, int] | None, buil
     wheels = ROOT / "built" / source["name"]
     wheels.mkdir(parents=True)
     builds.say(source["name"], f"building {what} from {source['filename']}")
-    argv = [
-        *pip(), "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--use-pep517",
-        "--no-cache-dir", "--wheel-dir", str(wheels), str(tree),
-    ]  # fmt: skip
-    error = run_build(argv, what, ROOT / "src" / source["name"], user, builds)
+    argv, shown = frontend(wheels, tree)
+    error = run_build(argv, what, ROOT / "src" / source["name"], user, builds, shown)
     if error is not None or builds.failed.is_set():
         return error or ""
-    new = sorted(wheels.iterdir())
+    # uv writes a .gitignore into its output folder
+    new = sorted(p for p in wheels.iterdir() if p.name != ".gitignore")
     if len(new) != 1 or not new[0].name.endswith(".whl"):
         return f"building {source['name']} gave {[p.name for p in new]}, not one wheel"
     match = WHEEL_NAME.match(new[0].name)
