@@ -57,12 +57,12 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
 COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
 # The locked wheels go straight into this stage (RUN --mount: buildah, BuildKit), installed by
 # uv: reprobuild's own pinned uv (sha256 in the step's text), bind-mounted, never in a layer.
-# A tmpfs on /.reprobuild holds the wheelhouse and the lock (bind-mounted from the context),
-# uv's temp files and its cache, where it unpacks each wheel before it copies it into the venv:
-# none of them reach a layer. The cache on the image's own disk (uv's hardlinks from it, or
-# copies, the folder removed in the same step) made the step's commit three times as long
-# (18 s against 6 s for torch's wheels on a 2-core host), so it is there only where the
-# unpacked wheels might not fit in half the memory available (UV_CACHE_PLACE: CUDA wheels).
+# A tmpfs on /.reprobuild holds the wheelhouse and the lock (bind-mounted from the context)
+# and uv's temp files: none of them reach a layer. uv unpacks each wheel into its cache on the
+# image's own disk and hardlinks the files into the venv; the cache goes in the same step, so
+# the layer holds each file once, the bytes a copy gives (one diff ID for torch's wheels
+# either way). A cache on the tmpfs, copied from, took 1.5 s more for torch's install on a
+# 2-core host and its commit no less (docs/benchmarks.md), and needs the memory for it.
 # uv unpacks and compiles on every CPU, where pip takes one file after another: install and
 # commit of those wheels took 17 s with uv and 38 s with pip there (docs/benchmarks.md).
 # No index, no config file, no network (--offline), no build (--only-binary), every hash
@@ -77,13 +77,11 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=requirements.lock,target=/.reprobuild/requirements.lock \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
     export REPROBUILD_LOCK_SHA256=bd72fbe39e3bee48cf8eecac3df2ad40cded1a2a25263b020b634af10fdfde05 REPROBUILD_REQUIREMENTS_SHA256=f1a1d3968f456338dd79db0212fc4348eb0cbe4a6e8c977826245473eb1b6944 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_LINK_MODE=copy UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_CACHE_PLACE="import os, sys; w = sum(e.stat().st_size for e in os.scandir(sys.argv[1]) if e.is_file()); m = [int(line.split()[1]) * 1024 for line in open(sys.argv[2]) if line.startswith('MemAvailable:')]; print('/.reprobuild/uv-cache' if m and 3 * w < m[0] // 2 else '/.reprobuild-uv-cache')" \
+      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
+      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
       UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
       BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
  && python3 -m venv --without-pip /opt/venv \
- && UV_CACHE_DIR=$(python3 -I -c "$UV_CACHE_PLACE" /.reprobuild/wheels /proc/meminfo) \
- && export UV_CACHE_DIR \
  && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
  && /.reprobuild/uv pip install --python /opt/venv/bin/python \
       --no-index --find-links /.reprobuild/wheels \

@@ -66,36 +66,3 @@ def test_a_hermetic_cpu_mount_install_on_the_hosts_machine_gets_the_pinned_uv() 
 )
 def test_pip_stays_where_uv_cannot_stand_in(why: str, over: dict[str, Any], probed: Any) -> None:
     assert uv_installer(spec(**over), probed) is None, why
-
-
-@pytest.mark.parametrize(
-    ("wheel_mb", "available_mb", "place"),
-    [
-        (180, 8000, "/.reprobuild/uv-cache"),  # torch CPU on a small machine: the tmpfs
-        (3700, 8000, "/.reprobuild-uv-cache"),  # a CUDA wheel set: the image's disk
-        (180, 0, "/.reprobuild-uv-cache"),
-    ],
-)
-def test_uv_s_cache_is_in_memory_only_where_the_wheels_fit(
-    wheel_mb: int, available_mb: int, place: str, tmp_path: Path
-) -> None:
-    """UV_CACHE_PLACE, as the install step runs it with the base's python3: the step's tmpfs
-    while three times the wheels' size is under half the memory available, else a folder on
-    the image's disk (removed in the same step)."""
-    import subprocess
-    import sys
-
-    from reprobuild.imaging.render import UV_CACHE_PLACE
-
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    (wheels / ".keep").write_bytes(b"")
-    with (wheels / "big-1.0-py3-none-any.whl").open("wb") as fh:
-        fh.truncate(wheel_mb << 20)  # sparse: its size is what counts
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text(f"MemTotal: 99999999 kB\nMemAvailable: {available_mb << 10} kB\n")
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", UV_CACHE_PLACE, str(wheels), str(meminfo)],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    assert out.strip() == place

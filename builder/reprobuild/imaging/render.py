@@ -197,23 +197,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         uv_sha256=spec.uv_sha256 if spec.mount_install and not spec.online else None,
         uv_record=UV_RECORD,
         built_requirements=BUILT_REQUIREMENTS,
-        uv_cache_place=UV_CACHE_PLACE,
     )
-
-
-# Where uv unpacks the wheels before it copies them into the venv: the step's tmpfs (RAM), where
-# the commit that follows took 6 s for torch's wheels on a 2-core host, against 18 s with the
-# cache on the image's disk (docs/benchmarks.md); but only while three times the wheels' size
-# (what they unpack to, and more) is under half the memory the machine has available: a lock
-# of CUDA wheels (PyPI's torch on Linux pulls gigabytes of them) unpacks to more than a small
-# machine's RAM. Then a folder on the image's disk, removed in the same step. Either way the
-# layer holds the same files. argv: the wheelhouse, /proc/meminfo.
-UV_CACHE_PLACE = (
-    "import os, sys; w = sum(e.stat().st_size for e in os.scandir(sys.argv[1]) if e.is_file()); "
-    "m = [int(line.split()[1]) * 1024 for line in open(sys.argv[2]) "
-    "if line.startswith('MemAvailable:')]; "
-    "print('/.reprobuild/uv-cache' if m and 3 * w < m[0] // 2 else '/.reprobuild-uv-cache')"
-)
 
 
 # The wheels the wheel-build stage built, as requirements for the same install as the lock's
