@@ -266,7 +266,7 @@ def frontend(wheels: Path, tree: Path) -> tuple[list[str], Callable[[str], bool]
             "build", "--wheel", "--no-build-isolation", "--no-index", "--python", sys.executable,
             "--out-dir", str(wheels), str(tree),
         ]  # fmt: skip
-        return argv, UV_OWN.match
+        return argv, lambda line: UV_OWN.match(line) is not None
     argv = [
         *pip(), "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--use-pep517",
         "--no-cache-dir", "--wheel-dir", str(wheels), str(tree),
