@@ -120,7 +120,7 @@ def run_build(
     cwd: Path,
     user: tuple[int, int] | None,
     builds: Builds,
-    shown: Callable[[str], bool] = lambda line: True,
+    shown: Callable[[str], bool],
 ) -> str | None:
     """Run one build in ``cwd``, its output streamed (the lines ``shown`` takes; a failed
     build's last 40 lines all); stop it past the time limit. A failure
