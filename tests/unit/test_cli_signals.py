@@ -87,3 +87,53 @@ def test_a_signal_landing_in_a_finalizer_still_stops_the_program(
         expected = "SIGINT" if signum == signal.SIGINT else str(int(signum))
         assert (proc.returncode, out) == (3, f"stopped by {expected}\n"), errors
         assert "Exception ignored" not in errors
+
+
+_LOGGING = """\
+import sys
+import importlib
+cli = importlib.import_module("reprobuild.cli.main")
+image = importlib.import_module("reprobuild.cli.commands.image")
+from reprobuild.cli.output import err
+
+def run(args):
+    print("ready", flush=True)
+    n = 0
+    while True:  # a build log: lines, one after another, as fast as they come
+        n += 1
+        err(f"STEP {n}: LABEL " + "x" * (n % 9000))
+
+image.run = run
+sys.argv = ["reprobuild", "image", "."]
+cli.entrypoint()
+"""
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: signal.Signals(s).name
+)
+def test_the_interrupted_line_stands_on_its_own_after_a_build_log(
+    signum: int, tmp_path: os.PathLike[str]
+) -> None:
+    """A signal lands while the build log is being written, often between a line and its
+    newline (print writes them apart): the ``error: interrupted`` line still starts a line
+    of its own (CI saw ``...python="3.11.2"error: interrupted by SIGINT``)."""
+    script = os.path.join(tmp_path, "log.py")
+    with open(script, "w") as f:
+        f.write(_LOGGING)
+    name = signal.Signals(signum).name
+    for attempt in range(20):
+        proc = subprocess.Popen(
+            [sys.executable, script],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_default_signals,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.02 + attempt * 0.007)
+        proc.send_signal(signum)
+        _, errors = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signum, errors[-500:]
+        ends = [ln for ln in errors.splitlines() if "error: " in ln]
+        assert ends == [f"error: interrupted by {name}"], (attempt, [e[-80:] for e in ends])
+        assert errors.endswith(f"\nerror: interrupted by {name}\n")
