@@ -10,7 +10,9 @@ The project's uv.lock locks N packages as sdists only (the default: antlr4-pytho
 to drown the sdists' own cost; tests/data/projects/sdist has two of them). Both arms start
 cold (their builder's cache off; the base already pulled and every file already on the host,
 as on a developer machine after the first build) and end with the image in the Docker engine;
-the arms alternate, ours first in odd rounds and the baseline first in even ones:
+the arms alternate, ours first in odd rounds and the baseline first in even ones, and each
+starts after a ``sync`` (untimed: :func:`settle`), so that neither pays for the write-back of
+the build before it:
 
 - ``ours``: ``reprobuild image --builder buildah --no-cache`` (the wheel-build stage on the
   base, then the image; probe, stamp and the load into the engine included);
@@ -154,6 +156,23 @@ def best_context(
     return folder
 
 
+def settle() -> dict[str, float]:
+    """Write back what the previous build left dirty in the page cache (``sync``, not timed),
+    so that no build pays for the one before it: a build's commit writes its layer through the
+    page cache, and where the kernel is still writing back the last build's gigabytes it
+    throttles the writer down to the disk's speed (on a 2-core host here the torch layer's
+    commit took 5 s after some builds and 15 s after others). Returns the dirty megabytes
+    found and the seconds the write-back took."""
+    dirty_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("Dirty:")
+    )
+    start = time.perf_counter()
+    os.sync()
+    return {"dirty_mb": round(dirty_kb / 1024, 1), "sync_s": round(time.perf_counter() - start, 2)}
+
+
 def nearest_median(runs: list[tuple[float, Trace]]) -> Trace:
     """The trace of the run whose time is nearest the median."""
     middle = statistics.median(seconds for seconds, _ in runs)
@@ -232,11 +251,13 @@ def _measure(
         load = os.getloadavg()
         print(f"{len(sdists)} sdists; load average {load[0]:.1f} at the start", flush=True)
         runs: dict[str, list[tuple[float, Trace]]] = {"ours": [], "best-uv": []}
+        settled: list[dict[str, float]] = []
         for n in range(args.rounds):
             order = ["ours", "best-uv"] if n % 2 == 0 else ["best-uv", "ours"]
             for name in order:
                 tag = f"reprobuild-bench/sdist-{name}:{run_id}-{n}"
                 tags.append(tag)
+                settled.append(settle())
                 if name == "ours":
                     # a commit time of its own per round: the same inputs would give an image
                     # the engine already holds, only tagged; and no build of this project left
@@ -283,6 +304,7 @@ def _measure(
             for name, r in runs.items()
         },
         "cold_over_best_uv": round(cold["ours"] / cold["best-uv"], 4),
+        "settled_before_each_cold_build": settled,
         "per_round_ratio": [
             round(a[0] / b[0], 4) for a, b in zip(runs["ours"], runs["best-uv"], strict=True)
         ],
