@@ -7,7 +7,9 @@ and the same base digest, as ratios measured in the same run.
 
 The project's uv.lock locks N packages as sdists only (the default: antlr4-python3-runtime
 4.9.3, docopt 0.6.2, langdetect 1.0.9 and sqlitedict 2.1.0, beside six as a wheel; no torch
-to drown the sdists' own cost; tests/data/projects/sdist has two of them). Both arms start
+to drown the sdists' own cost; tests/data/projects/sdist has two of them). Two ML-sized ones
+beside torch 2.13 CPU (the machine's own wheel): tests/data/projects/sdist-torch (julius 0.2.7)
+and benchmarks/workloads/sdists-torch (julius and the four above: five sdists). Both arms start
 cold (their builder's cache off; the base already pulled and every file already on the host,
 as on a developer machine after the first build) and end with the image in the Docker engine;
 the arms alternate, ours first in odd rounds and the baseline first in even ones, and each
