@@ -58,6 +58,20 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def _signalled(argv: list[str], signum: int, after_s: float) -> subprocess.Popen[str]:
+    """Start ``argv`` (signals at their defaults), wait for its ``ready`` line, and send it
+    ``signum`` ``after_s`` later."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_signals,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(after_s)
+    proc.send_signal(signum)
+    return proc
+
+
 @pytest.mark.parametrize("kind", ["del", "weakref"])
 @pytest.mark.parametrize(
     "signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: signal.Signals(s).name
@@ -69,15 +83,7 @@ def test_a_signal_landing_in_a_finalizer_still_stops_the_program(
     with open(script, "w") as f:
         f.write(textwrap.dedent(_PROGRAM))
     for attempt in range(10):
-        proc = subprocess.Popen(
-            [sys.executable, script, kind],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=_default_signals,
-        )  # fmt: skip
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == "ready\n"
-        time.sleep(0.05 + attempt * 0.013)
-        proc.send_signal(signum)
+        proc = _signalled([sys.executable, script, kind], signum, 0.05 + attempt * 0.013)
         try:
             out, errors = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
@@ -123,15 +129,7 @@ def test_the_interrupted_line_stands_on_its_own_after_a_build_log(
         f.write(_LOGGING)
     name = signal.Signals(signum).name
     for attempt in range(20):
-        proc = subprocess.Popen(
-            [sys.executable, script],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=_default_signals,
-        )  # fmt: skip
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == "ready\n"
-        time.sleep(0.02 + attempt * 0.007)
-        proc.send_signal(signum)
+        proc = _signalled([sys.executable, script], signum, 0.02 + attempt * 0.007)
         _, errors = proc.communicate(timeout=30)
         assert proc.returncode == 128 + signum, errors[-500:]
         ends = [ln for ln in errors.splitlines() if "error: " in ln]
