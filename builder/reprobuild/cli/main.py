@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from reprobuild import __version__
 from reprobuild.cli.commands import COMMANDS
 from reprobuild.cli.options import Empty
-from reprobuild.cli.output import EXIT_ERROR, end_cut_line, err
+from reprobuild.cli.output import EXIT_ERROR, err
 from reprobuild.errors import signal_exit_code
 
 if TYPE_CHECKING:
@@ -185,7 +185,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_empty(args)
         return COMMANDS[args.command].load().run(args)
     except BuildError as exc:
-        end_cut_line()
         # The build log was not streamed (-q, or --json keeping stderr for errors): its tail
         # says why the build failed.
         if exc.log_tail and (getattr(args, "quiet", False) or getattr(args, "json", False)):
@@ -195,14 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             err(f"hint: {exc.hint}")
         return EXIT_ERROR
     except ReprobuildError as exc:
-        end_cut_line()
         err(f"error: {exc.message}")
         if exc.hint:
             err(f"hint: {exc.hint}")
         return exc.exit_code
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
-        end_cut_line()
         err(f"error: interrupted by {signal.Signals(signum).name}")
         return signal_exit_code(signum)
 

@@ -3,31 +3,26 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 from reprobuild.errors import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "end_cut_line", "err"]
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "err"]
 
-# True while err() writes: a signal raised inside it (Ctrl-C, or SIGTERM through the handler)
-# may leave a line without its newline, and the next line (the "error: interrupted" one) would
-# run on after it instead of starting its own.
-_writing = False
+# The threads inside err(). A thread that finds itself here at its next err() had that write
+# cut by a signal (Ctrl-C, or SIGTERM through the CLI's handler): its line may lack the
+# newline, and the next line (a clean-up's note, the "error: interrupted" line) would run on
+# after it instead of starting its own.
+_writing: set[int] = set()
 
 
 def err(line: str) -> None:
     """``line`` and its newline on stderr, in one write (print writes them in two: a signal
-    between them left the line open)."""
-    global _writing
-    _writing = True
-    sys.stderr.write(line + "\n")
+    between them left the line open); after a write of this thread's that a signal cut, a
+    newline first (at worst an empty line, where the cut write was whole)."""
+    me = threading.get_ident()
+    cut = me in _writing
+    _writing.add(me)
+    sys.stderr.write(("\n" if cut else "") + line + "\n")
     sys.stderr.flush()
-    _writing = False
-
-
-def end_cut_line() -> None:
-    """After a signal: end the line err() was writing when it came, if it was writing one (at
-    worst an empty line, where the write was done and only the flag was left to clear)."""
-    global _writing
-    if _writing:
-        _writing = False
-        err("")
+    _writing.discard(me)
