@@ -246,10 +246,18 @@ def pinned_uv() -> Path | None:
     return path if path.is_file() else None
 
 
+# The installer's own tools: every Python base carries some (Debian's python3-pip brings pip,
+# setuptools and wheel), and a venv's copy shadows the base's without touching it. Not the
+# stack a GPU base was built and tested with, so a lock may pin its own (a uv or Poetry lock
+# cannot drop them); a base's pip constraint on them still holds.
+INSTALLER_TOOLS = frozenset({"pip", "setuptools", "wheel"})
+
+
 def check_base_conflicts(spec: RenderSpec, probe: dict[str, Any]) -> None:
     """A GPU image's venv sees the base's packages (NGC's own torch, TensorFlow, CUDA
     libraries). A lock that would install another version of one of them would replace what
-    the base was built and tested with: refuse it before building, naming both versions."""
+    the base was built and tested with: refuse it before building, naming both versions.
+    The installer's tools (:data:`INSTALLER_TOOLS`) are not that stack."""
     if spec.variant != "gpu":
         return
     base_dists = probe.get("distributions") or []
@@ -259,7 +267,7 @@ def check_base_conflicts(spec: RenderSpec, probe: dict[str, Any]) -> None:
     base = {str(d["name"]): str(d["version"]) for d in base_dists}
     for req in spec.lock.requirements:
         have = base.get(req.name)
-        if have is not None and have != req.version:
+        if have is not None and have != req.version and req.name not in INSTALLER_TOOLS:
             raise LockfileError(
                 spec.lock.path,
                 req.line,
