@@ -8,9 +8,12 @@ path of the same property has its own tests (test_wild_locks, test_init)."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from reprobuild.errors import ReprobuildError
 from reprobuild.imaging.context import write_context
@@ -18,6 +21,7 @@ from reprobuild.imaging.initservices import init_services
 from reprobuild.imaging.plan import plan_build, record_new_base
 from reprobuild.imaging.render import render_context
 from reprobuild.locks.lockfile import format_of_file
+from reprobuild.project.config import load_config
 from reprobuild.project.init import InitOptions, init_project
 
 LOCKS = Path(__file__).resolve().parent.parent / "data" / "lockfiles"
@@ -87,3 +91,39 @@ def test_the_property_covers_enough_locks(tmp_path: Path) -> None:
     formats = {format_of_file(LOCKS / c) for c in accepted}
     assert formats == {"uv", "poetry", "pdm", "pipfile", "pylock", "requirements"}
     assert len(CASES) >= 100 and len(accepted) >= 20
+
+
+# Command words as a user types them after --command: numbers, flags with `=`, quotes,
+# YAML's words (true, null, ~), octal-looking and sexagesimal numbers, any printable text.
+_TYPED = [
+    *("20000", "1e-3", "3.10", "010", "0x1F", "1_000", "1:30", "true", "off", "null", "~"),
+    *("--total-timesteps", "--lr=3e-4", "-n", "'q'", '"q"', "#x", "x #y", "&a", "*a", "!tag"),
+    *("%p", "@at", "`t`", "a:", "a: b", "[a]", "{a}", "-", "- x", "a b", " ", "\\", "é"),
+    *("\u2028", "\x85"),
+]
+_WORDS = st.one_of(
+    st.sampled_from(_TYPED),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), min_codepoint=32).filter(
+            lambda c: c != "\x7f"
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(words=st.lists(_WORDS, min_size=1, max_size=5))
+def test_every_command_word_init_writes_reads_back_as_itself(
+    tmp_path: Path, words: list[str]
+) -> None:
+    """issue 51: `--command 'python ppo.py --total-timesteps 20000'` wrote 20000 unquoted and
+    image refused init's own file (`command word 20000 must be a string`)."""
+    project = Path(tempfile.mkdtemp(dir=tmp_path))
+    shutil.copy(LOCKS.parent / "projects" / "tiny" / "requirements.lock", project)
+    command = ("python", *words)
+    init_project(project, InitOptions(command=command), init_services())
+    assert load_config(project).command == command

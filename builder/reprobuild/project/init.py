@@ -22,7 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from reprobuild._util.resolver import failure_reason
+from reprobuild._util.yamlload import load_yaml
 from reprobuild.errors import ReprobuildError
 from reprobuild.project.config import CONFIG_NAME, SELECT_NAME_RE
 
@@ -668,6 +671,20 @@ def _config_text(
 
 
 def _yaml_str(value: str) -> str:
-    if re.fullmatch(r"[A-Za-z0-9._/@:+-]+", value) and value[0] not in "@:-":
+    """``value`` as a YAML scalar that reads back as that same string: plain where the
+    project's own loader reads it so (``train.py``), else double-quoted (``"20000"``,
+    ``"true"``, ``"3.10"``, ``"--lr=1e-3"``, quotes and backslashes escaped by PyYAML)."""
+    plain = re.fullmatch(r"[A-Za-z0-9._/@:+-]+", value) and value[0] not in "@:-"
+    if plain and _reads_back(value):
         return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    quoted = yaml.safe_dump(value, default_style='"', allow_unicode=True, width=1 << 30)
+    return quoted.rstrip("\n")
+
+
+def _reads_back(plain: str) -> bool:
+    """True when the project file's loader reads ``plain``, unquoted, as that string (not an
+    integer, float, boolean or null, and not refused, as ``010`` is)."""
+    try:
+        return bool(load_yaml(f"- {plain}\n", lambda _w, p: InitError(p)) == [plain])
+    except ReprobuildError:
+        return False
