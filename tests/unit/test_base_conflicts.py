@@ -8,7 +8,7 @@ wheels pins setuptools, and was refused on a plain Debian base)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -21,7 +21,9 @@ from reprobuild.locks.lockfile import load_lock
 HASH = "--hash=sha256:" + "ab" * 32
 
 
-def spec(tmp_path: Path, pins: dict[str, str], variant: str = "gpu") -> RenderSpec:
+def spec(
+    tmp_path: Path, pins: dict[str, str], variant: Literal["cpu", "gpu"] = "gpu"
+) -> RenderSpec:
     lock = tmp_path / "requirements.lock"
     lock.write_text("".join(f"{name}=={version} {HASH}\n" for name, version in pins.items()))
     return RenderSpec(

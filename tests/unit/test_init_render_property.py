@@ -104,7 +104,7 @@ _TYPED = [
 _WORDS = st.one_of(
     st.sampled_from(_TYPED),
     st.text(
-        alphabet=st.characters(blacklist_categories=("Cs",), min_codepoint=32).filter(
+        alphabet=st.characters(exclude_categories=["Cs"], min_codepoint=32).filter(
             lambda c: c != "\x7f"
         ),
         min_size=1,
