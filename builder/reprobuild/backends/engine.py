@@ -441,7 +441,10 @@ class Engine:
         except docker.errors.DockerException as exc:
             raise EngineError(f"cannot start a container from {image}: {_short(exc)}") from None
         try:
-            container.start()
+            try:
+                container.start()
+            except docker.errors.DockerException as exc:  # e.g. no such executable in it
+                raise EngineError(f"cannot start a container from {image}: {_short(exc)}") from None
             try:
                 status = container.wait(timeout=timeout)
             except requests.RequestException:

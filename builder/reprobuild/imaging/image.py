@@ -28,7 +28,13 @@ from reprobuild.backends.builders import REPRODUCIBLE, Builder
 from reprobuild.backends.engine import Engine, RunResult
 from reprobuild.bases import gpustack as stacklib
 from reprobuild.bases.refs import ImageRef, parse_ref
-from reprobuild.errors import EngineError, ImageRefError, LockfileError, ReprobuildError
+from reprobuild.errors import (
+    EngineError,
+    ImageRefError,
+    LockfileError,
+    ReprobuildError,
+    shorten,
+)
 from reprobuild.imaging import plan, sbom
 from reprobuild.imaging.context import clamp_times, write_tree
 from reprobuild.imaging.manifest import BUILT_KEYS, Distribution, Manifest
@@ -175,8 +181,22 @@ def normalize_tag(tag: str) -> str:
     return f"{ref.name}:{ref.tag or 'latest'}"
 
 
-def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
-    """Python version and platform of the base, read by running its own python3.
+# How long the base's python3 may take to print its facts (seconds; REPROBUILD_PROBE_TIMEOUT
+# overrides): a second or two on any base, an NGC one listing some hundred distributions; a
+# python3 that hangs is stopped and named.
+PROBE_TIMEOUT = 60.0
+
+
+def probe_timeout() -> float:
+    try:
+        return max(1.0, float(os.environ.get("REPROBUILD_PROBE_TIMEOUT", PROBE_TIMEOUT)))
+    except ValueError:
+        return PROBE_TIMEOUT
+
+
+def base_probe(engine: Engine, base: ImageRef, *, timeout: float | None = None) -> dict[str, Any]:
+    """Python version and platform of the base, read by running its own python3, with no
+    network and a timeout (init reads a given base with it too).
 
     Cached by digest and by the probe's own source: what a digest names never changes, and a
     changed probe must run again (a cached answer hid a probe that could not run at all)."""
@@ -184,7 +204,7 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
 
     source = Path(probe_module.__file__).read_text()
     probe_sha = hashlib.sha256(source.encode()).hexdigest()[:12]
-    digest = (spec.base.digest or "").replace(":", "-")
+    digest = (base.digest or "").replace(":", "-")
     cached = cache_root() / "bases" / f"v3-{digest}-{probe_sha}.json"
     try:
         data = jsonload.read_json_file(cached, str(cached), max_bytes=1 << 20)
@@ -193,17 +213,28 @@ def base_probe(engine: Engine, spec: RenderSpec) -> dict[str, Any]:
     except (OSError, ReprobuildError):
         pass  # only a cache (a FIFO or garbage there is never waited on): probe again
 
-    result = engine.run(spec.base.by_digest(), [], entrypoint=["python3", "-c", source])
-    if result.exit_code != 0:
-        raise EngineError(
-            f"base {spec.base} has no working python3 (exit {result.exit_code}): "
-            f"{result.stderr.decode(errors='replace').strip()[-200:]}",
-            hint="use a python:*-slim base or a Debian base with python3 and python3-venv",
+    hint = "use a python:*-slim base or a Debian base with python3 and python3-venv"
+    try:
+        result = engine.run(
+            base.by_digest(),
+            [],
+            entrypoint=["python3", "-c", source],
+            timeout=timeout or probe_timeout(),
         )
-    what = f"the probe output of base {spec.base}"
+    except EngineError as exc:  # no python3 to start, or one that hangs
+        why = exc.message.replace(base.by_digest(), "the base")
+        raise EngineError(f"base {base}: cannot run its python3: {why}", hint=hint) from None
+    if result.exit_code != 0:
+        said = [ln for ln in result.stderr.decode(errors="replace").splitlines() if ln.strip()]
+        raise EngineError(
+            f"base {base} has no working python3 (exit {result.exit_code})"
+            + (f": it said {shorten(said[-1].strip(), 200)}" if said else ""),
+            hint=hint,
+        )
+    what = f"the probe output of base {base} (its python3 printed something else)"
     probed = jsonload.loads(result.stdout, what, error=EngineError)
-    if not isinstance(probed, dict):
-        raise EngineError(f"{what} is not a JSON object")
+    if not isinstance(probed, dict) or not isinstance(probed.get("python"), dict):
+        raise EngineError(f"{what}: not the probe's JSON object", hint=hint)
     with contextlib.suppress(OSError):  # only a cache: an unwritable one costs a probe per build
         write_atomic(cached, json.dumps(probed, sort_keys=True))
     return probed
@@ -416,7 +447,8 @@ def _build_image(
     # commit moves SOURCE_DATE_EPOCH, and with it every step's text and file time, so the next
     # build would start over at the first step and install every wheel again. The stamp, built
     # from the project's epoch, sets the image's time and its created label.
-    probe = base_probe(engine, spec)
+    probe = base_probe(engine, spec.base)
+    plan.check_base_python(planned.config, str(probe["python"].get("version", "")), str(spec.base))
     check_base_conflicts(spec, probe)
     uv = uv_installer(spec, probe)
     if uv is not None:

@@ -64,12 +64,7 @@ def lock_selection(config: ProjectConfig, lock_path: Path, base_python: str | No
     another format cannot honour, and a select.python the catalog base does not carry."""
     chosen = config.select
     base_xy = ".".join(base_python.split(".")[:2]) if base_python else None
-    if chosen.python and base_xy and chosen.python != base_xy:
-        raise ConfigError(
-            config.where("select", "python"),
-            f"select.python {chosen.python} is not the base's CPython {base_xy}",
-            hint=f"set select.python to {base_xy}, or choose a base with CPython {chosen.python}",
-        )
+    check_base_python(config, base_xy)
     if chosen.chooses and format_of_file(lock_path) not in NATIVE_NAMES.values():
         raise ConfigError(
             config.where("select"),
@@ -83,6 +78,21 @@ def lock_selection(config: ProjectConfig, lock_path: Path, base_python: str | No
         groups=chosen.groups,
         default_groups=chosen.default_groups,
     )
+
+
+def check_base_python(config: ProjectConfig, base_python: str | None, base: str = "") -> None:
+    """select.python must be the base's CPython (``X.Y[.Z]``; None: not known yet). A catalog
+    base's is known when planning; a base given by digest shows it when the build runs it,
+    before anything is fetched for the lock's Python."""
+    chosen = config.select.python
+    base_xy = ".".join(base_python.split(".")[:2]) if base_python else None
+    if chosen and base_xy and chosen != base_xy:
+        raise ConfigError(
+            config.where("select", "python"),
+            f"select.python {chosen} is not the base's CPython {base_xy}"
+            + (f" ({base})" if base else ""),
+            hint=f"set select.python to {base_xy}, or choose a base with CPython {chosen}",
+        )
 
 
 def read_lock(config: ProjectConfig, lock_path: Path, base_python: str | None) -> Lock:
