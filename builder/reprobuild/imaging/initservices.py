@@ -8,12 +8,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprobuild.bases.catalog import eol_warning, load_catalog, python_eol
+from reprobuild.backends.engine import Engine
+from reprobuild.bases.catalog import eol_warning, is_catalog_name, load_catalog, python_eol
+from reprobuild.bases.refs import parse_pinned
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
 from reprobuild.locks.sourcearchive import with_archives
-from reprobuild.locks.wheels import fetch_sources, locate_sdists
-from reprobuild.project.init import Services
+from reprobuild.locks.wheels import Target, fetch_sources, locate_sdists
+from reprobuild.project.init import BaseFacts, Services
 
 
 def read_lock(
@@ -66,6 +68,25 @@ def base_for(python: str, gpu: bool) -> str | None:
     return None
 
 
+def base_facts(ref: str) -> BaseFacts | None:
+    """What ``init --base REF`` reads off the base: a catalog name's CPython from the catalog
+    (None for a name it does not hold: render names it), else the base's own python3, run
+    once by digest with no network and a timeout (:func:`~reprobuild.imaging.image.
+    base_probe`, whose answer the build reuses from the cache)."""
+    from reprobuild.imaging.image import base_probe
+
+    if is_catalog_name(ref):
+        entry = load_catalog().entries.get(ref)
+        python = ".".join((entry.python or "").split(".")[:2]) if entry is not None else ""
+        return BaseFacts(python=python) if python else None
+    pinned = parse_pinned(ref, what="--base")
+    engine = Engine()
+    engine.ensure_base(pinned, lambda line: print(line, file=sys.stderr))
+    target = Target.from_probe(base_probe(engine, pinned))
+    glibc = ".".join(map(str, target.glibc)) if target.glibc else None
+    return BaseFacts(python=target.python_version, machine=target.machine, glibc=glibc)
+
+
 def python_eol_warning(python: str) -> str | None:
     """One line when CPython ``python`` is past its upstream end of life (the catalog's
     ``python_eol`` against today's date)."""
@@ -82,4 +103,5 @@ def init_services() -> Services:
         eol_warning=python_eol_warning,
         uv=str(find_uv_bin()),
         build_lock=_build_lock,
+        base_facts=base_facts,
     )

@@ -107,6 +107,17 @@ class InitOptions:
 
 
 @dataclass(frozen=True)
+class BaseFacts:
+    """What init reads off the base it is given (``--base``): its CPython (``X.Y``), machine
+    and glibc (``Services.base_facts``: the catalog's record for a catalog name, else the base
+    itself, run once with no network and a timeout)."""
+
+    python: str
+    machine: str = "x86_64"
+    glibc: str | None = None
+
+
+@dataclass(frozen=True)
 class Services:
     """What init needs from the layers above it.
 
@@ -115,7 +126,8 @@ class Services:
     :class:`~reprobuild.errors.ReprobuildError` on a refusal. ``base_for(python, gpu)`` names a
     catalog base carrying that Python, or ``None``. ``lock_format(path)`` names a lock's
     format (``uv``, ``poetry``, ``pipfile``, ``pdm``, ``pylock`` or ``requirements``) from its
-    name, else its content. ``uv`` is the pinned resolver's binary.
+    name, else its content. ``uv`` is the pinned resolver's binary. ``base_facts(ref)`` reads
+    a given base (:class:`BaseFacts`; None: not known, as before init read bases).
     """
 
     read_lock: Callable[
@@ -133,6 +145,7 @@ class Services:
     build_lock: Callable[[Path, str, tuple[str, ...], tuple[str, ...]], str | None] = (
         lambda _path, _python, _extras, _groups: None
     )
+    base_facts: Callable[[str], BaseFacts | None] = lambda _ref: None
 
 
 @dataclass
@@ -143,6 +156,34 @@ class InitResult:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class LockFacts:
+    """The lock as init found it: its file (in place, or the one it resolves into), its
+    format, and what it holds for the Python init read it for."""
+
+    name: str
+    native: bool
+    python: str
+    names: tuple[str, ...]
+    indexes: tuple[str, ...]
+    notes: tuple[str, ...]
+    resolved: str | None = None  # the requirements.lock text init resolved, to be written
+    resolved_from: str | None = None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """init's decision, each part with its reason (said as a note)."""
+
+    python: str
+    python_why: str
+    base: str
+    base_why: str
+    gpu: bool
+    cuda_wheels: bool  # the lock brings CUDA as wheels: a GPU image on a plain Python base
+    lock: LockFacts
+
+
 def init_project(
     directory: Path,
     options: InitOptions,
@@ -150,7 +191,8 @@ def init_project(
     *,
     log: Callable[[str], None] = lambda _: None,
 ) -> InitResult:
-    """Write ``directory/reprobuild.yaml`` (and ``requirements.lock`` when one is resolved)."""
+    """Write ``directory/reprobuild.yaml`` (and ``requirements.lock`` when one is resolved):
+    facts first (the lock, the base, the flags), then one choice, then the files, last."""
     root = Path(directory)
     if not root.is_dir():
         raise InitError(f"{root}: no such project directory")
@@ -164,116 +206,218 @@ def init_project(
     result = InitResult(config=config)
     lock_name, resolve_from = _find_lock(root, options.lock, services)
     command = _command(root, options.command)
-    text: str | None = None
-    if resolve_from is not None:
-        _refuse_existing(root / RESOLVED_NAME)
-        python = options.python or DEFAULT_PYTHON
-        text = _resolve(root, resolve_from, python, options, services)
-        lock_name = RESOLVED_NAME
-        result.notes.append(
-            f"resolved {resolve_from} with uv pip compile into "
-            f"{RESOLVED_NAME} (sha256-hashed, CPython {python} on {_UV_PLATFORM})"
-        )
-        probe = _write_temp(root, RESOLVED_NAME, text)
-        try:
-            _, names, indexes, notes = services.read_lock(probe, python, (), ())
-        except ReprobuildError:
-            probe.unlink(missing_ok=True)
-            raise
-        probe.unlink(missing_ok=True)
-    else:
-        assert lock_name is not None
-        native = services.lock_format(root / lock_name) in NATIVE_FORMATS
-        if not native and (options.extras or options.groups):
-            raise InitError(
-                f"{root / lock_name}: --extra and --group choose from a native lock "
-                f"({', '.join(NATIVE_NAMES)}); {lock_name} has its pins chosen already",
-                hint="drop --extra/--group, or relock with the extras and groups you want",
-            )
-        said = None if native or options.python else _header_python(root / lock_name)
-        candidates = (options.python or said or DEFAULT_PYTHON,) if not native else PYTHONS
-        if native and options.python:
-            candidates = (options.python,)
-        python, _rendered, names, indexes, notes, skipped = _pick_python(
-            root / lock_name, candidates, options, services
-        )
-        if native:
-            why = "as --python asks" if options.python else _newest_because(skipped)
-            result.notes.append(
-                f"{lock_name} read for CPython {python} ({why})"
-                + (f", extras {', '.join(options.extras)}" if options.extras else "")
-                + (f", groups {', '.join(options.groups)}" if options.groups else "")
-                + ": the choice is in reprobuild.yaml's select"
-            )
-        elif not options.python:
-            result.notes.append(
-                f"{lock_name} is for CPython {python}"
-                + (
-                    " (its resolver's header says so)"
-                    if said
-                    else f" (it does not say which Python it was made for; --python X.Y "
-                    f"if not {DEFAULT_PYTHON})"
-                )
-            )
-    result.notes.extend(notes)
-    warning = services.eol_warning(python)
+    base = services.base_facts(options.base) if options.base else None
+    choice = choose(root, (lock_name, resolve_from), base, options, services)
+    result.notes.append(choice.python_why)
+    result.notes.extend(choice.lock.notes)
+    warning = services.eol_warning(choice.python)
     if warning is not None:
         result.warnings.append(warning)
+    if choice.base_why:
+        result.notes.append(choice.base_why)
+    _write_project(root, choice, command, options, services, result)
+    for note in result.notes:
+        log(f"note: {note}")
+    for warning in result.warnings:
+        log(f"warning: {warning}")
+    return result
+
+
+def choose(
+    root: Path,
+    found: tuple[str | None, str | None],
+    base: BaseFacts | None,
+    options: InitOptions,
+    services: Services,
+) -> Choice:
+    """The Python, the base and the variant, from the lock, the base's facts and the flags."""
+    lock_name, resolve_from = found
+    asked, asked_why = _asked_python(options, base)
+    if resolve_from is not None:
+        lock = _resolved_lock(root, resolve_from, asked or DEFAULT_PYTHON, options, services)
+        why = (
+            f"resolved {resolve_from} with uv pip compile into {RESOLVED_NAME} (sha256-hashed, "
+            f"CPython {lock.python} on {_UV_PLATFORM}"
+            + (f"; {asked_why}" if base is not None else "")
+            + ")"
+        )
+    else:
+        assert lock_name is not None
+        lock, why = _lock_in_place(root, lock_name, (asked, asked_why), options, services)
     # A lock that carries CUDA as wheels (nvidia-*, torch from a /whl/cuXYZ index) brings its
     # own GPU stack: it builds on the plain Python base, and the image runs on CPU and under
     # `docker run --gpus all`. Only a lock without one takes an NGC base (with --gpu).
-    cuda_wheels = _needs_gpu(names, indexes)
+    cuda_wheels = _needs_gpu(lock.names, lock.indexes)
     gpu = options.gpu or cuda_wheels
-    base = options.base or services.base_for(python, gpu and not cuda_wheels)
-    if base is None and gpu and not cuda_wheels and not options.python and resolve_from is None:
-        # --gpu on a lock without CUDA wheels takes an NGC base: the newest Python one carries
-        ngc = tuple(p for p in PYTHONS if services.base_for(p, True))
-        if ngc and services.lock_format(root / lock_name) in NATIVE_FORMATS:
-            try:
-                python_before = python
-                python, _rendered, names, indexes, notes, skipped = _pick_python(
-                    root / lock_name, ngc, options, services
-                )
-            except ReprobuildError as exc:
-                raise InitError(
-                    exc.message,
-                    hint=f"the NGC bases carry CPython {', '.join(ngc)}: relock for it, or "
-                    f"give a GPU base with CPython {python_before}: reprobuild init --gpu "
-                    f"--base REF@sha256:<digest> {root}",
-                ) from None
-            result.notes = [n for n in result.notes if not n.startswith(f"{lock_name} read for")]
-            result.notes.append(
-                f"{lock_name} read for CPython {python} (the newest an NGC base carries"
-                + (f"; CPython {skipped[0][0]} does not fit the lock" if skipped else "")
-                + "): the choice is in reprobuild.yaml's select"
-            )
-            base = services.base_for(python, True)
-    if base is None:
+    base_ref = options.base or services.base_for(lock.python, gpu and not cuda_wheels)
+    if base_ref is None and gpu and not cuda_wheels and asked is None and lock.native:
+        lock, why, base_ref = _ngc_python(root, lock, options, services)
+    if base_ref is None:
         raise InitError(
-            f"no catalog base carries CPython {python}"
+            f"no catalog base carries CPython {lock.python}"
             + (" with a GPU stack" if gpu and not cuda_wheels else "")
-            + f", which {lock_name} needs",
+            + f", which {lock.name} needs",
             hint="give one: reprobuild init --base REF@sha256:<digest> (an image with "
-            f"CPython {python})",
+            f"CPython {lock.python})",
         )
-    if cuda_wheels:
-        result.notes.append(
-            f"{lock_name} carries CUDA as wheels: the image is built on the plain Python base "
-            f"{base} and runs on CPU and under `docker run --gpus all`"
+    base_why = (
+        f"{lock.name} carries CUDA as wheels: the image is built on the plain Python base "
+        f"{base_ref} and runs on CPU and under `docker run --gpus all`"
+        if cuda_wheels
+        else ""
+    )
+    return Choice(lock.python, why, base_ref, base_why, gpu, cuda_wheels, lock)
+
+
+def _asked_python(options: InitOptions, base: BaseFacts | None) -> tuple[str | None, str]:
+    """The Python the flags fix, and why: --python, else the given base's; both given must
+    agree."""
+    if options.python and base is not None and options.python != base.python:
+        raise InitError(
+            f"--python {options.python} is not the CPython of base {options.base} ({base.python})",
+            hint=f"drop --python (init reads the base), or give a base with CPython "
+            f"{options.python}",
         )
+    if options.python:
+        return options.python, "as --python asks"
+    if base is not None:
+        return base.python, f"the CPython of base {options.base}"
+    return None, ""
+
+
+def _resolved_lock(
+    root: Path, source: str, python: str, options: InitOptions, services: Services
+) -> LockFacts:
+    """Unhashed requirements (or a lockless pyproject.toml) resolved into a hashed lock for
+    ``python``, read back as the build will read it (nothing is written yet)."""
+    _refuse_existing(root / RESOLVED_NAME)
+    text = _resolve(root, source, python, options, services)
+    probe = _write_temp(root, RESOLVED_NAME, text)
+    try:
+        _, names, indexes, notes = services.read_lock(probe, python, (), ())
+    finally:
+        probe.unlink(missing_ok=True)
+    return LockFacts(RESOLVED_NAME, False, python, names, indexes, notes, text, source)
+
+
+def _lock_in_place(
+    root: Path,
+    lock_name: str,
+    asked_for: tuple[str | None, str],
+    options: InitOptions,
+    services: Services,
+) -> tuple[LockFacts, str]:
+    """The lock used in place, read for the Python asked for (the flag's or the base's), else
+    the newest it installs on (a native lock) or the one it says it was made for."""
+    native = services.lock_format(root / lock_name) in NATIVE_FORMATS
+    if not native and (options.extras or options.groups):
+        raise InitError(
+            f"{root / lock_name}: --extra and --group choose from a native lock "
+            f"({', '.join(NATIVE_NAMES)}); {lock_name} has its pins chosen already",
+            hint="drop --extra/--group, or relock with the extras and groups you want",
+        )
+    asked, asked_why = asked_for
+    said = None if native else _header_python(root / lock_name)
+    if said and asked and said != asked and not options.python:
+        raise InitError(
+            f"{root / lock_name}: is for CPython {said} (its resolver's header says so), but "
+            f"base {options.base} has CPython {asked}",
+            hint=f"relock for CPython {asked}, or give a base with CPython {said}",
+        )
+    candidates = (asked,) if asked else PYTHONS if native else (said or DEFAULT_PYTHON,)
+    try:
+        python, _rendered, names, indexes, notes, skipped = _pick_python(
+            root / lock_name, candidates, options, services
+        )
+    except ReprobuildError as exc:
+        if asked is None or options.python:
+            raise
+        raise InitError(
+            f"{exc.message} (CPython {asked} is the Python of base {options.base})",
+            hint=f"relock for CPython {asked}, or give a base with a CPython the lock allows",
+        ) from None
+    lock = LockFacts(lock_name, native, python, names, indexes, notes)
+    return lock, _python_note(lock, options, asked_why or None, said, skipped)
+
+
+def _python_note(
+    lock: LockFacts,
+    options: InitOptions,
+    asked_why: str | None,
+    said: str | None,
+    skipped: list[tuple[str, str]],
+) -> str:
+    """Why init read the lock for the Python it did, in one line."""
+    if asked_why:
+        why = asked_why
+    elif lock.native:
+        why = _newest_because(skipped)
+    elif said:
+        why = "its resolver's header says so"
+    else:
+        why = f"it does not say which Python it was made for; --python X.Y if not {DEFAULT_PYTHON}"
+    if not lock.native:
+        return f"{lock.name} is for CPython {lock.python} ({why})"
+    return (
+        f"{lock.name} read for CPython {lock.python} ({why})"
+        + (f", extras {', '.join(options.extras)}" if options.extras else "")
+        + (f", groups {', '.join(options.groups)}" if options.groups else "")
+        + ": the choice is in reprobuild.yaml's select"
+    )
+
+
+def _ngc_python(
+    root: Path, lock: LockFacts, options: InitOptions, services: Services
+) -> tuple[LockFacts, str, str | None]:
+    """--gpu on a native lock without CUDA wheels takes an NGC base: the lock read again for
+    the newest Python an NGC base carries."""
+    ngc = tuple(p for p in PYTHONS if services.base_for(p, True))
+    if not ngc:
+        return lock, "", None
+    try:
+        python, _rendered, names, indexes, notes, skipped = _pick_python(
+            root / lock.name, ngc, options, services
+        )
+    except ReprobuildError as exc:
+        raise InitError(
+            exc.message,
+            hint=f"the NGC bases carry CPython {', '.join(ngc)}: relock for it, or "
+            f"give a GPU base with CPython {lock.python}: reprobuild init --gpu "
+            f"--base REF@sha256:<digest> {root}",
+        ) from None
+    why = (
+        f"{lock.name} read for CPython {python} (the newest an NGC base carries"
+        + (f"; CPython {skipped[0][0]} does not fit the lock" if skipped else "")
+        + "): the choice is in reprobuild.yaml's select"
+    )
+    again = LockFacts(lock.name, True, python, names, indexes, notes)
+    return again, why, services.base_for(python, True)
+
+
+def _write_project(
+    root: Path,
+    choice: Choice,
+    command: tuple[str, ...],
+    options: InitOptions,
+    services: Services,
+    result: InitResult,
+) -> None:
+    """The files, last: the build-requirements lock and reprobuild.yaml (and the resolved
+    requirements.lock), each whole or not at all; a failure removes what this run wrote."""
+    lock = choice.lock
     # The sdists the lock builds: their build requirements, resolved and hashed beside it.
-    extra = _build_lock_file(root, lock_name, python, options, services, result)
-    includes = _includes(root, exclude={CONFIG_NAME, lock_name, *LOCK_NAMES, BUILD_LOCK_NAME})
-    native = resolve_from is None and services.lock_format(root / lock_name) in NATIVE_FORMATS
+    extra = _build_lock_file(root, lock.name, choice.python, options, services, result)
+    includes = _includes(root, exclude={CONFIG_NAME, lock.name, *LOCK_NAMES, BUILD_LOCK_NAME})
+    kind = (choice.gpu, choice.cuda_wheels, lock.native)
     yaml_text = _config_text(
-        root, lock_name, base, (gpu, cuda_wheels, native), command, includes, python, options
+        root, lock.name, choice.base, kind, command, includes, choice.python, options
     )
     yaml_text += "".join(
         f"build_lock: {n}  # the sdists' build requirements, hashed\n" for n in extra
     )
     yaml_text += _source_comments(result.notes)
-    if text is not None:
-        _link_new(root, RESOLVED_NAME, text)
+    if lock.resolved is not None:
+        _link_new(root, RESOLVED_NAME, lock.resolved)
         result.written.append(root / RESOLVED_NAME)
     try:
         _link_all(root, extra, result)
@@ -282,12 +426,7 @@ def init_project(
         for path in result.written:
             path.unlink(missing_ok=True)
         raise
-    result.written.append(config)
-    for note in result.notes:
-        log(f"note: {note}")
-    for warning in result.warnings:
-        log(f"warning: {warning}")
-    return result
+    result.written.append(result.config)
 
 
 def _source_comments(notes: list[str]) -> str:
