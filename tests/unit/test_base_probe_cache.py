@@ -24,15 +24,14 @@ class RunsTheProbeHere:
     def __init__(self) -> None:
         self.runs = 0
 
-    def run(self, image: str, command: list[str], *, entrypoint: list[str]) -> Any:
+    def run(self, image: str, command: list[str], *, entrypoint: list[str], timeout: float) -> Any:
         self.runs += 1
         done = subprocess.run([sys.executable, *entrypoint[1:]], capture_output=True, check=False)
         return SimpleNamespace(exit_code=done.returncode, stdout=done.stdout, stderr=done.stderr)
 
 
-def _spec() -> Any:
-    base = SimpleNamespace(digest=DIGEST, by_digest=lambda: f"team/base@{DIGEST}")
-    return SimpleNamespace(base=base)
+def _base() -> Any:
+    return SimpleNamespace(digest=DIGEST, by_digest=lambda: f"team/base@{DIGEST}")
 
 
 def test_the_probe_runs_once_per_digest_and_an_old_key_is_not_read(
@@ -43,9 +42,9 @@ def test_the_probe_runs_once_per_digest_and_an_old_key_is_not_read(
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"stale": True}))
     engine = RunsTheProbeHere()
-    first = base_probe(engine, _spec())  # type: ignore[arg-type]
+    first = base_probe(engine, _base())  # type: ignore[arg-type]
     assert engine.runs == 1 and "distributions" in first and "stale" not in first
-    assert base_probe(engine, _spec()) == first  # type: ignore[arg-type]
+    assert base_probe(engine, _base()) == first  # type: ignore[arg-type]
     assert engine.runs == 1
     (entry,) = set((tmp_path / "bases").glob("*.json")) - {stale}
     assert entry.name.startswith(stale.stem + "-")

@@ -15,14 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reprobuild.bases.catalog import load_catalog
 from reprobuild.errors import ReprobuildError
 from reprobuild.imaging.context import write_context
 from reprobuild.imaging.initservices import init_services
-from reprobuild.imaging.plan import plan_build, record_new_base
+from reprobuild.imaging.plan import Plan, plan_build, record_new_base
 from reprobuild.imaging.render import render_context
 from reprobuild.locks.lockfile import format_of_file
 from reprobuild.project.config import load_config
-from reprobuild.project.init import InitOptions, init_project
+from reprobuild.project.init import Choice, InitOptions, init_project
 
 LOCKS = Path(__file__).resolve().parent.parent / "data" / "lockfiles"
 NOT_LOCKS = ("pyproject.toml", "Pipfile", "README.md", "LICENSE")
@@ -63,12 +64,13 @@ def test_what_init_accepts_render_takes_with_no_flag(tmp_path: Path, lock: str) 
     project, name = _project(tmp_path, lock)
     before = sorted(p.name for p in project.iterdir())
     try:
-        init_project(project, InitOptions(lock=name, command=COMMAND), init_services())
+        result = init_project(project, InitOptions(lock=name, command=COMMAND), init_services())
     except ReprobuildError as exc:  # refused: one line, nothing written
         assert "\n" not in exc.message
         assert sorted(p.name for p in project.iterdir()) == before
         return
     planned = plan_build(project)  # no --gpu, --base, --variant: what init wrote
+    _plan_keeps_inits_choice(result.choice, planned)
     record_new_base(planned, lambda _line: None)
     out = tmp_path / "ctx"
     write_context(
@@ -76,6 +78,20 @@ def test_what_init_accepts_render_takes_with_no_flag(tmp_path: Path, lock: str) 
         protected=(), reprobuild_owned=False,
     )  # fmt: skip
     assert (out / "Dockerfile").is_file() and (out / "requirements.lock").is_file()
+
+
+def _plan_keeps_inits_choice(choice: Choice | None, planned: Plan) -> None:
+    """issue 51: what image would build is what init chose: the variant, the base, the
+    CPython and the set of packages."""
+    assert choice is not None
+    config = planned.config
+    assert planned.spec.variant == ("gpu" if choice.gpu else "cpu")
+    assert (config.base_gpu if choice.gpu else config.base_cpu) == choice.base
+    entry = load_catalog().entries[choice.base]  # init chose a catalog base (no --base here)
+    assert ".".join((entry.python or "").split(".")[:2]) == choice.python
+    if choice.lock.native:
+        assert config.select.python == choice.python
+    assert {r.name for r in planned.spec.lock.requirements} == set(choice.lock.names)
 
 
 def test_the_property_covers_enough_locks(tmp_path: Path) -> None:

@@ -26,6 +26,9 @@ READERS = (
     "reprobuild.locks.records",
     "reprobuild.locks.lockfile",
     "reprobuild.bases.baselock",  # the project's lock of its bases
+    # init and the project file (issue 51): init gathers facts, chooses once, writes last
+    "reprobuild.project.init",
+    "reprobuild.project.config",
 )
 
 

@@ -148,12 +148,6 @@ class Services:
     base_facts: Callable[[str], BaseFacts | None] = lambda _ref: None
 
 
-@dataclass
-class InitResult:
-    config: Path
-    written: list[Path] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -184,6 +178,15 @@ class Choice:
     lock: LockFacts
 
 
+@dataclass
+class InitResult:
+    config: Path
+    written: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    choice: Choice | None = None  # what init decided (the property tests hold the plan to it)
+
+
 def init_project(
     directory: Path,
     options: InitOptions,
@@ -208,6 +211,7 @@ def init_project(
     command = _command(root, options.command)
     base = services.base_facts(options.base) if options.base else None
     choice = choose(root, (lock_name, resolve_from), base, options, services)
+    result.choice = choice
     result.notes.append(choice.python_why)
     result.notes.extend(choice.lock.notes)
     warning = services.eol_warning(choice.python)
