@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import docker.errors
 import pytest
 
-from helpers import DATA, MakeTag, build_json, run_cli
+from helpers import DATA, MakeTag, build_json, published_image, run_cli, tar_context
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -69,6 +70,62 @@ def test_cuda_wheels_build_on_the_plain_base_and_run_without_a_gpu(
         verify = run_cli("verify", tag, "--", "python", "train.py", cwd=tmp_path, timeout=900)
         assert verify.returncode == 0, verify.stderr
         assert verify.stdout.startswith("identical: 2 runs of `python train.py`"), verify.stdout
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(tag, force=True)
+
+
+# A plain Debian base with Debian's python3-setuptools 66.1.1 (what python3-pip brings),
+# recorded as that package records it in dist-packages; and a lock (as uv's and Poetry's do)
+# that pins its own setuptools, from PyPI.
+DEBIAN_SETUPTOOLS = "usr/lib/python3/dist-packages/setuptools-66.1.1.egg-info/PKG-INFO"
+SETUPTOOLS_PIN = (
+    "setuptools==80.9.0 \\\n"
+    "    --hash=sha256:062d34222ad13e0cc312a4c02d73f059e86a4acbfbdea8f8f76b28c99f306922\n"
+)
+
+
+@pytest.fixture(scope="module")
+def base_with_setuptools(base_ref: str, docker_client: DockerClient) -> Iterator[str]:
+    files = {
+        "Dockerfile": (f"FROM {base_ref}\nCOPY usr/ /usr/\n".encode(), 0o644),
+        DEBIAN_SETUPTOOLS: (b"Metadata-Version: 2.1\nName: setuptools\nVersion: 66.1.1\n", 0o644),
+    }
+    with published_image(docker_client, tar_context(files), "base-debian-setuptools") as ref:
+        yield ref
+
+
+def test_a_cuda_wheel_lock_pins_its_own_setuptools_over_a_plain_bases(
+    base_with_setuptools: str, tmp_path: Path, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """issue 51: `poetry.lock:5646: setuptools==68.2.2 would replace the base's setuptools
+    66.1.1 (...): a GPU image keeps the base's stack` on a plain Debian CPython base. The
+    installer's tools are not the stack the guard keeps: the image builds, its venv holds the
+    lock's setuptools, and the base's stays as it was."""
+    project = tmp_path / "cuda-wheels"
+    shutil.copytree(DATA / "projects" / "cuda-wheels", project)
+    with (project / "requirements.lock").open("a") as fh:
+        fh.write(SETUPTOOLS_PIN)
+    (project / "train.py").write_text(TRAIN)
+    proc = run_cli("init", str(project), "--base", base_with_setuptools)
+    assert proc.returncode == 0, proc.stderr
+    assert "carries CUDA as wheels" in proc.stderr
+    tag = unique_tag("cuda-wheels-setuptools")
+    try:
+        build_json(str(project), "--tag", tag)
+        manifest = json.loads(run_cli("inspect", tag, "--json").stdout)["manifest"]
+        dists = {d["name"]: d for d in manifest["distributions"]}
+        assert dists["setuptools"]["version"] == "80.9.0", dists["setuptools"]
+        out = docker_client.containers.run(
+            tag,
+            ["python", "-c", "import setuptools, sys; print(setuptools.__version__, sys.prefix)"],
+            remove=True,
+        )
+        assert out.decode().split()[0] == "80.9.0"
+        base_copy = docker_client.containers.run(
+            tag, ["cat", "/" + DEBIAN_SETUPTOOLS], remove=True, entrypoint=[]
+        )
+        assert b"Version: 66.1.1" in base_copy  # the base's own record, untouched
     finally:
         with contextlib.suppress(docker.errors.ImageNotFound):
             docker_client.images.remove(tag, force=True)
