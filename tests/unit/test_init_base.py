@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from reprobuild.errors import ReprobuildError
 from reprobuild.imaging.initservices import init_services
 from reprobuild.project.config import load_config
 from reprobuild.project.init import BaseFacts, InitError, InitOptions, Services, init_project
@@ -91,3 +92,17 @@ def test_a_requirements_lock_that_names_no_python_takes_the_bases(tmp_path: Path
     result = init_project(project, InitOptions(base=BASE), services("3.12"))
     assert f"requirements.txt is for CPython 3.12 (the CPython of base {BASE})" in result.notes
     assert "# CPython 3.12" in (project / "reprobuild.yaml").read_text()
+
+
+def test_a_catalog_base_gives_its_python_from_the_catalog(tmp_path: Path) -> None:
+    project = uv_project(tmp_path)
+    result = init_project(project, InitOptions(base="python-3.12-slim-bookworm"), init_services())
+    assert load_config(project).select.python == "3.12"
+    assert "(the CPython of base python-3.12-slim-bookworm)" in result.notes[0]
+
+
+def test_an_unknown_catalog_name_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    project = uv_project(tmp_path)
+    with pytest.raises(ReprobuildError, match=r"--base: no base named 'nosuch' in the catalog"):
+        init_project(project, InitOptions(base="nosuch"), init_services())
+    assert not (project / "reprobuild.yaml").exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 from reprobuild.backends.engine import Engine
 from reprobuild.bases.catalog import eol_warning, is_catalog_name, load_catalog, python_eol
 from reprobuild.bases.refs import parse_pinned
+from reprobuild.errors import UnknownBaseError
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
 from reprobuild.locks.sourcearchive import with_archives
@@ -70,14 +71,17 @@ def base_for(python: str, gpu: bool) -> str | None:
 
 def base_facts(ref: str) -> BaseFacts | None:
     """What ``init --base REF`` reads off the base: a catalog name's CPython from the catalog
-    (None for a name it does not hold: render names it), else the base's own python3, run
+    (refused if it holds no such name), else the base's own python3, run
     once by digest with no network and a timeout (:func:`~reprobuild.imaging.image.
     base_probe`, whose answer the build reuses from the cache)."""
     from reprobuild.imaging.image import base_probe
 
     if is_catalog_name(ref):
-        entry = load_catalog().entries.get(ref)
-        python = ".".join((entry.python or "").split(".")[:2]) if entry is not None else ""
+        try:
+            entry = load_catalog().get(ref)
+        except UnknownBaseError as exc:
+            raise UnknownBaseError(f"--base: {exc.message}", hint=exc.hint) from None
+        python = ".".join((entry.python or "").split(".")[:2])
         return BaseFacts(python=python) if python else None
     pinned = parse_pinned(ref, what="--base")
     engine = Engine()

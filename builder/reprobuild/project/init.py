@@ -148,8 +148,6 @@ class Services:
     base_facts: Callable[[str], BaseFacts | None] = lambda _ref: None
 
 
-
-
 @dataclass(frozen=True)
 class LockFacts:
     """The lock as init found it: its file (in place, or the one it resolves into), its
