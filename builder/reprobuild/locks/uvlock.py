@@ -35,10 +35,12 @@ from reprobuild.locks.native import (
     open_toml_lock,
     pyproject_beside,
     source_refusal,
+    wheel_hashes,
     wheels_or_sdist,
 )
 from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
 from reprobuild.locks.sources import git_pin, path_pin, split_uv_git
+from reprobuild.locks.urlwheels import wheel_url_problem
 
 __all__ = ["parse_uvlock"]
 
@@ -112,6 +114,10 @@ def parse_uvlock(
             pin = _source_pin(package, kind, path)
             if pin is not None:
                 pins.source(pin)
+            continue
+        if kind == "url" and _basename(str(package.source["url"])).endswith(".whl"):
+            hashes, url = _url_wheel(package, selection, path, lines)
+            pins.pin(package.name, package.version, hashes, package.line, url=url)
             continue
         hashes, source, index = _hashes_and_index(package, selection, path, lines)
         pins.pin(package.name, package.version, hashes, package.line, index, source=source)
@@ -365,6 +371,39 @@ def _hashes_and_index(
         files, sdist, package.name, package.version, selection, path, locate, _HINT
     )
     return hashes, source, index
+
+
+def _url_wheel(
+    package: _Package, selection: Selection, path: Path, lines: LockLines
+) -> tuple[tuple[str, ...], str]:
+    """``source = { url = "https://host/x.whl" }``: the hash of its wheel entry (one that fits
+    the platform) and the URL the host fetches it from (:mod:`reprobuild.locks.urlwheels`)."""
+    line = package.line or None
+    label = f"package {package.name}"
+    source_url = str(package.source["url"])
+    wheels = package.entry.get("wheels") or []
+    if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
+        raise LockfileError(path, line, f"{label}: 'wheels' must be a list of tables")
+
+    def locate(needle: str) -> int | None:
+        return lines.find(needle, package.line) if package.line else None
+
+    for wheel in wheels:  # the ones left: prune_foreign_wheels blanked those that do not fit
+        url = wheel.get("url")
+        if not isinstance(url, str):
+            raise LockfileError(path, line, f"{label}: a wheel of a URL source has no 'url'")
+        problem = wheel_url_problem(url, what=f"{label}: wheel")
+        if problem is not None:
+            raise LockfileError(path, locate(url), problem)
+        files = [(_basename(url), wheel.get("hash"))]
+        hashes = wheel_hashes(files, package.name, package.version, selection, path, locate, _HINT)
+        return hashes, url
+    raise LockfileError(
+        path,
+        line,
+        f"{label}: its wheel {quoted(source_url)} does not fit {selection.label}",
+        hint="lock a wheel built for this platform, or choose another --python",
+    )
 
 
 def _sdist(package: _Package, path: Path, line: int | None) -> tuple[str, str, object] | None:
