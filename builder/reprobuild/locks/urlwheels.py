@@ -31,7 +31,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from reprobuild._util import leftovers
 from reprobuild.bases.refs import is_loopback
-from reprobuild.errors import ReprobuildError
+from reprobuild.errors import LockfileError, ReprobuildError
+from reprobuild.locks.native import Selection, wheel_hashes
 from reprobuild.locks.records import URL_CHARS_RE, Requirement, quoted, url_problem
 
 Log = Callable[[str], None]
@@ -77,6 +78,43 @@ def wheel_url_problem(url: str, *, what: str) -> str | None:
 def wheel_filename(url: str) -> str:
     """The file name a wheel's URL path ends in (percent-escapes decoded)."""
     return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+def is_wheel_url(url: object) -> bool:
+    """``url`` is a string whose path ends in ``.whl`` (a direct-URL wheel, not an sdist)."""
+    return isinstance(url, str) and wheel_filename(url).endswith(".whl")
+
+
+def native_url_wheel(
+    url: object,
+    digest: object,
+    name: str,
+    version: str,
+    selection: Selection,
+    path: Path,
+    line: int | None,
+    hint: str,
+) -> tuple[tuple[str, ...], str]:
+    """A native lock's direct-URL wheel of ``name`` ``version`` with its hash as the lock
+    writes it: the sha256 hashes and the URL the host fetches it from. Refused, each as one
+    ``file:line`` line: a URL the host may not fetch, a wheel of another package or version,
+    one that does not fit ``selection`` (naming the URL), a missing or non-sha256 hash."""
+    label = f"package {name}"
+    if not isinstance(url, str):
+        raise LockfileError(path, line, f"{label}: its direct URL is not a string", hint=hint)
+    problem = wheel_url_problem(url, what=f"{label}: wheel")
+    if problem is not None:
+        raise LockfileError(path, line, problem)
+    filename = wheel_filename(url)
+    if not selection.wheel_fits(filename):
+        raise LockfileError(
+            path,
+            line,
+            f"{label}: its wheel {quoted(url)} does not fit {selection.label}",
+            hint="lock a wheel built for this platform, or choose another --python",
+        )
+    files = [(filename, digest)]
+    return wheel_hashes(files, name, version, selection, path, lambda _: line, hint), url
 
 
 def target_tags(python_version: str, abi: str, platforms: list[str]) -> frozenset[Tag]:

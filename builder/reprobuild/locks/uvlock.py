@@ -35,12 +35,11 @@ from reprobuild.locks.native import (
     open_toml_lock,
     pyproject_beside,
     source_refusal,
-    wheel_hashes,
     wheels_or_sdist,
 )
 from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
 from reprobuild.locks.sources import git_pin, path_pin, split_uv_git
-from reprobuild.locks.urlwheels import wheel_url_problem
+from reprobuild.locks.urlwheels import is_wheel_url, native_url_wheel
 
 __all__ = ["parse_uvlock"]
 
@@ -115,8 +114,8 @@ def parse_uvlock(
             if pin is not None:
                 pins.source(pin)
             continue
-        if kind == "url" and _basename(str(package.source["url"])).endswith(".whl"):
-            hashes, url = _url_wheel(package, selection, path, lines)
+        if kind == "url" and is_wheel_url(package.source["url"]):
+            hashes, url = _url_wheel(package, selection, path)
             pins.pin(package.name, package.version, hashes, package.line, url=url)
             continue
         hashes, source, index = _hashes_and_index(package, selection, path, lines)
@@ -373,36 +372,20 @@ def _hashes_and_index(
     return hashes, source, index
 
 
-def _url_wheel(
-    package: _Package, selection: Selection, path: Path, lines: LockLines
-) -> tuple[tuple[str, ...], str]:
-    """``source = { url = "https://host/x.whl" }``: the hash of its wheel entry (one that fits
-    the platform) and the URL the host fetches it from (:mod:`reprobuild.locks.urlwheels`)."""
-    line = package.line or None
-    label = f"package {package.name}"
-    source_url = str(package.source["url"])
-    wheels = package.entry.get("wheels") or []
-    if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
-        raise LockfileError(path, line, f"{label}: 'wheels' must be a list of tables")
-
-    def locate(needle: str) -> int | None:
-        return lines.find(needle, package.line) if package.line else None
-
-    for wheel in wheels:  # the ones left: prune_foreign_wheels blanked those that do not fit
-        url = wheel.get("url")
-        if not isinstance(url, str):
-            raise LockfileError(path, line, f"{label}: a wheel of a URL source has no 'url'")
-        problem = wheel_url_problem(url, what=f"{label}: wheel")
-        if problem is not None:
-            raise LockfileError(path, locate(url), problem)
-        files = [(_basename(url), wheel.get("hash"))]
-        hashes = wheel_hashes(files, package.name, package.version, selection, path, locate, _HINT)
-        return hashes, url
-    raise LockfileError(
+def _url_wheel(package: _Package, selection: Selection, path: Path) -> tuple[tuple[str, ...], str]:
+    """``source = { url = "https://host/x.whl" }`` and its one wheel entry (blanked when it
+    does not fit the platform): its hashes and the URL the host fetches it from."""
+    wheels = package.entry.get("wheels") or [{}]
+    wheel = wheels[0] if isinstance(wheels, list) and isinstance(wheels[0], dict) else {}
+    return native_url_wheel(
+        wheel.get("url", package.source["url"]),
+        wheel.get("hash"),
+        package.name,
+        package.version,
+        selection,
         path,
-        line,
-        f"{label}: its wheel {quoted(source_url)} does not fit {selection.label}",
-        hint="lock a wheel built for this platform, or choose another --python",
+        package.line or None,
+        _HINT,
     )
 
 
