@@ -299,7 +299,7 @@ def test_an_http_error_is_one_line(tmp_path: Path, server: Server) -> None:
     ("line", "expected"),
     [
         ("rbdirect @ https://h.example/rbdirect-1.0-py3-none-any.whl",
-         "has no --hash"),
+         "has no hash in the lock"),
         ("rbdirect @ https://h.example/rbdirect-1.0-py3-none-any.whl#md5=" + "0" * 32,
          "is not '<algorithm>=<hex digest>'"),
         ("rbdirect @ https://h.example/rbdirect-1.0.tar.gz --hash=sha256:" + "0" * 64,
@@ -440,3 +440,79 @@ def test_each_native_reader_refuses_a_url_wheel_over_remote_http(tmp_path: Path,
     url = "http://h.example/rbdirect-1.0-py3-none-any.whl"
     with pytest.raises(LockfileError, match="plain http:// is only allowed to a loopback host"):
         load_lock(WRITERS[fmt](tmp_path, url, "0" * 64))
+
+
+# ---------------------------------------------------------------- init --record-hashes
+
+
+def test_init_records_the_hash_of_an_unhashed_url_wheel(tmp_path: Path, server: Server) -> None:
+    from helpers import run_cli
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("import rbdirect\n")
+    url = f"{server.url}/files/{WHEEL}"
+    six = (
+        "six==1.17.0 --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274"
+    )
+    # hashed but for the URL line: used in place (an unhashed file is resolved by uv, which
+    # hashes what it fetches itself)
+    (project / "requirements.lock").write_text(f"rbdirect @ {url}\n{six}\n")
+    hashes = project / "reprobuild.hashes.toml"
+
+    given = ("--command", "python train.py")
+    refused = run_cli("init", str(project), *given)
+    assert refused.returncode != 0
+    lines = refused.stderr.strip().splitlines()
+    assert lines[0] == (
+        f"error: {project / 'requirements.lock'}:1: rbdirect: wheel '{url}' has no hash in the lock"
+    )
+    assert "init --record-hashes" in refused.stderr
+    assert sorted(p.name for p in project.iterdir()) == ["requirements.lock", "train.py"]
+    assert server.hits == []
+
+    recorded = run_cli("init", str(project), *given, "--record-hashes")
+    assert recorded.returncode == 0, recorded.stderr
+    warnings = [ln for ln in recorded.stderr.splitlines() if ln.startswith("warning: recorded")]
+    assert warnings == [
+        f"warning: recorded the sha256 of 1 wheel(s) the lock names by URL with no hash in "
+        f"{hashes}, as fetched now (trust on first use): commit it; every build checks those "
+        "wheels against it"
+    ]
+    assert server.hits == [f"/files/{WHEEL}"]  # fetched once, whatever init read it for
+    assert f'"{url}" = "sha256:{sha256(server.wheel)}"' in hashes.read_text()
+    assert (project / "reprobuild.yaml").is_file()
+
+    # every later read takes the hash from the file, and a build checks the wheel against it
+    req, _six = load_lock(project / "requirements.lock").requirements
+    assert req.hashes == (f"sha256:{sha256(server.wheel)}",)
+    server.wheel.write_bytes(server.wheel.read_bytes() + b"changed")
+    with pytest.raises(UrlWheelError, match="the file changed at its URL"):
+        fetch_wheels(load_lock(project / "requirements.lock"), TARGET, tmp_path / "ctx", log=print)
+
+
+def test_a_native_lock_without_a_wheel_hash_names_the_flag(tmp_path: Path) -> None:
+    url = "https://h.example/rbdirect-1.0-py3-none-any.whl"
+    path = uv_lock(tmp_path, url, "0" * 64)
+    path.write_text(path.read_text().replace(f', hash = "sha256:{"0" * 64}"', ""))
+    with pytest.raises(LockfileError) as info:
+        load_lock(path)
+    assert str(info.value) == f"{path}:12: package rbdirect: wheel '{url}' has no hash in the lock"
+    assert info.value.hint is not None and "init --record-hashes" in info.value.hint
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[wheels]\n"https://h.example/x.whl" = "md5:00"\n',
+        "[other]\nx = 1\n",
+        "not toml [",
+        '[wheels]\n"https://h.example/$(x).whl" = "sha256:' + "0" * 64 + '"\n',
+    ],
+)
+def test_a_bad_hashes_file_is_one_error(tmp_path: Path, text: str) -> None:
+    (tmp_path / "reprobuild.hashes.toml").write_text(text)
+    path = requirements_lock(tmp_path, "rbdirect @ https://h.example/rbdirect-1.0-py3-none-any.whl")
+    with pytest.raises(LockfileError) as info:
+        load_lock(path)
+    assert str(info.value).startswith(f"{tmp_path / 'reprobuild.hashes.toml'}: ")

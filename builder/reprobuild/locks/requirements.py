@@ -36,7 +36,7 @@ from reprobuild.locks.records import (
     wheel_file_version,
 )
 from reprobuild.locks.sources import git_pin
-from reprobuild.locks.urlwheels import wheel_filename, wheel_url_problem
+from reprobuild.locks.urlwheels import unhashed, wheel_filename, wheel_url_problem
 
 # pip's comment rule: '#' at the start of a line or after whitespace.
 _COMMENT_RE = re.compile(r"(^|\s+)#.*$")
@@ -455,6 +455,8 @@ def _direct_wheel(
     problem = wheel_url_problem(base, what=f"{name}: wheel")
     if problem is not None:
         raise LockfileError(path, number, problem)
+    if not hashes:
+        hashes.append(f"sha256:{unhashed(base, path, number, name)}")
     version = wheel_file_version(wheel_filename(base), name, req_text, number, path)
     return base, version
 

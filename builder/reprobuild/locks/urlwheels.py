@@ -32,6 +32,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from reprobuild._util import leftovers
 from reprobuild.bases.refs import is_loopback
 from reprobuild.errors import LockfileError, ReprobuildError
+from reprobuild.locks.hashrecord import RECORD_HINT, hash_for
 from reprobuild.locks.native import Selection, wheel_hashes
 from reprobuild.locks.records import URL_CHARS_RE, Requirement, quoted, url_problem
 
@@ -113,8 +114,28 @@ def native_url_wheel(
             f"{label}: its wheel {quoted(url)} does not fit {selection.label}",
             hint="lock a wheel built for this platform, or choose another --python",
         )
+    if not digest:
+        digest = f"sha256:{unhashed(url, path, line, label)}"
     files = [(filename, digest)]
     return wheel_hashes(files, name, version, selection, path, lambda _: line, hint), url
+
+
+def unhashed(url: str, path: Path, line: int | None, label: str) -> str:
+    """The sha256 hex of a wheel the lock names by ``url`` with no hash: recorded in the
+    hashes file beside the lock (:mod:`reprobuild.locks.hashrecord`), else refused."""
+    found = hash_for(path, url)
+    if found is None:
+        raise LockfileError(
+            path, line, f"{label}: wheel {quoted(url)} has no hash in the lock", hint=RECORD_HINT
+        )
+    return found
+
+
+def sha256_of_url(url: str) -> str:
+    """Fetch the wheel at ``url`` once (every check of :func:`fetch_url_wheel`) for its
+    sha256 hex, keeping nothing: what ``init --record-hashes`` records."""
+    with tempfile.TemporaryDirectory(prefix=_PREFIX) as tmp:
+        return fetch_url_wheel(url, None, Path(tmp), what=f"recording {wheel_filename(url)}").sha256
 
 
 def target_tags(python_version: str, abi: str, platforms: list[str]) -> frozenset[Tag]:
