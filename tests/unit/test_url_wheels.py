@@ -516,3 +516,35 @@ def test_a_bad_hashes_file_is_one_error(tmp_path: Path, text: str) -> None:
     with pytest.raises(LockfileError) as info:
         load_lock(path)
     assert str(info.value).startswith(f"{tmp_path / 'reprobuild.hashes.toml'}: ")
+
+
+def pylock(tmp_path: Path, url: str, digest: str) -> Path:
+    lock = tmp_path / "pylock.toml"
+    lock.write_text(
+        'lock-version = "1.0"\ncreated-by = "hand"\n\n[[packages]]\nname = "rbdirect"\n'
+        f'version = "1.0"\narchive = {{ url = "{url}", hashes = {{ sha256 = "{digest}" }} }}\n'
+    )
+    return lock
+
+
+def test_a_pylock_archive_wheel_is_fetched(tmp_path: Path, server: Server) -> None:
+    url = f"{server.url}/files/{WHEEL}"
+    digest = sha256(server.wheel)
+    lock = load_lock(pylock(tmp_path, url, digest))
+    (req,) = lock.requirements
+    assert (req.version, req.url, req.hashes) == ("1.0", url, (f"sha256:{digest}",))
+    (got,) = fetch_wheels(lock, TARGET, tmp_path / "ctx", log=lambda _: None)
+    assert sha256(got) == digest
+
+
+def test_a_pylock_archive_wheel_is_checked_against_the_base_when_fetched(
+    tmp_path: Path, server: Server
+) -> None:
+    url = f"{server.url}/files/rbdirect-1.0-cp311-cp311-win_amd64.whl"
+    lock = load_lock(pylock(tmp_path, url, "0" * 64))  # pylock.toml is not read per platform
+    with pytest.raises(UrlWheelError, match=r"does not fit cp311-x86_64-glibc2\.36"):
+        fetch_wheels(lock, TARGET, tmp_path / "ctx", log=lambda _: None)
+    assert server.hits == []
+    remote = pylock(tmp_path, "http://h.example/rbdirect-1.0-py3-none-any.whl", "0" * 64)
+    with pytest.raises(LockfileError, match=r"pylock\.toml:7: package rbdirect: wheel 'http:"):
+        load_lock(remote)
