@@ -548,3 +548,21 @@ def test_a_pylock_archive_wheel_is_checked_against_the_base_when_fetched(
     remote = pylock(tmp_path, "http://h.example/rbdirect-1.0-py3-none-any.whl", "0" * 64)
     with pytest.raises(LockfileError, match=r"pylock\.toml:7: package rbdirect: wheel 'http:"):
         load_lock(remote)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://h.example/..%2F..%2Frbdirect-1.0-py3-none-any.whl",
+        "https://h.example/rbdirect%20-1.0-py3-none-any.whl",
+        "https://h.example/.rbdirect-1.0-py3-none-any.whl",
+    ],
+)
+def test_a_url_whose_file_name_is_not_plain_is_refused(tmp_path: Path, url: str) -> None:
+    with pytest.raises(LockfileError, match="its path does not end in a wheel's file name"):
+        load_lock(requirements_lock(tmp_path, f"rbdirect @ {url} --hash=sha256:{'0' * 64}"))
+    folder = tmp_path / "f"
+    folder.mkdir()
+    with pytest.raises(UrlWheelError, match="its path does not end in a wheel's file name"):
+        fetch_url_wheel(url, None, folder, what="x")
+    assert list(folder.iterdir()) == []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -47,6 +48,10 @@ _BLOCK = 1 << 20
 _PREFIX = ".url-"
 
 
+# The file name the wheel is saved under (the last part of the URL's path, unescaped).
+_WHEEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$")
+
+
 class UrlWheelError(ReprobuildError):
     """A direct-URL wheel could not be fetched, or was not the file the lock pins."""
 
@@ -67,6 +72,11 @@ def wheel_url_problem(url: str, *, what: str) -> str | None:
     problem = url_problem(url, schemes=("https", "http"), what=what)
     if problem is not None:
         return problem
+    if not _WHEEL_NAME_RE.fullmatch(wheel_filename(url)):
+        return (
+            f"{what} {quoted(url)}: its path does not end in a wheel's file name "
+            "(letters, digits, '._+-', ending in .whl)"
+        )
     parts = urlsplit(url)
     if parts.scheme.lower() == "http" and not is_loopback((parts.hostname or "").lower()):
         return (
@@ -182,9 +192,10 @@ class _HttpsRedirects(urllib.request.HTTPRedirectHandler):
 
 
 def _opener() -> urllib.request.OpenerDirector:
-    # No proxy handler (a direct wheel's URL goes where the lock says), no file/ftp/data.
+    # The environment's proxies (as pip honours them); no file:, ftp: or data: handler.
     opener = urllib.request.OpenerDirector()
     for handler in (
+        urllib.request.ProxyHandler(),
         urllib.request.HTTPHandler(),
         urllib.request.HTTPSHandler(),
         urllib.request.HTTPDefaultErrorHandler(),
