@@ -326,3 +326,24 @@ def make_uv_workspace(tmp: Path, rev: str = "") -> tuple[Path, str]:
         [_uv_bin(), "lock", "--offline", "--quiet"], cwd=project, check=True, capture_output=True
     )
     return project, commit
+
+
+def make_pure_wheel(folder: Path, name: str, tag: str = "py3-none-any") -> Path:
+    """A real, installable wheel of ``name`` 1.0 whose module's ``NAME`` is ``name``."""
+    import zipfile
+
+    mod = name.replace("-", "_")
+    path = folder / f"{mod}-1.0-{tag}.whl"
+    info = f"{mod}-1.0.dist-info"
+    files = {
+        f"{mod}/__init__.py": f"NAME = {name!r}\n".encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        f"Tag: {tag}\n".encode(),
+    }
+    record = "".join(f"{n},,\n" for n in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        for n, data in files.items():
+            zf.writestr(n, data)
+        zf.writestr(f"{info}/RECORD", record)
+    return path

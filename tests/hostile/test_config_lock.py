@@ -158,17 +158,23 @@ CASES: list[Case] = [
     Case("config-huge", _huge("reprobuild.yaml", 2 << 20), "is 2.0 MiB, over the 1.0 MiB limit"),
     Case("config-not-utf8", lambda root: _append_bytes(root, b"# \xff\n"), "is not UTF-8"),
     # ------------------------------------------------ the lock
+    # a direct-URL wheel is fetched on the host (locks/urlwheels.py): over https only
     Case(
-        "lock-direct-https-wheel",
+        "lock-direct-http-wheel",
         _lock(
-            f"six @ https://files.example.org/six-1.17.0-py2.py3-none-any.whl "
+            f"six @ http://files.example.org/six-1.17.0-py2.py3-none-any.whl "
             f"--hash=sha256:{SHA256}\n"
         ),
-        "direct references ('name @ URL'",
+        "plain http:// is only allowed to a loopback host",
     ),
     Case(
         "lock-direct-file-url",
         _lock(f"six @ file:///srv/six-1.17.0-py2.py3-none-any.whl --hash=sha256:{SHA256}\n"),
+        "scheme 'file' is not allowed, only https:// (http:// to a loopback host)",
+    ),
+    Case(
+        "lock-direct-sdist-url",
+        _lock(f"six @ https://files.example.org/six-1.17.0.tar.gz --hash=sha256:{SHA256}\n"),
         "direct references ('name @ URL'",
     ),
     Case(

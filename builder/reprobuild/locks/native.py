@@ -635,6 +635,7 @@ class Pins:
 
     def __init__(self) -> None:
         self._chosen: dict[str, tuple[str, tuple[str, ...], int, SourceArchive | None]] = {}
+        self._urls: dict[str, str] = {}
         self.indexes: list[str] = []
         self._sources: dict[str, SourcePin] = {}
 
@@ -665,12 +666,17 @@ class Pins:
         *,
         keep_first: bool = False,
         source: SourceArchive | None = None,
+        url: str | None = None,
     ) -> None:
         """Pin ``name``; ``keep_first``: a pin already there stays (a reader that meets the
         same version twice keeps the first one it met). ``index`` is noted once. ``source``:
-        the package is built from this archive (``hashes`` then holds its sha256 alone)."""
+        the package is built from this archive (``hashes`` then holds its sha256 alone).
+        ``url``: the package is this direct-URL wheel (:mod:`reprobuild.locks.urlwheels`)."""
         if not (keep_first and name in self._chosen):
             self._chosen[name] = (version, hashes, line, source)
+            self._urls.pop(name, None)
+            if url is not None:
+                self._urls[name] = url
         if index is not None and index not in self.indexes:
             self.indexes.append(index)
 
@@ -678,7 +684,14 @@ class Pins:
         """The records, sorted as every reader sorts them."""
         return sorted_requirements(
             [
-                Requirement(name=name, version=version, hashes=hashes, line=line, source=source)
+                Requirement(
+                    name=name,
+                    version=version,
+                    hashes=hashes,
+                    line=line,
+                    source=source,
+                    url=self._urls.get(name),
+                )
                 for name, (version, hashes, line, source) in self._chosen.items()
             ]
         )

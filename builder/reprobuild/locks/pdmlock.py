@@ -32,6 +32,7 @@ from reprobuild.locks.native import (
 )
 from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
 from reprobuild.locks.sources import git_pin, path_pin
+from reprobuild.locks.urlwheels import is_wheel_url, native_url_wheel
 
 __all__ = ["parse_pdmlock"]
 
@@ -60,7 +61,7 @@ def parse_pdmlock(
         if isinstance(picked, SourcePin):
             pins.source(picked)
             continue
-        name, version_text, hashes, archive = picked
+        name, version_text, hashes, archive, url = picked
         other = pins.version_of(name)
         if other is not None and other != version_text:
             raise LockfileError(
@@ -69,7 +70,7 @@ def parse_pdmlock(
                 f"package {name}: both {other} and {version_text} apply to {selection.label}",
                 hint=_HINT,
             )
-        pins.pin(name, version_text, hashes, line, keep_first=True, source=archive)
+        pins.pin(name, version_text, hashes, line, keep_first=True, source=archive, url=url)
     if not pins:
         raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)
     return pins.requirements(), pins.index_options(), (), pins.source_pins()
@@ -153,7 +154,7 @@ def _package(
     path: Path,
     lines: LockLines,
     line: int,
-) -> tuple[str, str, tuple[str, ...], SourceArchive | None] | SourcePin | None:
+) -> tuple[str, str, tuple[str, ...], SourceArchive | None, str | None] | SourcePin | None:
     name = check_name(entry.get("name"), path, line or None)
     groups = entry.get("groups")
     if not isinstance(groups, list):
@@ -171,6 +172,8 @@ def _package(
     source = _source(entry, name, path, line)
     if source is not None:
         return source
+    if is_wheel_url(entry.get("url")):
+        return _url_wheel(entry, name, selection, path, line)
     for key, kind in _SOURCE_KEYS.items():
         if entry.get(key):
             raise LockfileError(
@@ -194,7 +197,22 @@ def _package(
     hashes, archive = wheels_or_sdist(
         wheels, sdist, name, version, selection, path, locate, _HINT, index=_PYPI
     )
-    return name, version, hashes, archive
+    return name, version, hashes, archive, None
+
+
+def _url_wheel(
+    entry: dict[str, Any], name: str, selection: Selection, path: Path, line: int
+) -> tuple[str, str, tuple[str, ...], SourceArchive | None, str]:
+    """A direct-URL wheel (``url = "https://host/x.whl"``, its hash in ``files``, where a
+    wheel that does not fit the platform was blanked): version, hashes, no archive, URL."""
+    version = check_version(entry.get("version"), f"package {name}", path, line or None)
+    files = entry.get("files")
+    tables = [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
+    digest = tables[0].get("hash") if tables else None
+    hashes, url = native_url_wheel(
+        entry["url"], digest, name, version, selection, path, line or None, _HINT
+    )
+    return name, version, hashes, None, url
 
 
 def _source(entry: dict[str, Any], name: str, path: Path, line: int) -> SourcePin | None:

@@ -35,8 +35,10 @@ from reprobuild.locks.records import (
     check_hash,
     hash_problem,
     quoted,
+    wheel_file_version,
 )
 from reprobuild.locks.sources import git_pin, path_pin
+from reprobuild.locks.urlwheels import is_wheel_url, native_url_wheel, wheel_filename
 
 __all__ = ["parse_pipfilelock"]
 
@@ -145,7 +147,7 @@ def _pin_section(
             else:
                 pins.source(req)
             continue
-        name, version, hashes, index = req
+        name, version, hashes, index, url = req
         other = pins.version_of(name)
         if other is not None and other != version:
             raise LockfileError(
@@ -155,7 +157,7 @@ def _pin_section(
                 "asked for: one version per package",
                 hint=_HINT,
             )
-        pins.pin(name, version, hashes, line or 0, index)
+        pins.pin(name, version, hashes, line or 0, index, url=url)
 
 
 def _check_python(meta: dict[str, Any], selection: Selection, path: Path, lines: LockLines) -> None:
@@ -202,7 +204,7 @@ def _entry(
     selection: Selection,
     path: Path,
     line: int | None,
-) -> tuple[str, str, tuple[str, ...], str] | SourcePin | None:
+) -> tuple[str, str, tuple[str, ...], str | None, str | None] | SourcePin | None:
     name = check_name(raw_name, path, line)
     label = f"package {name}"
     if not isinstance(entry, dict):
@@ -216,6 +218,8 @@ def _entry(
         return path_pin(
             name, "0", entry["path"], path, line, editable=entry.get("editable") is True
         )
+    if is_wheel_url(entry.get("file")):
+        return _url_wheel(entry, name, selection, path, line)
     for key, kind in _SOURCE_KEYS.items():
         if key in entry and entry[key] not in (False, None):
             raise LockfileError(
@@ -252,7 +256,25 @@ def _entry(
         out.append(normal)
     if not any(h.startswith("sha256:") for h in out):
         raise LockfileError(path, line, f"{label} {version} has no sha256 hash", hint=_HINT)
-    return name, version, tuple(sorted(set(out))), sources[index_name]
+    return name, version, tuple(sorted(set(out))), sources[index_name], None
+
+
+def _url_wheel(
+    entry: dict[str, Any], name: str, selection: Selection, path: Path, line: int | None
+) -> tuple[str, str, tuple[str, ...], None, str]:
+    """A direct-URL wheel (``"file": "https://host/x.whl"``, its sha256 in ``hashes``):
+    version (as pinned, else the wheel's), hashes, no index, and the URL."""
+    url = entry["file"]
+    pin = entry.get("version")
+    if isinstance(pin, str) and pin.startswith("=="):
+        version = check_version(pin.lstrip("="), f"package {name}", path, line)
+    else:
+        version = wheel_file_version(wheel_filename(url), name, f"package {name}", line or 0, path)
+    hashes = entry.get("hashes")
+    listed = [h for h in hashes if isinstance(h, str)] if isinstance(hashes, list) else []
+    digest = next((h for h in listed if h.startswith("sha256:")), listed[0] if listed else None)
+    found, url = native_url_wheel(url, digest, name, version, selection, path, line, _HINT)
+    return name, version, found, None, url
 
 
 def _text(value: object) -> str | None:

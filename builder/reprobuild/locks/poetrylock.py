@@ -57,6 +57,7 @@ from reprobuild.locks.native import (
 )
 from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
 from reprobuild.locks.sources import git_pin, path_pin
+from reprobuild.locks.urlwheels import is_wheel_url, native_url_wheel
 
 __all__ = ["content_hashes", "parse_poetrylock", "poetry_allows"]
 
@@ -166,6 +167,10 @@ def parse_poetrylock(
         source = _source_pin(name, entry, line, path)
         if source is not None:
             pins.source(source)
+            continue
+        if _is_url_wheel_source(entry.get("source")):
+            version_text, hashes, url = _url_wheel(entry, line, files_table, selection, path)
+            pins.pin(name, version_text, hashes, line, url=url)
             continue
         version_text, hashes, index, sdist = _pins(entry, line, files_table, selection, path, lines)
         # a package with no [package.source] comes from PyPI
@@ -562,8 +567,8 @@ class _Walk:
 
     def by_source(self, name: str, kind: str) -> list[tuple[dict[str, Any], int]]:
         """The one locked entry of ``name`` from a git or path source (empty when there is
-        not exactly one, or the kind is a URL, which stays refused)."""
-        types = {"git": ("git",), "path": ("directory",)}.get(kind, ())
+        not exactly one; a URL that is not a wheel's is refused when it is pinned)."""
+        types = {"git": ("git",), "path": ("directory",), "url": ("url",)}.get(kind, ())
         found = [
             (entry, line)
             for entry, line in self.packages.get(canonicalize_name(name), [])
@@ -601,6 +606,30 @@ def _package_marker(entry: dict[str, Any]) -> str | None:
     if isinstance(markers, dict):
         markers = markers.get("main")
     return markers if isinstance(markers, str) else None
+
+
+def _is_url_wheel_source(source: object) -> bool:
+    """``[package.source] type = "url"`` naming a wheel (a URL sdist stays refused)."""
+    return (
+        isinstance(source, dict) and source.get("type") == "url" and is_wheel_url(source.get("url"))
+    )
+
+
+def _url_wheel(
+    entry: dict[str, Any], line: int, files_table: object, selection: Selection, path: Path
+) -> tuple[str, tuple[str, ...], str]:
+    """A direct-URL wheel (``[package.source] type = "url"``, its hash in ``files``): the
+    version, the sha256 hashes and the URL the host fetches it from."""
+    name = canonicalize_name(str(entry["name"]))
+    version = check_version(entry.get("version"), f"package {name}", path, line or None)
+    files = entry.get("files")
+    if files is None and isinstance(files_table, dict):
+        files = files_table.get(entry["name"], files_table.get(name))
+    tables = [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
+    digest = tables[0].get("hash") if tables else None
+    url = entry["source"]["url"]
+    hashes, url = native_url_wheel(url, digest, name, version, selection, path, line or None, _HINT)
+    return version, hashes, url
 
 
 def _pins(

@@ -36,6 +36,7 @@ from reprobuild.locks.records import (
     url_problem,
     wheel_file_version,
 )
+from reprobuild.locks.urlwheels import is_wheel_url, wheel_filename, wheel_url_problem
 
 __all__ = ["parse_pylock"]
 
@@ -234,6 +235,9 @@ def _pylock_package(
 ) -> tuple[Requirement, str | None]:
     name = _package_name(package, where, path)
     label = f"package {name}"
+    archive = package.get("archive")
+    if isinstance(archive, dict) and is_wheel_url(archive.get("url")):
+        return _archive_wheel(package, name, label, where, path), None
     version = _package_version(package, label, where, path)
     marker = _package_marker(package, label, where, path)
     index = _package_index(package, label, where, path)
@@ -271,6 +275,34 @@ def _pylock_package(
         line=where.line,
     )
     return req, index
+
+
+def _archive_wheel(
+    package: dict[str, Any], name: str, label: str, where: _Where, path: Path
+) -> Requirement:
+    """``[packages.archive]`` naming a wheel by its URL (PEP 751's direct reference): a wheel
+    the host fetches from there (:mod:`reprobuild.locks.urlwheels`), its tags checked against
+    the base when it is fetched."""
+    archive = package["archive"]
+    url = archive["url"]
+    problem = wheel_url_problem(url, what=f"{label}: wheel")
+    if problem is not None:
+        raise LockfileError(path, where.at(url), problem)
+    version = package.get("version")
+    if version is None:
+        version = wheel_file_version(wheel_filename(url), name, label, where.at(url) or 0, path)
+    else:
+        version = _package_version({"version": version}, label, where, path)
+    wheel = {"url": url, "hashes": archive.get("hashes")}
+    hashes = _pylock_wheel_hashes(wheel, name, version, label, where, path)
+    return Requirement(
+        name=canonicalize_name(name),
+        version=version,
+        hashes=tuple(sorted(set(hashes))),
+        marker=_package_marker(package, label, where, path),
+        url=url,
+        line=where.line,
+    )
 
 
 def _pylock_sdist(

@@ -181,13 +181,15 @@ class Requirement:
     line: int = 0
     source: SourceArchive | None = None
 
-    def line_text(self) -> str:
+    def line_text(self, *, direct: bool = True) -> str:
         """The canonical one-line form, e.g. ``'numpy==2.4.6 ; python_version < "3.11"
-        --hash=sha256:...'`` (a URL requirement: ``'name @ url ; marker --hash=...'``)."""
+        --hash=sha256:...'`` (a URL requirement: ``'name @ url ; marker --hash=...'``, or,
+        not ``direct``, pinned by its wheel's version like any other: a hermetic build finds
+        the wheel the host fetched from the URL among the others)."""
         head = self.name
         if self.extras:
             head += "[" + ",".join(self.extras) + "]"
-        head += f" @ {self.url}" if self.url is not None else f"=={self.version}"
+        head += f" @ {self.url}" if self.url is not None and direct else f"=={self.version}"
         parts = [head]
         if self.marker is not None:
             parts.append(f"; {self.marker}")
@@ -292,7 +294,7 @@ class Lock:
         ]
         if index_options:
             lines.extend(self.options.lines())
-        lines.extend(req.line_text() for req in self.wheel_requirements)
+        lines.extend(req.line_text(direct=index_options) for req in self.wheel_requirements)
         lines.extend(
             f"# {req.name}=={req.version}: built from {req.source.filename} {req.source.sha256}"
             for req in self.sources

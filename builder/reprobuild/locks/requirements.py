@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from reprobuild.errors import LockfileError
 from reprobuild.locks.records import (
+    ALLOWED_HASHES,
     NAME_RE,
     PATH_RE,
     REGENERATE_HINT,
@@ -32,8 +33,10 @@ from reprobuild.locks.records import (
     physical_lines,
     quoted,
     sorted_requirements,
+    wheel_file_version,
 )
 from reprobuild.locks.sources import git_pin
+from reprobuild.locks.urlwheels import unhashed, wheel_filename, wheel_url_problem
 
 # pip's comment rule: '#' at the start of a line or after whitespace.
 _COMMENT_RE = re.compile(r"(^|\s+)#.*$")
@@ -397,9 +400,11 @@ def _parse_requirement_line(line: str, number: int, path: Path) -> Requirement:
     head, marker_text = _split_marker(req_text)
     _name, rest, extras_text = _split_head(head, req_text, number, path)
     marker = _requirement_marker(marker_text, req_text, number, path)
+    url: str | None = None
     if rest.startswith("@"):
-        raise _refuse_direct_reference(rest[1:].strip(), req_text, number, path)
-    version = _check_pin(rest, req_text, number, path)
+        url, version = _direct_wheel(rest[1:].strip(), _name, hashes, req_text, number, path)
+    else:
+        version = _check_pin(rest, req_text, number, path)
     try:
         parsed = _PackagingRequirement(head + (f" ; {marker}" if marker else ""))
     except InvalidRequirement as exc:
@@ -421,8 +426,39 @@ def _parse_requirement_line(line: str, number: int, path: Path) -> Requirement:
         hashes=tuple(sorted(set(hashes))),
         extras=tuple(sorted({canonicalize_name(e) for e in parsed.extras})),
         marker=marker,
+        url=url,
         line=number,
     )
+
+
+def _direct_wheel(
+    url: str, name: str, hashes: list[str], req_text: str, number: int, path: Path
+) -> tuple[str, str]:
+    """``name @ https://host/x.whl[#sha256=<hex>]``: a wheel the host fetches from its URL
+    (:mod:`reprobuild.locks.urlwheels`). Return the URL (its hash fragment moved into
+    ``hashes``) and the wheel's version; anything but a wheel's https URL is refused."""
+    base, _, fragment = url.partition("#")
+    if url.lower().startswith(VCS_PREFIXES) or not base.lower().endswith(".whl"):
+        raise _refuse_direct_reference(url, req_text, number, path)
+    for part in fragment.split("&") if fragment else []:
+        algo, _, digest = part.partition("=")
+        normal = check_hash(f"{algo}:{digest}")
+        if normal is None:
+            raise LockfileError(
+                path,
+                number,
+                f"{quoted(req_text)}: the URL's fragment {quoted(part)} is not "
+                f"'<algorithm>=<hex digest>' with algorithm {ALLOWED_HASHES}",
+                hint=REGENERATE_HINT,
+            )
+        hashes.append(normal)
+    problem = wheel_url_problem(base, what=f"{name}: wheel")
+    if problem is not None:
+        raise LockfileError(path, number, problem)
+    if not hashes:
+        hashes.append(f"sha256:{unhashed(base, path, number, name)}")
+    version = wheel_file_version(wheel_filename(base), name, req_text, number, path)
+    return base, version
 
 
 def _parse_hash_options(tokens: list[str], req_text: str, number: int, path: Path) -> list[str]:

@@ -39,6 +39,7 @@ from reprobuild.locks.native import (
 )
 from reprobuild.locks.records import IndexOptions, Requirement, SourceArchive, SourcePin, quoted
 from reprobuild.locks.sources import git_pin, path_pin, split_uv_git
+from reprobuild.locks.urlwheels import is_wheel_url, native_url_wheel
 
 __all__ = ["parse_uvlock"]
 
@@ -112,6 +113,10 @@ def parse_uvlock(
             pin = _source_pin(package, kind, path)
             if pin is not None:
                 pins.source(pin)
+            continue
+        if kind == "url" and is_wheel_url(package.source["url"]):
+            hashes, url = _url_wheel(package, selection, path)
+            pins.pin(package.name, package.version, hashes, package.line, url=url)
             continue
         hashes, source, index = _hashes_and_index(package, selection, path, lines)
         pins.pin(package.name, package.version, hashes, package.line, index, source=source)
@@ -365,6 +370,23 @@ def _hashes_and_index(
         files, sdist, package.name, package.version, selection, path, locate, _HINT
     )
     return hashes, source, index
+
+
+def _url_wheel(package: _Package, selection: Selection, path: Path) -> tuple[tuple[str, ...], str]:
+    """``source = { url = "https://host/x.whl" }`` and its one wheel entry (blanked when it
+    does not fit the platform): its hashes and the URL the host fetches it from."""
+    wheels = package.entry.get("wheels") or [{}]
+    wheel = wheels[0] if isinstance(wheels, list) and isinstance(wheels[0], dict) else {}
+    return native_url_wheel(
+        wheel.get("url", package.source["url"]),
+        wheel.get("hash"),
+        package.name,
+        package.version,
+        selection,
+        path,
+        package.line or None,
+        _HINT,
+    )
 
 
 def _sdist(package: _Package, path: Path, line: int | None) -> tuple[str, str, object] | None:

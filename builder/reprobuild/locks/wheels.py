@@ -42,6 +42,7 @@ from reprobuild.locks.records import (
     index_url_problem,
     quoted,
 )
+from reprobuild.locks.urlwheels import fetch_direct, target_tags
 
 Log = Callable[[str], None]
 Show = Callable[[int], Transfers]  # the progress display for a download of N files
@@ -442,10 +443,14 @@ def _fetch_wheels(
 ) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     needed = frozenset(h.split(":", 1)[1] for r in lock.requirements for h in r.hashes)
-    if _unmatched(lock, _hash_index(folder, needed=needed)):
-        _download_into_cache(lock, target, folder, log, show)
-    else:
-        log(f"all {len(lock.requirements)} locked wheels are cached for {target.key}")
+    # the direct-URL wheels are fetched from their URLs, not by pip from the indexes
+    indexed = replace(lock, requirements=tuple(r for r in lock.requirements if r.url is None))
+    if _unmatched(indexed, _hash_index(folder, needed=needed)):
+        _download_into_cache(indexed, target, folder, log, show)
+    elif indexed.requirements:
+        log(f"all {len(indexed.requirements)} locked wheels are cached for {target.key}")
+    if len(indexed.requirements) < len(lock.requirements):
+        _fetch_direct(lock, target, folder, log)
     by_hash = {digest: folder / name for name, digest in _hash_index(folder).items()}
     dest.mkdir(parents=True, exist_ok=True)
     chosen: list[Path] = []
@@ -470,6 +475,21 @@ def _fetch_wheels(
             f"no wheel matching the lock's hashes was fetched for: {', '.join(missing)}"
         )
     return chosen
+
+
+def _fetch_direct(lock: Lock, target: Target, folder: Path, log: Log) -> None:
+    """The lock's direct-URL wheels the cache lacks, fetched into it from their URLs."""
+    environment = Selection(target.python_version, target.machine, target.glibc or (2, 17))
+    fetch_direct(
+        lock.requirements,
+        target_tags(target.python_version, target.abi, target.platforms()),
+        target.key,
+        folder,
+        set(_hash_index(folder).values()),
+        where=lambda r: f"{lock.path}:{r.line}" if r.line else str(lock.path),
+        holds=environment.marker_holds,
+        log=log,
+    )
 
 
 _SOURCE_PREFIX = ".fetch-"

@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--base", type=_text, help="base image REF@sha256:... (default: a catalog base)"
     )
     parser.add_argument(
+        "--record-hashes",
+        action="store_true",
+        help="fetch each wheel the lock names by URL with no hash once, and record its sha256 "
+        "in reprobuild.hashes.toml beside the lock (commit it; builds check against it)",
+    )
+    parser.add_argument(
         "--command",
         dest="run_command",
         type=_text,
@@ -47,10 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
     import shlex
 
     from reprobuild.errors import UsageError
     from reprobuild.imaging.initservices import init_services
+    from reprobuild.locks import hashrecord
+    from reprobuild.locks.urlwheels import sha256_of_url
     from reprobuild.project.init import InitOptions, init_project
 
     try:
@@ -66,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
         command=words,
         lock=args.lock,
     )
-    result = init_project(args.directory, options, init_services(), log=err)
+    recording = (
+        hashrecord.recording(sha256_of_url, err) if args.record_hashes else contextlib.nullcontext()
+    )
+    with recording:
+        result = init_project(args.directory, options, init_services(), log=err)
     for path in result.written:
         print(f"wrote {path}")
     return 0
