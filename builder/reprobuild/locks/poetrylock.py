@@ -483,8 +483,8 @@ def _by_recorded_groups(
                 raise LockfileError(
                     path,
                     line or None,
-                    f"package {name}: two locked versions ({other[0].get('version')} and "
-                    f"{entry.get('version')}) apply to {selection.label}",
+                    f"package {name}: two locked versions ({other[0].get('version')} at line "
+                    f"{other[1]} and {entry.get('version')}) apply to {selection.label}",
                     hint=_HINT,
                 )
             reached[name] = (entry, line)
@@ -538,7 +538,8 @@ class _Walk:
                 raise LockfileError(
                     self.path,
                     line or None,
-                    f"package {key}: two locked versions apply to {self.selection.label}",
+                    f"package {key}: two locked versions ({other[0].get('version')} at line "
+                    f"{other[1]} and {entry.get('version')}) apply to {self.selection.label}",
                     hint=_HINT,
                 )
             self.reached[key] = (entry, line)
@@ -572,28 +573,70 @@ class _Walk:
         return found if len(found) == 1 else []
 
     def pick(self, name: str, constraint: str, parent: str) -> tuple[dict[str, Any], int]:
-        candidates = self.packages.get(name, [])
-        fitting = []
-        for entry, line in candidates:
-            try:
-                ok = poetry_allows(constraint, str(entry.get("version")))
-            except (ValueError, InvalidVersion):
-                ok = True
-            if ok:
-                fitting.append((entry, line))
+        """The locked entry ``poetry install`` takes for ``name`` under ``constraint`` (the
+        one of its declared constraints whose marker holds here): of the entries whose
+        version satisfies it, those for this platform (their own recorded marker, their
+        ``python-versions``) when there are several, then the highest version, as Poetry's
+        installer picks among locked packages (``Provider.get_locked``: newest first)."""
+        fitting = [(e, ln) for e, ln in self.packages.get(name, []) if _allows(constraint, e)]
         if len(fitting) > 1:
-            fitting = [
-                (e, ln) for e, ln in fitting if self.selection.marker_holds(_package_marker(e))
-            ]
-        if len(fitting) != 1:
+            fitting = [(e, ln) for e, ln in fitting if self.for_target(e)]
+        if not fitting:
             raise LockfileError(
                 self.path,
                 None,
-                f"{parent} needs {name} {quoted(constraint)}, which "
-                f"{'no' if not fitting else str(len(fitting))} locked package entries satisfy",
+                f"{parent} needs {name} {quoted(constraint)}, which no locked package entry "
+                f"satisfies for {self.selection.label}",
                 hint=_HINT,
             )
-        return fitting[0]
+        return self.newest(name, fitting)
+
+    def for_target(self, entry: dict[str, Any]) -> bool:
+        """Whether a locked entry is for this platform: its recorded marker holds and its
+        ``python-versions`` allows the image's Python (an unreadable one allows it)."""
+        if not self.selection.marker_holds(_package_marker(entry)):
+            return False
+        python = entry.get("python-versions")
+        try:
+            return not isinstance(python, str) or poetry_allows(python, self.selection.full_version)
+        except (ValueError, InvalidVersion):
+            return True
+
+    def newest(
+        self, name: str, fitting: list[tuple[dict[str, Any], int]]
+    ) -> tuple[dict[str, Any], int]:
+        """The entry with the highest version; two at that version (or two whose versions
+        are not PEP 440) are an ambiguity the lock does not settle, refused naming both."""
+        ranked = sorted(fitting, key=lambda pair: _version_key(pair[0]), reverse=True)
+        if len(ranked) == 1 or _version_key(ranked[0][0]) > _version_key(ranked[1][0]):
+            return ranked[0]
+        (first, first_line), (second, second_line) = sorted(ranked[:2], key=lambda p: p[1])
+        raise LockfileError(
+            self.path,
+            second_line or None,
+            f"package {name} is locked twice for {self.selection.label}, as "
+            f"{quoted(str(first.get('version')))} (line {first_line}) and "
+            f"{quoted(str(second.get('version')))} (line {second_line}), and neither "
+            "version nor marker tells them apart",
+            hint=_HINT,
+        )
+
+
+def _allows(constraint: str, entry: dict[str, Any]) -> bool:
+    """Whether a locked entry's version satisfies a Poetry constraint (an unreadable one is
+    left to the other checks)."""
+    try:
+        return poetry_allows(constraint, str(entry.get("version")))
+    except (ValueError, InvalidVersion):
+        return True
+
+
+def _version_key(entry: dict[str, Any]) -> tuple[int, Version]:
+    """A sort key, newest first; a version that is not PEP 440 ranks as no version at all."""
+    try:
+        return (1, Version(str(entry.get("version"))))
+    except InvalidVersion:
+        return (0, Version("0"))
 
 
 def _package_marker(entry: dict[str, Any]) -> str | None:
