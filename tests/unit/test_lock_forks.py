@@ -22,6 +22,7 @@ import pytest
 from reprobuild.errors import LockfileError
 from reprobuild.locks.lockfile import Selection, load_lock, parse_lock_bytes
 from reprobuild.locks.poetrylock import content_hashes
+from reprobuild.locks.records import Lock
 
 
 def _h(text: str) -> str:
@@ -136,6 +137,59 @@ def test_poetry_entry_for_another_python_is_left_out(tmp_path: Path) -> None:
     path = _poetry(tmp_path, 'tomli = "*"\n', [_entry("tomli", "2.0.1"), newer])
     assert _pins(path) == {"tomli": "2.0.1"}
     assert _pins(path, Selection(python="3.12")) == {"tomli": "9.0.0"}
+
+
+_CPU_INDEX = (
+    '[package.source]\ntype = "legacy"\nurl = "https://download.pytorch.org/whl/cpu"\n'
+    'reference = "torch-cpu"\n\n'
+)
+
+
+def _torch(version: str, source: str = "") -> str:
+    wheel = f"torch-{version}-cp311-cp311-manylinux_2_17_x86_64.whl"
+    return (
+        f'[[package]]\nname = "torch"\nversion = "{version}"\ndescription = ""\n'
+        'optional = false\npython-versions = ">=3.8"\n'
+        f'files = [\n    {{file = "{wheel}", hash = "sha256:{_h(wheel)}"}},\n]\n\n{source}'
+    )
+
+
+def _indexes(lock: Lock) -> set[str | None]:
+    return {lock.options.index_url, *lock.options.extra_index_urls}
+
+
+def test_poetry_constraint_naming_a_source_takes_that_indexs_entry(tmp_path: Path) -> None:
+    """torch from PyPI on linux and from the CPU index elsewhere: both entries satisfy
+    `2.1.0` (a local version matches ==2.1.0) and the newest would be 2.1.0+cpu; the linux
+    constraint names `pypi`, so PyPI's entry is taken (poetry-core's source_satisfies)."""
+    dependencies = (
+        "torch = [\n"
+        '    { version = "2.1.0", source = "pypi", markers = "sys_platform == \'linux\'" },\n'
+        '    { version = "2.1.0", source = "torch-cpu", markers = "sys_platform != \'linux\'" },\n'
+        ']\n\n[[tool.poetry.source]]\nname = "torch-cpu"\n'
+        'url = "https://download.pytorch.org/whl/cpu"\npriority = "explicit"\n'
+    )
+    entries = [_torch("2.1.0"), _torch("2.1.0+cpu", _CPU_INDEX)]
+    lock = load_lock(_poetry(tmp_path, dependencies, entries))
+    assert [(r.name, r.version) for r in lock.requirements] == [("torch", "2.1.0")]
+    assert _indexes(lock) == {"https://pypi.org/simple"}
+    swapped = dependencies.replace('"pypi"', '"X"').replace('"torch-cpu",', '"pypi",')
+    swapped = swapped.replace('"X"', '"torch-cpu"')
+    lock = load_lock(_poetry(tmp_path, swapped, entries))
+    assert [(r.name, r.version) for r in lock.requirements] == [("torch", "2.1.0+cpu")]
+    assert _indexes(lock) == {"https://download.pytorch.org/whl/cpu"}
+
+
+def test_poetry_git_constraint_for_another_platform_is_not_walked(tmp_path: Path) -> None:
+    """`six = [{git = ..., markers = win32}, {version = "^1.16"}]`: on linux the git
+    constraint does not apply (its marker was dropped before, and the git source refused)."""
+    dependencies = (
+        'six = [\n    { git = "https://github.com/benjaminp/six.git", markers = '
+        '"sys_platform == \'win32\'" },\n    { version = "^1.16", markers = '
+        "\"sys_platform != 'win32'\" },\n]\n"
+    )
+    path = _poetry(tmp_path, dependencies, [_entry("six", "1.16.0")])
+    assert _pins(path) == {"six": "1.16.0"}
 
 
 def _recorded(marker: str) -> str:

@@ -306,12 +306,14 @@ def _check_python(spec: object, selection: Selection, path: Path, lines: LockLin
         )
 
 
-# A dependency as Poetry writes it: (name, constraint, markers, python, optional, extras).
-_Dep = tuple[str, str, str | None, str | None, bool, tuple[str, ...]]
+# A dependency as Poetry writes it: (name, constraint, markers, python, optional, extras,
+# source: the name of the index it must come from, ``source = "..."``, or None).
+_Dep = tuple[str, str, str | None, str | None, bool, tuple[str, ...], str | None]
 
 
 def _deps_of(table: object) -> list[_Dep]:
-    """``name = "^1.0"`` / ``{version, markers, python, optional, extras}`` / a list of them."""
+    """``name = "^1.0"`` / ``{version, markers, python, optional, extras, source}`` / a list
+    of them (a dependency with several constraints, each for its own platforms)."""
     out: list[_Dep] = []
     if not isinstance(table, dict):
         return out
@@ -320,24 +322,30 @@ def _deps_of(table: object) -> list[_Dep]:
             continue
         for one in spec if isinstance(spec, list) else [spec]:
             if isinstance(one, str):
-                out.append((name, one, None, None, False, ()))
+                out.append((name, one, None, None, False, (), None))
             elif isinstance(one, dict):
-                for kind in ("git", "path", "url"):
-                    if kind in one:
-                        out.append((name, f"@{kind}:{one[kind]}", None, None, False, ()))
-                        break
-                else:
-                    out.append(
-                        (
-                            name,
-                            str(one.get("version", "*")),
-                            one.get("markers"),
-                            one.get("python"),
-                            bool(one.get("optional", False)),
-                            tuple(str(e) for e in one.get("extras", [])),
-                        )
-                    )
+                out.append(_dep_of(name, one))
     return out
+
+
+def _dep_of(name: str, one: dict[str, Any]) -> _Dep:
+    """One constraint written as a table; a git, path or URL one keeps its markers too (a
+    constraint for another platform is not walked)."""
+    constraint = str(one.get("version", "*"))
+    for kind in ("git", "path", "url"):
+        if kind in one:
+            constraint = f"@{kind}:{one[kind]}"
+            break
+    source = one.get("source")
+    return (
+        name,
+        constraint,
+        one.get("markers"),
+        one.get("python"),
+        bool(one.get("optional", False)),
+        tuple(str(e) for e in one.get("extras", [])),
+        source if isinstance(source, str) and not constraint.startswith("@") else None,
+    )
 
 
 def _pep508(text: str) -> _Dep:
@@ -346,7 +354,7 @@ def _pep508(text: str) -> _Dep:
     constraint = str(req.specifier) or "*"
     if req.url:
         constraint = f"@url:{req.url}"
-    return (req.name, constraint, marker, None, False, tuple(sorted(req.extras)))
+    return (req.name, constraint, marker, None, False, tuple(sorted(req.extras)), None)
 
 
 def default_groups(pyproject: dict[str, Any]) -> list[str]:
@@ -399,8 +407,8 @@ def _extra_deps(
     if extra in poetry_extras:
         names = {canonicalize_name(n) for n in poetry_extras[extra]}
         return [
-            (n, c, m, p, False, e)
-            for (n, c, m, p, _o, e) in _deps_of(poetry.get("dependencies"))
+            (n, c, m, p, False, e, s)
+            for (n, c, m, p, _o, e, s) in _deps_of(poetry.get("dependencies"))
             if canonicalize_name(n) in names
         ]
     known = sorted({*optional, *poetry_extras})
@@ -505,7 +513,7 @@ class _Walk:
         self.done: set[tuple[str, str]] = set()
 
     def holds(self, dep: _Dep, parent_extras: tuple[str, ...] = ()) -> bool:
-        _name, _c, markers, python, _o, _e = dep
+        _name, _c, markers, python, _o, _e, _s = dep
         if python is not None:
             try:
                 if not poetry_allows(python, self.selection.full_version):
@@ -518,7 +526,7 @@ class _Walk:
         stack: list[tuple[_Dep, str]] = [(d, "the project") for d in roots if self.holds(d)]
         while stack:
             dep, parent = stack.pop()
-            name, constraint, _m, _p, _o, extras = dep
+            name, constraint, _m, _p, _o, extras, source = dep
             kind, _, where = constraint[1:].partition(":")
             if constraint.startswith("@") and not self.by_source(name, kind):
                 raise LockfileError(
@@ -531,7 +539,7 @@ class _Walk:
             if constraint.startswith("@"):
                 entry, line = self.by_source(name, kind)[0]
             else:
-                entry, line = self.pick(canonicalize_name(name), constraint, parent)
+                entry, line = self.pick(canonicalize_name(name), constraint, parent, source)
             key = canonicalize_name(name)
             other = self.reached.get(key)
             if other is not None and other[0] is not entry:
@@ -572,21 +580,29 @@ class _Walk:
         ]
         return found if len(found) == 1 else []
 
-    def pick(self, name: str, constraint: str, parent: str) -> tuple[dict[str, Any], int]:
+    def pick(
+        self, name: str, constraint: str, parent: str, source: str | None = None
+    ) -> tuple[dict[str, Any], int]:
         """The locked entry ``poetry install`` takes for ``name`` under ``constraint`` (the
         one of its declared constraints whose marker holds here): of the entries whose
         version satisfies it, those for this platform (their own recorded marker, their
         ``python-versions``) when there are several, then the highest version, as Poetry's
-        installer picks among locked packages (``Provider.get_locked``: newest first)."""
-        fitting = [(e, ln) for e, ln in self.packages.get(name, []) if _allows(constraint, e)]
+        installer picks among locked packages (``Provider.get_locked``: newest first). A
+        constraint naming a ``source`` takes only that index's entries."""
+        fitting = [
+            (e, ln)
+            for e, ln in self.packages.get(name, [])
+            if _allows(constraint, e) and _from_source(source, e)
+        ]
         if len(fitting) > 1:
             fitting = [(e, ln) for e, ln in fitting if self.for_target(e)]
         if not fitting:
             raise LockfileError(
                 self.path,
                 None,
-                f"{parent} needs {name} {quoted(constraint)}, which no locked package entry "
-                f"satisfies for {self.selection.label}",
+                f"{parent} needs {name} {quoted(constraint)}"
+                + (f" from source {quoted(source)}" if source else "")
+                + f", which no locked package entry satisfies for {self.selection.label}",
                 hint=_HINT,
             )
         return self.newest(name, fitting)
@@ -629,6 +645,23 @@ def _allows(constraint: str, entry: dict[str, Any]) -> bool:
         return poetry_allows(constraint, str(entry.get("version")))
     except (ValueError, InvalidVersion):
         return True
+
+
+def _from_source(source: str | None, entry: dict[str, Any]) -> bool:
+    """Whether a locked entry comes from the index a constraint names (poetry-core's
+    ``Package.source_satisfies``: ``pypi`` is an entry with no source, another name a
+    ``legacy`` source of that ``reference``); a constraint naming none takes any."""
+    if source is None:
+        return True
+    locked = entry.get("source")
+    if not isinstance(locked, dict):
+        return source.lower() == "pypi"
+    reference = locked.get("reference")
+    return (
+        locked.get("type") == "legacy"
+        and isinstance(reference, str)
+        and reference.lower() == source.lower()
+    )
 
 
 def _version_key(entry: dict[str, Any]) -> tuple[int, Version]:
