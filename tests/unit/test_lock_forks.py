@@ -37,7 +37,7 @@ def _pyproject(dependencies: str) -> str:
 
 
 def _entry(name: str, version: str, extra: str = "") -> str:
-    wheel = f"{name}-{version}-py3-none-any.whl"
+    wheel = f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
     return (
         f'[[package]]\nname = "{name}"\nversion = "{version}"\ndescription = ""\n'
         f'optional = false\npython-versions = ">=3.8"\n{extra}'
@@ -101,6 +101,34 @@ def test_poetry_constraint_by_python_picks_its_own_entry(tmp_path: Path) -> None
     )
     assert _pins(path) == {"numpy": "2.4.6"}
     assert _pins(path, Selection(python="3.10")) == {"numpy": "1.26.4"}
+
+
+def test_poetry_entry_taken_once_fits_a_later_constraint(tmp_path: Path) -> None:
+    """The project needs virtualenv `<20.16.4` (tianshou's win32 constraint made
+    unconditional) and pre-commit needs `>=20.10`: the newest for `>=20.10` alone is 20.24.6,
+    but Poetry's solver takes one version for both constraints, the newest that satisfies
+    both (20.16.3), whichever edge the walk meets first; before, a conflict."""
+    pre_commit = _entry("pre-commit", "3.5.0").rstrip("\n") + (
+        '\n\n[package.dependencies]\nvirtualenv = ">=20.10.0"\n\n'
+    )
+    path = _poetry(
+        tmp_path,
+        'virtualenv = "<20.16.4"\npre-commit = "^3.5"\n',
+        [_entry("virtualenv", "20.16.3"), _entry("virtualenv", "20.24.6"), pre_commit],
+    )
+    assert _pins(path) == {"virtualenv": "20.16.3", "pre-commit": "3.5.0"}
+    # no entry satisfies both: refused in one line naming both entries' lines
+    path.write_text(path.read_text().replace('">=20.10.0"', '">=20.20"'))
+    first, second = (_line_of(path, "[[package]]", n) for n in (1, 2))
+    with pytest.raises(LockfileError) as info:
+        load_lock(path)
+    message = str(info.value)
+    assert "\n" not in message and "package virtualenv: two locked versions" in message
+    assert re.search(
+        r"every constraint on it \('(<20\.16\.4|>=20\.20)', '(<20\.16\.4|>=20\.20)'\)$", message
+    )
+    assert f"at line {first}" in message or f"at line {second}" in message, message
+    assert re.match(rf"{re.escape(str(path))}:({first}|{second}): ", message), message
 
 
 def test_poetry_win32_only_dependency_is_not_installed_on_linux(tmp_path: Path) -> None:

@@ -499,6 +499,10 @@ def _by_recorded_groups(
     return reached
 
 
+class _Restart(Exception):
+    """The walk settled a package two constraints reached differently: walk again."""
+
+
 class _Walk:
     def __init__(
         self,
@@ -511,6 +515,10 @@ class _Walk:
         self.path = path
         self.reached: dict[str, tuple[dict[str, Any], int]] = {}
         self.done: set[tuple[str, str]] = set()
+        # every (constraint, source) met for a name, and the entry settled for a name two
+        # constraints reached with different entries (kept across the walk's restarts)
+        self.met: dict[str, list[tuple[str, str | None]]] = {}
+        self.settled: dict[str, tuple[dict[str, Any], int]] = {}
 
     def holds(self, dep: _Dep, parent_extras: tuple[str, ...] = ()) -> bool:
         _name, _c, markers, python, _o, _e, _s = dep
@@ -523,33 +531,27 @@ class _Walk:
         return self.selection.marker_holds(markers, parent_extras)
 
     def run(self, roots: list[_Dep]) -> None:
+        """Walk the graph from ``roots``; when two constraints reach a package with different
+        entries, settle it (:meth:`settle`) and walk again from the start."""
+        for _ in range(len(self.packages) + 1):
+            self.reached, self.done = {}, set()
+            try:
+                self.walk(roots)
+                return
+            except _Restart:
+                continue
+        raise AssertionError("unreachable: each restart settles one more package")
+
+    def walk(self, roots: list[_Dep]) -> None:
         stack: list[tuple[_Dep, str]] = [(d, "the project") for d in roots if self.holds(d)]
         while stack:
             dep, parent = stack.pop()
-            name, constraint, _m, _p, _o, extras, source = dep
-            kind, _, where = constraint[1:].partition(":")
-            if constraint.startswith("@") and not self.by_source(name, kind):
-                raise LockfileError(
-                    self.path,
-                    None,
-                    source_refusal(_SOURCE_KINDS.get(kind, kind), name, where)
-                    + f" (required by {parent})",
-                    hint=SOURCE_HINT,
-                )
-            if constraint.startswith("@"):
-                entry, line = self.by_source(name, kind)[0]
-            else:
-                entry, line = self.pick(canonicalize_name(name), constraint, parent, source)
+            name, _c, _m, _p, _o, extras, _s = dep
+            entry, line = self.resolve(dep, parent)
             key = canonicalize_name(name)
             other = self.reached.get(key)
             if other is not None and other[0] is not entry:
-                raise LockfileError(
-                    self.path,
-                    line or None,
-                    f"package {key}: two locked versions ({other[0].get('version')} at line "
-                    f"{other[1]} and {entry.get('version')}) apply to {self.selection.label}",
-                    hint=_HINT,
-                )
+                self.settle(key, other, (entry, line))
             self.reached[key] = (entry, line)
             for extra in ("", *extras):
                 if (key, extra) in self.done:
@@ -568,6 +570,50 @@ class _Walk:
                     for d in children
                     if canonicalize_name(d[0]) in names and self.holds(d, (extra,))
                 )
+
+    def resolve(self, dep: _Dep, parent: str) -> tuple[dict[str, Any], int]:
+        """The locked entry for one edge: the one git or path entry for such a constraint
+        (a URL, or none, refused), else :meth:`pick`'s, noting the constraint met."""
+        name, constraint, _m, _p, _o, _e, source = dep
+        kind, _, where = constraint[1:].partition(":")
+        if not constraint.startswith("@"):
+            met = self.met.setdefault(canonicalize_name(name), [])
+            if (constraint, source) not in met:
+                met.append((constraint, source))
+            return self.pick(canonicalize_name(name), constraint, parent, source)
+        found = self.by_source(name, kind)
+        if not found:
+            raise LockfileError(
+                self.path,
+                None,
+                source_refusal(_SOURCE_KINDS.get(kind, kind), name, where)
+                + f" (required by {parent})",
+                hint=SOURCE_HINT,
+            )
+        return found[0]
+
+    def settle(
+        self, name: str, other: tuple[dict[str, Any], int], entry: tuple[dict[str, Any], int]
+    ) -> None:
+        """Two constraints reached ``name`` with different entries: Poetry's solver takes one
+        version for all of them, the newest entry that satisfies every constraint met for
+        it. Raise :class:`_Restart` to walk again with that entry, or refuse naming both
+        lines when there is none (or it is the one already settled)."""
+        fitting = self.fitting(name, self.met.get(name, []))
+        best = self.newest(name, fitting) if fitting else None
+        settled = self.settled.get(name)
+        if best is None or (settled is not None and best[0] is settled[0]):
+            raise LockfileError(
+                self.path,
+                entry[1] or None,
+                f"package {name}: two locked versions ({other[0].get('version')} at line "
+                f"{other[1]} and {entry[0].get('version')}) apply to {self.selection.label}, "
+                "and no locked entry satisfies every constraint on it "
+                f"({', '.join(quoted(c) for c, _s in self.met.get(name, []))})",
+                hint=_HINT,
+            )
+        self.settled[name] = best
+        raise _Restart
 
     def by_source(self, name: str, kind: str) -> list[tuple[dict[str, Any], int]]:
         """The one locked entry of ``name`` from a git or path source (empty when there is
@@ -588,14 +634,13 @@ class _Walk:
         version satisfies it, those for this platform (their own recorded marker, their
         ``python-versions``) when there are several, then the highest version, as Poetry's
         installer picks among locked packages (``Provider.get_locked``: newest first). A
-        constraint naming a ``source`` takes only that index's entries."""
-        fitting = [
-            (e, ln)
-            for e, ln in self.packages.get(name, [])
-            if _allows(constraint, e) and _from_source(source, e)
-        ]
-        if len(fitting) > 1:
-            fitting = [(e, ln) for e, ln in fitting if self.for_target(e)]
+        constraint naming a ``source`` takes only that index's entries. An entry already
+        taken for ``name`` that satisfies this constraint too is kept (the solver's choice
+        for both constraints at once)."""
+        for taken in (self.settled.get(name), self.reached.get(name)):
+            if taken and _allows(constraint, taken[0]) and _from_source(source, taken[0]):
+                return taken
+        fitting = self.fitting(name, [(constraint, source)])
         if not fitting:
             raise LockfileError(
                 self.path,
@@ -606,6 +651,20 @@ class _Walk:
                 hint=_HINT,
             )
         return self.newest(name, fitting)
+
+    def fitting(
+        self, name: str, wants: list[tuple[str, str | None]]
+    ) -> list[tuple[dict[str, Any], int]]:
+        """The entries of ``name`` that satisfy every (constraint, source) of ``wants``; of
+        several, those for this platform (:meth:`for_target`)."""
+        found = [
+            (e, ln)
+            for e, ln in self.packages.get(name, [])
+            if all(_allows(c, e) and _from_source(s, e) for c, s in wants)
+        ]
+        if len(found) > 1:
+            found = [(e, ln) for e, ln in found if self.for_target(e)]
+        return found
 
     def for_target(self, entry: dict[str, Any]) -> bool:
         """Whether a locked entry is for this platform: its recorded marker holds and its
