@@ -342,7 +342,7 @@ def measure_tables(page: Path, width: int, height: int, work: Path) -> dict[str,
         f'<iframe style="border:0;width:{width}px;height:{height}px" onload="measure(this)" '
         f'srcdoc="{html.escape(page.read_text(), quote=True)}"></iframe></body></html>'
     )
-    profile = work / f"profile-{width}"  # its own: a shared one hands the page to another
+    profile = work / f"profile-{width}"  # its own, apart from any other Chromium running
     dumped = _browser(f"--user-data-dir={profile}", "--window-size=1400,1000", "--dump-dom",
                       frame.as_uri())  # fmt: skip
     found = re.search(r'<pre id="measured">(.*?)</pre>', dumped.stdout, re.DOTALL)
@@ -429,14 +429,14 @@ def test_a_diverged_column_is_marked_at_its_step(columns: dict[str, Case], tmp_p
 def test_tables_keep_readable_columns(
     columns: dict[str, Case], tmp_path: Path, width: int, height: int
 ) -> None:
-    """No cell narrower than 3 em (about six letters), no short word broken across lines, no
+    """No cell narrower than 2.5 em (about five letters), no short word broken across lines, no
     table wider than the page; the long command, path and token break inside their cells."""
     page = columns["stacks"].page
     measured = measure_tables(page, width, height, tmp_path)
     cells = measured["cells"]
     assert {c["table"] for c in cells} == {"runs", "stack-diff"}
     assert sum(c["table"] == "stack-diff" for c in cells) > 30
-    narrow = [c for c in cells if c["width_em"] < 3]
+    narrow = [c for c in cells if c["width_em"] < 2.5]  # the old CSS: 1.9 em, and 1.1 on a phone
     assert narrow == [], narrow[:3]
     broken = [c for c in cells if re.fullmatch(r"\S{1,12}", c["text"]) and c["height_lines"] > 1.3]
     assert broken == [], broken[:3]
