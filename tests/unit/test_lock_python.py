@@ -7,13 +7,16 @@ Python in its header and was read for CPython 3.11."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 
+from helpers import run_cli
 from reprobuild.errors import LockfileError
 from reprobuild.locks import wheels
 from reprobuild.locks.lockpython import header_python, lock_python, name_python
+from reprobuild.project.config import load_config
 
 JAX = Path(__file__).resolve().parent.parent / "data" / "lockfiles" / "wild" / "jax-cec06d1"
 LINUX = "manylinux_2_17_x86_64.manylinux2014_x86_64"
@@ -202,3 +205,35 @@ def test_an_index_that_cannot_be_read_leaves_name_and_header(
 def test_jax_lock_is_read_for_the_python_its_name_says() -> None:
     path = JAX / "requirements_lock_3_12.txt"
     assert lock_python(path) == ("3.12", "its file name says so")  # the suite: no lookup
+
+
+def test_init_on_jax_lock_takes_python_3_12_and_says_why(tmp_path: Path) -> None:
+    project = tmp_path / "jax"
+    shutil.copytree(JAX, project)
+    (project / "train.py").write_text("print('train')\n")
+    proc = run_cli("init", str(project))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        "note: requirements_lock_3_12.txt is for CPython 3.12 (its file name says so)"
+        in proc.stderr.splitlines()
+    )
+    assert load_config(project).lock.name == "requirements_lock_3_12.txt"
+    assert "python-3.12-slim-bookworm  # CPython 3.12" in (project / "reprobuild.yaml").read_text()
+
+
+def test_init_refuses_a_named_python_the_wheels_contradict(tmp_path: Path, index: str) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print('train')\n")
+    path = lock(project, "requirements_lock_3_12.txt", index, [NP311])
+    proc = run_cli("init", str(project), env={"REPROBUILD_SDIST_LOOKUP": "1"})
+    assert proc.returncode != 0
+    assert proc.stderr.splitlines()[0] == (
+        f"error: {path}:3: its file name says CPython 3.12, but its locked wheels fit only "
+        "CPython 3.11: package numpy 1.26.4 locks no wheel for CPython 3.12 on linux x86_64"
+    )
+    assert sorted(p.name for p in project.iterdir()) == ["requirements_lock_3_12.txt", "train.py"]
+    # --python reads it for the Python given, whatever it says
+    again = run_cli("init", "--python", "3.11", str(project), env={"REPROBUILD_SDIST_LOOKUP": "1"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "# CPython 3.11" in (project / "reprobuild.yaml").read_text()
