@@ -99,6 +99,8 @@ def lock(
         ("reqs3.12.txt", None),  # not standing alone
         ("reqs-3.11-and-py312.txt", None),  # two: the name does not tell
         ("python3.txt", None),
+        ("requirements_3_0.txt", None),  # no CPython 3.0 lock: a version of something else
+        ("requirements-3.4.2.txt", None),
     ],
 )
 def test_the_python_a_file_name_says(name: str, python: str | None) -> None:

@@ -42,10 +42,11 @@ _HEADER_PYTHON = (
     re.compile(r"^#.*\buv pip compile\b.*--python(?:-version)?[ =](3\.[0-9]{1,2})\b", re.M),
 )
 _HEADER_BYTES = 4096
-# ``3.12``, ``3_12``, ``312``, ``py312``, ``cp3.12`` standing alone in a file name: not after
-# a letter or digit (``v3.12``, ``x312``), nor after a version's ``N.`` (``torch-2.3.12``).
+# ``3.12``, ``3_12``, ``312``, ``py312``, ``cp3.12`` (3.6 to 3.19) standing alone in a file
+# name: not after a letter or digit (``v3.12``, ``x312``), nor after a version's ``N.``
+# (``torch-2.3.12``).
 _NAME_PYTHON = re.compile(
-    r"(?<![0-9A-Za-z])(?<![0-9][._-])(?:py|cp|python)?3[._-]?([0-9]|1[0-9])(?![0-9])",
+    r"(?<![0-9A-Za-z])(?<![0-9][._-])(?:py|cp|python)?3[._-]?([6-9]|1[0-9])(?![0-9])",
     re.IGNORECASE,
 )
 _LOOKUP_THREADS = 8
