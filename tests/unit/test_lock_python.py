@@ -138,6 +138,17 @@ def test_a_lock_that_names_no_python_is_read_for_the_newest_its_wheels_fit(
     assert lock_python(lock(tmp_path, "old.txt", index, [NP311])) == ("3.11", why)
 
 
+def test_a_given_bases_python_the_wheels_fit_is_not_contradicted(
+    tmp_path: Path, index: str, pages_read: list[str]
+) -> None:
+    """init --base: wheels that fit the base's CPython (3.11) say nothing against it, though
+    they fit a newer one too; wheels that do not fit it name the one they do."""
+    both = lock(tmp_path, "requirements.txt", index, [NP311, NP312])
+    assert lock_python(both, "3.11") is None
+    why = "the newest CPython its locked wheels fit, found on its index"
+    assert lock_python(lock(tmp_path, "old.txt", index, [NP311]), "3.12") == ("3.11", why)
+
+
 def test_the_name_and_the_wheels_agreeing(
     tmp_path: Path, index: str, pages_read: list[str]
 ) -> None:

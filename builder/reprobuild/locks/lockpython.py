@@ -84,9 +84,11 @@ def header_python(text: str) -> tuple[str, int] | None:
     return None
 
 
-def lock_python(path: Path) -> tuple[str, str] | None:
+def lock_python(path: Path, want: str | None = None) -> tuple[str, str] | None:
     """The CPython the requirements lock at ``path`` is for and why (one clause), or None
-    when nothing says. A :class:`LockfileError` where its name, header and wheels disagree."""
+    when nothing says. A :class:`LockfileError` where its name, header and wheels disagree.
+    ``want``: the CPython of the base init was given; where neither name nor header speaks
+    and the locked wheels fit it, nothing contradicts it (None), even if they fit a newer one."""
     said = _stated(Path(path))
     if not sdist_lookup_enabled():
         return (said.python, said.why) if said else None
@@ -96,6 +98,8 @@ def lock_python(path: Path) -> tuple[str, str] | None:
     if wheels is None or not wheels.fits or not wheels.lacking:  # they fit none, or all
         return (said.python, said.why) if said else None
     if said is None:
+        if want is not None and want in wheels.fits:
+            return None
         return wheels.fits[0], "the newest CPython its locked wheels fit, found on its index"
     if said.python in wheels.fits:
         return said.python, f"{said.why}, and its locked wheels fit it"

@@ -142,9 +142,10 @@ class Services:
         lambda _path, _python, _extras, _groups: None
     )
     base_facts: Callable[[str], BaseFacts | None] = lambda _ref: None
-    # ``lock_python(path)``: the CPython a requirements lock is for and why, or None when
-    # nothing says (reprobuild.locks.lockpython: its name, header, locked wheels).
-    lock_python: Callable[[Path], tuple[str, str] | None] = lambda _path: None
+    # ``lock_python(path, want)``: the CPython a requirements lock is for and why, or None
+    # when nothing says, or nothing contradicts ``want``, the given base's CPython
+    # (reprobuild.locks.lockpython: its name, header, locked wheels).
+    lock_python: Callable[[Path, str | None], tuple[str, str] | None] = lambda _path, _want: None
 
 
 @dataclass(frozen=True)
@@ -318,7 +319,7 @@ def _lock_in_place(
             hint="drop --extra/--group, or relock with the extras and groups you want",
         )
     asked, asked_why = asked_for
-    found = None if native or options.python else services.lock_python(root / lock_name)
+    found = None if native or options.python else services.lock_python(root / lock_name, asked)
     said, said_why = found or (None, "")
     if said and asked and said != asked and not options.python:
         raise InitError(
