@@ -252,7 +252,7 @@ def _compile(
         raise BuildLockError("resolving the build requirements took over 10 minutes") from None
     if proc.returncode == 0:
         return proc.stdout
-    reason = failure_reason(proc.stderr, proc.returncode)
+    reason = failure_reason(proc.stderr, proc.returncode).removeprefix("error: ")
     dynamic = _union(asked.values())
     if dynamic:
         failing = {t for t in dynamic if _named_in(t, reason)} or dynamic
