@@ -36,7 +36,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from pyproject_hooks import BackendUnavailable, BuildBackendHookCaller, HookMissing
 
 from reprobuild.backends.engine import Engine, RunResult, SealedRun
-from reprobuild.locks.buildlock import BuildLockError
+from reprobuild.locks.buildlock import BuildLockError, sdist_member
 from reprobuild.locks.lockfile import load_lock
 from reprobuild.locks.records import quoted
 from reprobuild.locks.wheels import Target, fetch_wheels
@@ -53,7 +53,6 @@ LEGACY_BACKEND = "setuptools.build_meta:__legacy__"
 _TARGET_GLIBC = (2, 28)
 _MAX_ANSWER = 1 << 20
 _MAX_REQUIREMENTS = 200
-_MAX_PYPROJECT = 1 << 20
 # $1: the source tree, $2: the hook. Values reach the shell as arguments, never as its text.
 _DRIVER = (
     "set -e\n"
@@ -248,7 +247,7 @@ def _last_words(text: str) -> str:
 def backend_of(archive: Path) -> tuple[str, list[str] | None]:
     """The sdist's ``[build-system] build-backend`` and ``backend-path`` (setuptools' legacy
     backend where it names none, as pip and build take it)."""
-    data = _pyproject(archive)
+    data = sdist_member(archive, "pyproject.toml")
     if data is None:
         return LEGACY_BACKEND, None
     try:
@@ -269,14 +268,6 @@ def backend_of(archive: Path) -> tuple[str, list[str] | None]:
     if path is not None and not (isinstance(path, list) and all(isinstance(p, str) for p in path)):
         raise BuildLockError(f"{archive.name}: [build-system] backend-path is not a list of paths")
     return backend, path
-
-
-def _pyproject(archive: Path) -> bytes | None:
-    for name, data in _members(archive):
-        parts = PurePosixPath(name).parts
-        if len(parts) == 2 and parts[1] == "pyproject.toml" and data is not None:
-            return data if len(data) <= _MAX_PYPROJECT else None
-    return None
 
 
 def _source_tree(archive: Path) -> str:

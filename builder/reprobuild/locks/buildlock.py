@@ -90,7 +90,7 @@ def _input_line(name: str, version: str, source: SourceArchive) -> str:
 def build_requires(archive: Path) -> tuple[str, ...]:
     """The ``[build-system] requires`` of the sdist (``.tar.gz`` or ``.zip``) at ``archive``,
     read from its top folder's ``pyproject.toml``; the legacy default where it has none."""
-    data = _member(archive, "pyproject.toml")
+    data = sdist_member(archive, "pyproject.toml")
     if data is None:
         return LEGACY_REQUIRES
     try:
@@ -115,7 +115,7 @@ def build_requires(archive: Path) -> tuple[str, ...]:
     return tuple(requires)
 
 
-def _member(archive: Path, name: str) -> bytes | None:
+def sdist_member(archive: Path, name: str) -> bytes | None:
     """The bytes of ``<top folder>/name`` in an sdist; None when it has none."""
     try:
         if archive.name.endswith(".zip"):
