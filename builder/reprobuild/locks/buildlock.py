@@ -6,9 +6,12 @@ environment; so for the packages a lock builds from an sdist
 ``reprobuild build-lock``) reads each archive's ``[build-system] requires`` (setuptools'
 legacy default, ``setuptools>=40.8.0`` and ``wheel``, where it has none), resolves them all
 with the pinned ``uv pip compile --generate-hashes --only-binary :all:`` for the image's Python
-and platform, and writes the result beside the project's lock. The image's wheel-build stage
-installs exactly those wheels with ``--require-hashes --no-index``; nothing floats at build
-time.
+and platform, asks each archive's build backend what more it builds with (PEP 517
+``get_requires_for_build_wheel``, in a container from the pinned base: ``ask``,
+:mod:`reprobuild.imaging.backendask`) with that resolution installed, and resolves again
+until the answers bring nothing new; it writes the result beside the project's lock. The
+image's wheel-build stage installs exactly those wheels with ``--require-hashes
+--no-index``; nothing floats at build time.
 
 The file's header records the sha256 of what it was made for (the image's Python and every
 source archive's name, version and sha256; a project folder's by its build requirements, so

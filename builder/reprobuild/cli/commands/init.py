@@ -36,7 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gpu", action="store_true", help="a GPU image (default: from the lock)")
     parser.add_argument(
-        "--base", type=_text, help="base image REF@sha256:... (default: a catalog base)"
+        "--base",
+        type=_text,
+        help="base image REF@sha256:... (default: a catalog base); the sdists' build "
+        "backends are asked what they build with in it",
     )
     parser.add_argument(
         "--record-hashes",
