@@ -25,7 +25,7 @@ def test_a_requirements_sdist_is_found_by_hash_and_built(
     root.mkdir()
     (root / "requirements.txt").write_text(f"docopt==0.6.2 --hash={DOCOPT_SDIST}\n")
     (root / "hello.py").write_text("import docopt\nprint('docopt', docopt.__version__)\n")
-    init = run_cli("init", "--command", "python hello.py", str(root), env=ENV)
+    init = run_cli("init", "--command", "python hello.py", "--base", base_ref, str(root), env=ENV)
     assert init.returncode == 0, init.stderr[-3000:]
     build_lock = (root / "build-requirements.lock").read_text()
     assert f"# reprobuild sdist: docopt==0.6.2 docopt-0.6.2.tar.gz {DOCOPT_SDIST}" in build_lock

@@ -28,7 +28,10 @@ def test_git_commit_and_editable_member_build_and_import(
 ) -> None:
     project, commit = make_uv_workspace(tmp_path)
     (project / "train.py").write_text("import core, gitdep\nprint(core.NAME, gitdep.VALUE)\n")
-    init = run_cli("init", str(project), "--command", "python train.py", "--python", "3.11")
+    init = run_cli(
+        "init", str(project), "--command", "python train.py", "--python", "3.11",
+        "--base", base_ref,
+    )  # fmt: skip
     assert init.returncode == 0, init.stderr[-3000:]
     config = (project / "reprobuild.yaml").read_text()
     assert "build_lock: build-requirements.lock" in config
@@ -113,7 +116,10 @@ def test_a_member_whose_build_misbehaves_is_one_line(  # type: ignore[no-untyped
 
     setup, expected = BAD_BUILDS[case]
     project, _commit = make_uv_workspace(tmp_path)
-    init = run_cli("init", str(project), "--command", "python -c 'import core'", "--python", "3.11")
+    init = run_cli(
+        "init", str(project), "--command", "python -c 'import core'", "--python", "3.11",
+        "--base", base_ref,
+    )  # fmt: skip
     assert init.returncode == 0, init.stderr[-3000:]
     with (project / "reprobuild.yaml").open("a") as config:
         config.write("build_timeout: 5\n")

@@ -200,8 +200,20 @@ def test_build_lock_is_resolved_hashed_and_checked_for_staleness(tmp_path: Path)
         "antlr4-python3-runtime": _sdist(tmp_path, "antlr4-python3-runtime", None),
         "docopt": _sdist(tmp_path, "docopt", None),
     }
-    text = compile_build_lock(local, "3.11", archives, str(find_uv_bin()), log=lambda _: None)
+    asked: list[tuple[str, str]] = []
+
+    def ask(archive: Path, pins: Path) -> tuple[str, ...]:  # a legacy setuptools backend's
+        asked.append((archive.name, pins.read_text()))  # answer with no setup_requires
+        return ()
+
+    text = compile_build_lock(
+        local, "3.11", archives, str(find_uv_bin()), ask=ask, log=lambda _: None
+    )
+    # each backend asked once, with the round's hashed pins installed
+    assert sorted(name for name, _ in asked) == sorted(a.name for a in archives.values())
+    assert all("setuptools==" in pins and "--hash=sha256:" in pins for _, pins in asked)
     assert f"# reprobuild build lock for: {inputs_key(lock, '3.11')}\n" in text
+    assert "build backend asks for" not in text
     path = tmp_path / "build-requirements.lock"
     path.write_text(text)
     build = load_build_lock(path, lock, "3.11", tmp_path)
@@ -249,10 +261,14 @@ def test_render_adds_the_wheel_build_stage(tmp_path: Path) -> None:
     assert not (tmp_path / "ctx2").exists()
 
 
-def test_init_writes_the_build_lock_and_names_it(tmp_path: Path) -> None:
+@pytest.mark.engine
+@pytest.mark.registry
+def test_init_writes_the_build_lock_and_names_it(tmp_path: Path, base_ref: str) -> None:
     """`reprobuild init` on a uv.lock of sdists only: the sdists are fetched from PyPI
     (143 kB, hash-checked), their legacy build requirements resolved with the pinned uv into
-    build-requirements.lock, which reprobuild.yaml names and `render` takes."""
+    build-requirements.lock, which reprobuild.yaml names and `render` takes. Their backends
+    are asked what more they build with in a container from the base (--base: the catalog's
+    is not reachable from CI), hence the engine."""
     import shutil
 
     from helpers import run_cli
@@ -261,7 +277,9 @@ def test_init_writes_the_build_lock_and_names_it(tmp_path: Path) -> None:
     root.mkdir()
     for name in ("uv.lock", "pyproject.toml", "hello.py"):
         shutil.copy(PROJECT / name, root / name)
-    proc = run_cli("init", str(root), "--command", "python hello.py", "--python", "3.11")
+    proc = run_cli(
+        "init", str(root), "--command", "python hello.py", "--python", "3.11", "--base", base_ref
+    )
     assert proc.returncode == 0, proc.stderr
     assert "uv.lock builds 2 packages from their sdists" in proc.stderr
     config = (root / "reprobuild.yaml").read_text()

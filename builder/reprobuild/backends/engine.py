@@ -57,6 +57,25 @@ class RunResult:
 
 
 @dataclass(frozen=True)
+class SealedRun:
+    """How :meth:`Engine.run_sealed` runs a container: as ``user``, with ``environment``,
+    for at most ``timeout`` seconds, then reads back ``fetch`` (at most ``max_bytes``)."""
+
+    user: str
+    environment: tuple[tuple[str, str], ...] = ()
+    timeout: float = 600.0
+    fetch: str | None = None
+    max_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class SealedResult:
+    run: RunResult
+    fetched: bytes | None
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
 class Bind:
     """A host path mounted into a container."""
 
@@ -456,6 +475,56 @@ class Engine:
             return RunResult(int(status.get("StatusCode", 1)), out, err)
         finally:
             container.remove(force=True)
+
+    def run_sealed(
+        self, image: str, command: list[str], files: Path, run: SealedRun
+    ) -> SealedResult:
+        """Run ``command`` in a container from ``image`` with no network at all (network
+        mode ``none``) as ``run.user``, the tar archive ``files`` unpacked at ``/`` first
+        (ownership as its headers say); once it exits, read back the regular file
+        ``run.fetch`` (None when it is missing or larger than ``run.max_bytes``). A container
+        still running after ``run.timeout`` seconds is removed: ``timed_out`` says so. The
+        container is removed whatever happens."""
+        try:
+            container = self.client.containers.create(
+                image,
+                command=command,
+                entrypoint=[],
+                environment=dict(run.environment),
+                user=run.user,
+                network_mode="none",
+                labels=leftovers.labels(),
+            )
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"cannot start a container from {image}: {_short(exc)}") from None
+        try:
+            with files.open("rb") as data:
+                if not container.put_archive("/", data):
+                    raise EngineError(f"cannot copy files into a container from {image}")
+            container.start()
+            try:
+                status = container.wait(timeout=run.timeout)
+            except requests.RequestException:
+                return SealedResult(RunResult(-1, b"", b""), None, timed_out=True)
+            result = RunResult(
+                int(status.get("StatusCode", 1)),
+                container.logs(stdout=True, stderr=False),
+                container.logs(stdout=False, stderr=True),
+            )
+            return SealedResult(result, self._fetch(container.id, image, run))
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"a container from {image} failed: {_short(exc)}") from None
+        finally:
+            with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
+                container.remove(force=True)
+
+    def _fetch(self, container: str, image: str, run: SealedRun) -> bytes | None:
+        if run.fetch is None:
+            return None
+        try:
+            return self._read_archive(container, image, run.fetch, run.max_bytes)
+        except (docker.errors.NotFound, EngineError, tarfile.TarError):
+            return None
 
     def start_streaming(
         self,

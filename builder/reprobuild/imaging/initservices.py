@@ -6,12 +6,14 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from reprobuild.backends.engine import Engine
 from reprobuild.bases.catalog import eol_warning, is_catalog_name, load_catalog, python_eol
-from reprobuild.bases.refs import parse_pinned
-from reprobuild.errors import UnknownBaseError
+from reprobuild.bases.refs import ImageRef, parse_pinned
+from reprobuild.errors import ReprobuildError, UnknownBaseError
+from reprobuild.imaging.backendask import BackendAsker, ask_timeout
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
 from reprobuild.locks.lockpython import lock_python
@@ -31,12 +33,15 @@ def read_lock(
     return lock.render(index_options=True), names, indexes, lock.notes
 
 
-def build_lock_text(lock: Lock, python: str, uv: str) -> str | None:
+def build_lock_text(lock: Lock, python: str, uv: str, base: Callable[[], ImageRef]) -> str | None:
     """The build-requirements lock for the sdists ``lock`` builds on CPython ``python``
-    (:mod:`reprobuild.locks.buildlock`), each sdist fetched and hash-checked first; None when
-    it builds none. A lock that gives hashes only (requirements, Pipfile.lock) has its
-    sdists found on the index first (:func:`~reprobuild.locks.wheels.locate_sdists`: only
-    for packages with no fitting wheel in the host's cache)."""
+    (:mod:`reprobuild.locks.buildlock`), each sdist fetched and hash-checked first and its
+    build backend asked what more it needs in the pinned ``base()`` (called only when there
+    is an sdist; pulled by digest where the engine lacks it;
+    :mod:`reprobuild.imaging.backendask`); None when it builds none. A lock
+    that gives hashes only (requirements, Pipfile.lock) has its sdists found on the index
+    first (:func:`~reprobuild.locks.wheels.locate_sdists`: only for packages with no fitting
+    wheel in the host's cache)."""
 
     def log(line: str) -> None:
         print(f"note: {line}", file=sys.stderr)
@@ -45,18 +50,30 @@ def build_lock_text(lock: Lock, python: str, uv: str) -> str | None:
     lock = with_archives(lock)  # git commits and project folders, packed on the host
     if not lock.sources:
         return None
+    engine = Engine()
+    image = engine.ensure_base(base(), log=log)
+    ask = BackendAsker(engine, image, ".".join(python.split(".")[:2]), Path(uv), ask_timeout(), log)
     with tempfile.TemporaryDirectory(prefix="reprobuild-sdists-") as tmp:
         archives = fetch_sources(lock, Path(tmp), log=log)
-        return compile_build_lock(lock, python, archives, uv, log=log)
+        return compile_build_lock(lock, python, archives, uv, ask=ask, log=log)
 
 
-def _build_lock(
-    path: Path, python: str, extras: tuple[str, ...], groups: tuple[str, ...]
-) -> str | None:
-    from uv import find_uv_bin
-
-    lock = load_lock(path, Selection(python=python, extras=extras, groups=groups))
-    return build_lock_text(lock, python, str(find_uv_bin()))
+def ask_base(python: str, base: str | None) -> ImageRef:
+    """The base ``init`` asks the sdists' build backends in: ``--base`` (a pinned ref or a
+    catalog name), else the catalog's plain base for ``python`` (the one init writes for a
+    lock without a GPU stack)."""
+    if base is not None and not is_catalog_name(base):
+        return parse_pinned(base, what="--base")
+    name = base if base is not None else base_for(python, False)
+    if name is None:
+        raise ReprobuildError(
+            f"no catalog base carries CPython {python} to ask the sdists' build backends in",
+            hint="give one: reprobuild init --base REF@sha256:<digest>",
+        )
+    try:
+        return load_catalog().get(name).ref
+    except UnknownBaseError as exc:
+        raise UnknownBaseError(f"--base: {exc.message}", hint=exc.hint) from None
 
 
 def base_for(python: str, gpu: bool) -> str | None:
@@ -98,8 +115,16 @@ def python_eol_warning(python: str) -> str | None:
     return eol_warning(python, python_eol(load_catalog(), python), time.strftime("%Y-%m"))
 
 
-def init_services() -> Services:
+def init_services(base: str | None = None) -> Services:
+    """The services of ``reprobuild init``; ``base`` (its ``--base``) is where the sdists'
+    build backends are asked what they build with."""
     from uv import find_uv_bin
+
+    def build_lock(
+        path: Path, python: str, extras: tuple[str, ...], groups: tuple[str, ...]
+    ) -> str | None:
+        lock = load_lock(path, Selection(python=python, extras=extras, groups=groups))
+        return build_lock_text(lock, python, str(find_uv_bin()), lambda: ask_base(python, base))
 
     return Services(
         read_lock=read_lock,
@@ -107,7 +132,7 @@ def init_services() -> Services:
         lock_format=format_of_file,
         eol_warning=python_eol_warning,
         uv=str(find_uv_bin()),
-        build_lock=_build_lock,
+        build_lock=build_lock,
         base_facts=base_facts,
         lock_python=lock_python,
     )

@@ -22,7 +22,7 @@ from reprobuild.bases.catalog import (
     load_catalog,
     python_eol,
 )
-from reprobuild.bases.refs import parse_pinned
+from reprobuild.bases.refs import ImageRef, parse_pinned
 from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
 from reprobuild.imaging.render import FileEntry, Kind, RenderSpec
 from reprobuild.imaging.runtimefiles import runtime_package
@@ -287,6 +287,25 @@ def plan_build(
         notes=notes,
         warnings=(warning,) if warning else (),
     )
+
+
+def project_base(config: ProjectConfig, base: str | None = None) -> ImageRef:
+    """The pinned base ``base`` (a ``--base`` value) names, else the project's own: its CPU
+    base, or its GPU base where it has no CPU one; a catalog name through the project's base
+    lock (read only: the catalog's digest where it is not locked yet)."""
+    if base is not None:
+        return parse_pinned(base, what="--base")
+    gpu = not config.base_cpu
+    value = config.base_gpu if gpu else config.base_cpu
+    if not value:
+        raise ConfigError(config.config_path, "base.cpu is not set and no --base was given")
+    if is_catalog_name(value):
+        try:
+            return pin(config.root, value, load_catalog())[0].ref
+        except UnknownBaseError as exc:
+            where = _base_where(config, variant_of(gpu), None)
+            raise UnknownBaseError(f"{where}: {exc.message}", hint=exc.hint) from None
+    return parse_pinned(value, what=f"base.{variant_of(gpu)}")
 
 
 def cached_source(source: SourceArchive) -> Path | None:

@@ -6,9 +6,12 @@ environment; so for the packages a lock builds from an sdist
 ``reprobuild build-lock``) reads each archive's ``[build-system] requires`` (setuptools'
 legacy default, ``setuptools>=40.8.0`` and ``wheel``, where it has none), resolves them all
 with the pinned ``uv pip compile --generate-hashes --only-binary :all:`` for the image's Python
-and platform, and writes the result beside the project's lock. The image's wheel-build stage
-installs exactly those wheels with ``--require-hashes --no-index``; nothing floats at build
-time.
+and platform, asks each archive's build backend what more it builds with (PEP 517
+``get_requires_for_build_wheel``, in a container from the pinned base: ``ask``,
+:mod:`reprobuild.imaging.backendask`) with that resolution installed, and resolves again
+until the answers bring nothing new; it writes the result beside the project's lock. The
+image's wheel-build stage installs exactly those wheels with ``--require-hashes
+--no-index``; nothing floats at build time.
 
 The file's header records the sha256 of what it was made for (the image's Python and every
 source archive's name, version and sha256; a project folder's by its build requirements, so
@@ -26,12 +29,14 @@ import tarfile
 import tempfile
 import tomllib
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as PackagingRequirement
+from packaging.utils import canonicalize_name
 
 from reprobuild._util.resolver import failure_reason
 from reprobuild.errors import ReprobuildError
@@ -88,7 +93,7 @@ def _input_line(name: str, version: str, source: SourceArchive) -> str:
 def build_requires(archive: Path) -> tuple[str, ...]:
     """The ``[build-system] requires`` of the sdist (``.tar.gz`` or ``.zip``) at ``archive``,
     read from its top folder's ``pyproject.toml``; the legacy default where it has none."""
-    data = _member(archive, "pyproject.toml")
+    data = sdist_member(archive, "pyproject.toml")
     if data is None:
         return LEGACY_REQUIRES
     try:
@@ -113,7 +118,7 @@ def build_requires(archive: Path) -> tuple[str, ...]:
     return tuple(requires)
 
 
-def _member(archive: Path, name: str) -> bytes | None:
+def sdist_member(archive: Path, name: str) -> bytes | None:
     """The bytes of ``<top folder>/name`` in an sdist; None when it has none."""
     try:
         if archive.name.endswith(".zip"):
@@ -136,22 +141,97 @@ def _member(archive: Path, name: str) -> bytes | None:
         raise BuildLockError(f"{archive.name}: cannot read the source archive: {exc}") from None
 
 
+class Ask(Protocol):
+    """What a sdist's build backend asks for at build time (PEP 517
+    ``get_requires_for_build_wheel``), asked with the hashed pins of ``pins`` installed:
+    :class:`reprobuild.imaging.backendask.BackendAsker`."""
+
+    def __call__(self, archive: Path, pins: Path) -> tuple[str, ...]: ...
+
+
+# Rounds of resolve-then-ask before a backend that keeps asking for more is refused.
+MAX_ROUNDS = 4
+
+
 def compile_build_lock(
     lock: Lock,
     python: str,
     archives: dict[str, Path],
     uv: str,
+    *,
+    ask: Ask,
     log: Callable[[str], None] = print,
 ) -> str:
     """The build lock's text for ``lock``'s source archives (``archives``: name -> the fetched,
-    hash-checked file) on CPython ``python``: the header, then ``uv pip compile``'s pins."""
+    hash-checked file) on CPython ``python``: the header, then ``uv pip compile``'s pins of
+    each archive's ``[build-system] requires`` and of what its backend asks for (``ask``),
+    asked again with each new resolution installed until the answers bring nothing new."""
     python = ".".join(python.split(".")[:2])
-    notes: list[str] = []
-    wanted: list[str] = []
+    static = {r.name: build_requires(archives[r.name]) for r in lock.sources}
+    wanted = _union(static.values())
+    asked: dict[str, tuple[str, ...]] = {}
+    log(f"resolving the build requirements of {len(lock.sources)} sdists for CPython {python}")
+    with tempfile.TemporaryDirectory(prefix="reprobuild-buildlock-") as tmp:
+        pins_path = Path(tmp) / BUILD_LOCK_NAME
+        for _round in range(MAX_ROUNDS):
+            pins = _compile(lock, python, uv, wanted, Path(tmp), asked)
+            pins_path.write_text(pins)
+            asked = {r.name: ask(archives[r.name], pins_path) for r in lock.sources}
+            more = _union(asked.values()) - wanted
+            if not more:
+                break
+            log(f"the build backends ask for {', '.join(sorted(more))}: resolving again")
+            wanted |= more
+        else:
+            raise BuildLockError(
+                f"the build backends of {_askers(lock, asked, more)} still ask for "
+                f"{', '.join(sorted(more))} after {MAX_ROUNDS} rounds of resolving what they "
+                "asked for"
+            )
+    notes = []
     for req in lock.sources:
-        requires = build_requires(archives[req.name])
-        notes.append(f"# {req.name}=={req.version} builds with: {', '.join(requires)}")
-        wanted += [r for r in requires if r not in wanted]
+        notes.append(f"# {req.name}=={req.version} builds with: {', '.join(static[req.name])}")
+        if asked[req.name]:
+            notes.append(
+                f"# {req.name}=={req.version}'s build backend asks for: "
+                + ", ".join(asked[req.name])
+            )
+    header = [
+        f"# Build dependencies of the sdists {lock.path.name} selects, for CPython {python} "
+        f"on {UV_PLATFORM}.",
+        "# Written by reprobuild (init, `reprobuild build-lock`) with uv pip compile "
+        "--generate-hashes; do not edit.",
+        f"{_KEY_LINE}{inputs_key(lock, python)}",
+        *_sdist_lines(lock),
+        *notes,
+    ]
+    return "\n".join(header) + "\n" + pins.rstrip("\n") + "\n"
+
+
+def _union(groups: Iterable[Iterable[str]]) -> set[str]:
+    return {text for group in groups for text in group}
+
+
+def _askers(lock: Lock, asked: dict[str, tuple[str, ...]], wanted: set[str]) -> str:
+    """The sdists (file names) whose backends asked for any of ``wanted``."""
+    names = [
+        r.source.filename
+        for r in lock.sources
+        if r.source is not None and wanted & set(asked.get(r.name, ()))
+    ]
+    return ", ".join(names) or "the sdists"
+
+
+def _compile(
+    lock: Lock,
+    python: str,
+    uv: str,
+    wanted: set[str],
+    tmp: Path,
+    asked: dict[str, tuple[str, ...]],
+) -> str:
+    """``uv pip compile``'s hashed pins of ``wanted``; one line when they cannot be resolved,
+    naming what a backend asked for (``asked``) and its sdist where that is what failed."""
     argv = [
         uv, "pip", "compile", "--generate-hashes", "--no-header", "--no-annotate",
         "--only-binary", ":all:", "--python-version", python, "--python-platform", UV_PLATFORM,
@@ -163,34 +243,40 @@ def compile_build_lock(
         argv += ["--extra-index-url", url]
     for link in (*options.find_links, *os.environ.get("PIP_FIND_LINKS", "").split()):
         argv += ["--find-links", link]
-    log(f"resolving the build requirements of {len(lock.sources)} sdists for CPython {python}")
-    with tempfile.TemporaryDirectory(prefix="reprobuild-buildlock-") as tmp:
-        source = Path(tmp) / "build-requirements.in"
-        source.write_text("\n".join(sorted(wanted)) + "\n")
-        try:
-            proc = subprocess.run(
-                [*argv, str(source)], capture_output=True, text=True, check=False, timeout=600
-            )
-        except FileNotFoundError:
-            raise BuildLockError(f"cannot run the resolver {uv!r}: not found") from None
-        except subprocess.TimeoutExpired:
-            raise BuildLockError("resolving the build requirements took over 10 minutes") from None
-    if proc.returncode != 0:
-        raise BuildLockError(
-            f"cannot resolve the build requirements {', '.join(sorted(wanted))} for CPython "
-            f"{python} on {UV_PLATFORM}: {failure_reason(proc.stderr, proc.returncode)}",
-            hint="check the sdists' [build-system] requires are on the lock's index as wheels",
+    source = tmp / "build-requirements.in"
+    source.write_text("\n".join(sorted(wanted)) + "\n")
+    try:
+        proc = subprocess.run(
+            [*argv, str(source)], capture_output=True, text=True, check=False, timeout=600
         )
-    header = [
-        f"# Build dependencies of the sdists {lock.path.name} selects, for CPython {python} "
-        f"on {UV_PLATFORM}.",
-        "# Written by reprobuild (init, `reprobuild build-lock`) with uv pip compile "
-        "--generate-hashes; do not edit.",
-        f"{_KEY_LINE}{inputs_key(lock, python)}",
-        *_sdist_lines(lock),
-        *notes,
-    ]
-    return "\n".join(header) + "\n" + proc.stdout.rstrip("\n") + "\n"
+    except FileNotFoundError:
+        raise BuildLockError(f"cannot run the resolver {uv!r}: not found") from None
+    except subprocess.TimeoutExpired:
+        raise BuildLockError("resolving the build requirements took over 10 minutes") from None
+    if proc.returncode == 0:
+        return proc.stdout
+    reason = failure_reason(proc.stderr, proc.returncode).removeprefix("error: ")
+    dynamic = _union(asked.values())
+    if dynamic:
+        failing = {t for t in dynamic if _named_in(t, reason)} or dynamic
+        raise BuildLockError(
+            f"cannot resolve {', '.join(sorted(failing))}, which the build backend of "
+            f"{_askers(lock, asked, failing)} asks for (get_requires_for_build_wheel), for "
+            f"CPython {python} on {UV_PLATFORM}: {reason}",
+            hint="the backend asks for what the lock's index does not have as a wheel",
+        )
+    raise BuildLockError(
+        f"cannot resolve the build requirements {', '.join(sorted(wanted))} for CPython "
+        f"{python} on {UV_PLATFORM}: {reason}",
+        hint="check the sdists' [build-system] requires are on the lock's index as wheels",
+    )
+
+
+def _named_in(requirement: str, text: str) -> bool:
+    """Whether uv's reason names the requirement's project (PEP 503 names compared)."""
+    name = canonicalize_name(PackagingRequirement(requirement).name)
+    words = {canonicalize_name(w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", text)}
+    return name in words
 
 
 def _sdist_lines(lock: Lock) -> list[str]:

@@ -36,7 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gpu", action="store_true", help="a GPU image (default: from the lock)")
     parser.add_argument(
-        "--base", type=_text, help="base image REF@sha256:... (default: a catalog base)"
+        "--base",
+        type=_text,
+        help="base image REF@sha256:... (default: a catalog base); the sdists' build "
+        "backends are asked what they build with in it",
     )
     parser.add_argument(
         "--record-hashes",
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         hashrecord.recording(sha256_of_url, err) if args.record_hashes else contextlib.nullcontext()
     )
     with recording:
-        result = init_project(args.directory, options, init_services(), log=err)
+        result = init_project(args.directory, options, init_services(args.base), log=err)
     for path in result.written:
         print(f"wrote {path}")
     return 0
