@@ -12,6 +12,8 @@ import hashlib
 import http.server
 import os
 import socket
+import ssl
+import subprocess
 import threading
 import time
 import zipfile
@@ -82,7 +84,7 @@ class Index:
 def serve(tmp_path: Path) -> Iterator[Any]:
     servers: list[http.server.ThreadingHTTPServer] = []
 
-    def start(name: str) -> Index:
+    def start(name: str, tls: Path | None = None) -> Index:
         index = Index(tmp_path / name)
         (index.root / "files").mkdir(parents=True)
 
@@ -99,13 +101,23 @@ def serve(tmp_path: Path) -> Iterator[Any]:
                 else:
                     super().do_GET()
 
+            def end_headers(self) -> None:
+                if self.path.startswith("/files/"):  # as PyPI's files: cacheable for good
+                    self.send_header("Cache-Control", "max-age=365000000, immutable, public")
+                super().end_headers()
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:  # tls: a folder with cert.pem and key.pem
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(tls / "cert.pem", tls / "key.pem")
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        index.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        scheme = "https" if tls is not None else "http"
+        index.url = f"{scheme}://127.0.0.1:{server.server_address[1]}/simple"
         return index
 
     yield start
@@ -189,6 +201,22 @@ def test_a_host_that_does_not_resolve_is_named_at_once(tmp_path: Path, serve: An
     assert "pytorch.invalid (https://pytorch.invalid/whl/cpu) does not resolve" in message
     assert message.endswith("rbfast-alpha needs it"), message
     assert pypi.files_asked() == []  # nothing fetched (nor retried) before the line
+
+
+def test_a_package_a_local_folder_has_needs_no_index_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An air-gapped host: every wheel in REPROBUILD_FIND_LINKS, the lock's index unreachable.
+    pip is still given the index (it finds nothing there and takes the folder's file), the
+    probe does not refuse the fetch."""
+    local = tmp_path / "local-wheels"
+    local.mkdir()
+    wheels = {"rbfast-local": make_wheel(local, "rbfast-local")}
+    dead = f"http://127.0.0.1:{closed_port()}/simple/"
+    lock = requirements_lock(tmp_path, [f"--index-url {dead}"], wheels)
+    monkeypatch.setenv(fetchnet.FIND_LINKS_VAR, str(local))
+    got = fetch_wheels(load_lock(lock), TARGET, tmp_path / "ctx", log=lambda _: None)
+    assert [p.name for p in got] == [wheels["rbfast-local"].name]
 
 
 def test_a_port_that_refuses_is_named(tmp_path: Path, serve: Any) -> None:
@@ -277,6 +305,43 @@ def test_what_one_index_gave_is_kept_when_another_fails(tmp_path: Path, serve: A
     got = fetch_wheels(load_lock(lock), TARGET, tmp_path / "ctx2", log=lambda _: None)
     assert sorted(p.name for p in got) == sorted([good.name, bad.name])
     assert pypi.asked == []  # the second run did not fetch it again
+
+
+def self_signed(folder: Path) -> Path:
+    """A certificate for 127.0.0.1 (openssl), its key beside it."""
+    folder.mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(folder / "key.pem"), "-out", str(folder / "cert.pem"),
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return folder
+
+
+def test_what_pip_downloaded_before_it_failed_is_not_downloaded_again(
+    tmp_path: Path, serve: Any, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One index, one pip run: pip saves nothing until all is resolved, but its HTTP cache
+    (https only, as pip caches) lies in reprobuild's, so the good file's bytes are not fetched
+    a second time. The index's CA reaches pip as a corporate one does: SSL_CERT_FILE."""
+    tls = self_signed(tmp_path / "tls")
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls / "cert.pem"))
+    pypi = serve("pypi", tls)
+    wheels = {"rbfast-alpha": pypi.add("rbfast-alpha"), "rbfast-beta": pypi.add("rbfast-beta")}
+    pypi.missing.add(wheels["rbfast-beta"].name)
+    lock = requirements_lock(tmp_path, [f"--index-url {pypi.url}/"], wheels)
+    message, took = fetch_error(lock, tmp_path)
+    assert took < FAST_S
+    assert "ERROR:" in message, message
+    assert wheels["rbfast-alpha"].name in pypi.files_asked()
+
+    pypi.missing.clear()
+    pypi.asked.clear()
+    got = fetch_wheels(load_lock(lock), TARGET, tmp_path / "ctx", log=lambda _: None)
+    assert sorted(p.name for p in got) == sorted(p.name for p in wheels.values())
+    assert pypi.files_asked() == [wheels["rbfast-beta"].name], pypi.asked
+    assert not (cache / "pip-http").exists()  # emptied: all in the wheel cache now
 
 
 # --- isolated from the host's pip settings -------------------------------------------------

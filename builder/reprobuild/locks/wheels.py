@@ -449,15 +449,37 @@ def _index_groups(lock: Lock) -> list[Lock]:
 
 def _index_needs(groups: list[Lock]) -> dict[str, str]:
     """Each index the fetch will ask (PyPI where a group names none), with the first package
-    that needs it."""
+    that needs it: the first of its group with no wheel of its name and version in a local
+    wheel folder (an air-gapped host's folder serves it; pip checks its hash)."""
     needs: dict[str, str] = {}
     for group in groups:
-        if not group.requirements:
+        local = _local_wheel_names(group)
+        first = next(
+            (
+                r.name
+                for r in group.requirements
+                if not any(_wheel_of(n, r.name, r.version) for n in local)
+            ),
+            None,
+        )
+        if first is None:
             continue
         options = group.options
         for index in (options.index_url or PYPI_SIMPLE, *options.extra_index_urls):
-            needs.setdefault(index, group.requirements[0].name)
+            needs.setdefault(index, first)
     return needs
+
+
+def _local_wheel_names(lock: Lock) -> list[str]:
+    """The wheel file names in the local folders the fetch reads (the lock's ``--find-links``
+    paths, ``REPROBUILD_FIND_LINKS``)."""
+    names: list[str] = []
+    for link in (*lock.options.find_links, *fetchnet.find_links()):
+        if not link.startswith(("/", "file:///")):
+            continue
+        with contextlib.suppress(OSError):
+            names += [p.name for p in Path(link.removeprefix("file://")).glob("*.whl")]
+    return names
 
 
 def wheel_folder(target: Target) -> Path:
