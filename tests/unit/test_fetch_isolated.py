@@ -431,6 +431,14 @@ def test_the_error_line_is_the_tool_s_error_not_its_first_warning() -> None:
         "ERROR: No matching distribution found for x==1\n"
     )
     assert tool_error(pip, "pip failed") == "ERROR: No matching distribution found for x==1"
+    pip = (  # pip 26.3 for images/digits-torch's lock without its torch wheel folder
+        "ERROR: Ignored the following versions that require a different python version: "
+        "3.7 Requires-Python >=3.12\n"
+        "ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu "
+        "(from versions: none)\n"
+        "ERROR: No matching distribution found for torch==2.13.0+cpu\n"
+    )
+    assert tool_error(pip, "pip failed").startswith("ERROR: Could not find a version that")
     assert tool_error("warning: only a warning\n", "exit status 1") == "exit status 1"
     solve = "  \u00d7 No solution found when resolving dependencies:\n  Because x was not found"
     assert failure_reason(solve, 1) == "\u00d7 No solution found when resolving dependencies:"

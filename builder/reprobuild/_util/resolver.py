@@ -15,12 +15,24 @@ def failure_reason(stderr: str, returncode: int, *, limit: int = 300) -> str:
     return tool_error(stderr, f"exit status {returncode}")[:limit]
 
 
+# pip's notes at its error level that say what it left out, not what failed: "ERROR: Ignored
+# the following versions that require a different python version: ..." (then the real error).
+_PIP_NOTE = "ERROR: Ignored the following"
+
+
 def tool_error(stderr: str, fallback: str) -> str:
     """The line of pip's or uv's ``stderr`` that says what failed: its first ``ERROR:`` (pip)
     or ``error:`` (uv) line, with uv's last ``Caused by:`` (the root cause) after it; else
     its last line that is not a warning; else ``fallback``. Never a warning line."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    first = next((i for i, ln in enumerate(lines) if ln.startswith(("ERROR:", "error:"))), None)
+    first = next(
+        (
+            i
+            for i, ln in enumerate(lines)
+            if ln.startswith(("ERROR:", "error:")) and not ln.startswith(_PIP_NOTE)
+        ),
+        None,
+    )
     if first is None:
         plain = [ln for ln in lines if not ln.lower().startswith(("warning:", "warn:"))]
         return plain[-1] if plain else fallback
