@@ -47,6 +47,24 @@ def no_sdist_lookup() -> Iterator[None]:
         os.environ["REPROBUILD_SDIST_LOOKUP"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def machine_wheels() -> Iterator[None]:
+    """The machine's own wheel folders handed to the fetch the documented way,
+    ``REPROBUILD_FIND_LINKS``: the fetch reads no ``PIP_*`` variable, and the suite's torch
+    2.13 CPU (images/digits-torch, the determinism project) lies in this CI's
+    ``PIP_FIND_LINKS`` folder (/opt/wheels), on no index it reaches. A value already set is
+    kept; only absolute folders that exist are passed on."""
+    var = "REPROBUILD_FIND_LINKS"
+    old = os.environ.get(var)
+    folders = [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if Path(p).is_absolute()]
+    folders = [p for p in folders if Path(p).is_dir()]
+    if old is None and folders:
+        os.environ[var] = " ".join(folders)
+    yield
+    if old is None:
+        os.environ.pop(var, None)
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[DockerClient]:
     import docker

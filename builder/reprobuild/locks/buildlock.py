@@ -40,6 +40,7 @@ from packaging.utils import canonicalize_name
 
 from reprobuild._util.resolver import failure_reason
 from reprobuild.errors import ReprobuildError
+from reprobuild.locks import fetchnet
 from reprobuild.locks.lockfile import Lock, load_lock
 from reprobuild.locks.records import HASH_ONLY_FORMATS, SourceArchive, quoted
 from reprobuild.locks.wheels import PYPI_SIMPLE
@@ -236,18 +237,17 @@ def _compile(
         uv, "pip", "compile", "--generate-hashes", "--no-header", "--no-annotate",
         "--only-binary", ":all:", "--python-version", python, "--python-platform", UV_PLATFORM,
     ]  # fmt: skip
-    options = lock.options
-    if options.index_url is not None:
-        argv += ["--index-url", options.index_url]
-    for url in options.extra_index_urls:
-        argv += ["--extra-index-url", url]
-    for link in (*options.find_links, *os.environ.get("PIP_FIND_LINKS", "").split()):
-        argv += ["--find-links", link]
+    argv += _build_sources(lock)
     source = tmp / "build-requirements.in"
     source.write_text("\n".join(sorted(wanted)) + "\n")
     try:
         proc = subprocess.run(
-            [*argv, str(source)], capture_output=True, text=True, check=False, timeout=600
+            [*argv, str(source)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+            env=fetchnet.isolated_env(),
         )
     except FileNotFoundError:
         raise BuildLockError(f"cannot run the resolver {uv!r}: not found") from None
@@ -277,6 +277,24 @@ def _named_in(requirement: str, text: str) -> bool:
     name = canonicalize_name(PackagingRequirement(requirement).name)
     words = {canonicalize_name(w) for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9._-]*", text)}
     return name in words
+
+
+def _build_sources(lock: Lock) -> list[str]:
+    """Where the build requirements are resolved from: a native lock's default index alone
+    (PyPI where any package comes from it): an index its packages are pinned to, such as
+    PyTorch's (uv's `explicit = true`, Poetry's `priority = "explicit"`), serves those only,
+    not setuptools or wheel. Other locks: every index the lock names, as pip reads them. Then
+    the lock's --find-links and ``REPROBUILD_FIND_LINKS`` folders."""
+    options = lock.options
+    native = any(r.index is not None for r in lock.requirements)
+    argv: list[str] = []
+    if options.index_url is not None:
+        argv += ["--index-url", options.index_url]
+    for url in () if native else options.extra_index_urls:
+        argv += ["--extra-index-url", url]
+    for link in (*options.find_links, *fetchnet.find_links()):
+        argv += ["--find-links", link]
+    return argv
 
 
 def _sdist_lines(lock: Lock) -> list[str]:

@@ -638,6 +638,7 @@ class Pins:
         self._urls: dict[str, str] = {}
         self.indexes: list[str] = []
         self._sources: dict[str, SourcePin] = {}
+        self._index: dict[str, str | None] = {}
 
     def __bool__(self) -> bool:
         return bool(self._chosen) or bool(self._sources)
@@ -677,6 +678,7 @@ class Pins:
             self._urls.pop(name, None)
             if url is not None:
                 self._urls[name] = url
+            self._index[name] = index
         if index is not None and index not in self.indexes:
             self.indexes.append(index)
 
@@ -691,6 +693,7 @@ class Pins:
                     line=line,
                     source=source,
                     url=self._urls.get(name),
+                    index=self._index.get(name),
                 )
                 for name, (version, hashes, line, source) in self._chosen.items()
             ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -180,6 +180,10 @@ class Requirement:
     url: str | None = None
     line: int = 0
     source: SourceArchive | None = None
+    # The one index a native lock (uv, Poetry) says the package comes from: the fetch asks
+    # only that one for it (uv's `explicit = true`, Poetry's `priority = "explicit"`: an
+    # index serves only the packages pinned to it). None: every index of the lock, as pip.
+    index: str | None = field(default=None, compare=False)
 
     def line_text(self, *, direct: bool = True) -> str:
         """The canonical one-line form, e.g. ``'numpy==2.4.6 ; python_version < "3.11"

@@ -33,10 +33,12 @@ from reprobuild._util import jsonload, leftovers
 from reprobuild._util.fsutil import sha256_file, write_atomic
 from reprobuild._util.progress import Transfers
 from reprobuild.errors import LockfileError, ReprobuildError
+from reprobuild.locks import fetchnet
 from reprobuild.locks.lockfile import Lock, Selection
 from reprobuild.locks.records import (
     HASH_ONLY_FORMATS,
     SOURCE_ARCHIVE_RE,
+    IndexOptions,
     Requirement,
     SourceArchive,
     index_url_problem,
@@ -225,13 +227,17 @@ def _unmatched(lock: Lock, index: dict[str, str]) -> list[str]:
 
 def _pip_download(lock: Lock, target: Target, folder: Path, log: Log, show: Show) -> None:
     """Download the lock's wheels into ``folder`` (a fresh temp dir: pip removes a file it
-    finds there with a hash it does not expect, so it never sees the cache itself)."""
+    finds there with a hash it does not expect, so it never sees the cache itself). pip runs
+    isolated from the host's pip configuration (:mod:`~reprobuild.locks.fetchnet`), with its
+    HTTP cache in reprobuild's: what a failed run downloaded is not downloaded again."""
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("lock")) as tmp:
         req = Path(tmp) / "requirements.lock"
         req.write_text(lock.render(index_options=True))
         argv = [
-            sys.executable, "-m", "pip", "download",
+            sys.executable, "-m", "pip", "--isolated", "download",
             "--require-hashes", "--only-binary=:all:", "--no-deps",
+            "--cache-dir", str(pip_cache()), *fetchnet.pip_network_args(),
+            *[arg for link in fetchnet.find_links() for arg in ("--find-links", link)],
             "--disable-pip-version-check", "--progress-bar", _pip_progress_bar(),
             "--python-version", target.python_version,
             "--implementation", "cp",
@@ -249,10 +255,9 @@ def _pip_download(lock: Lock, target: Target, folder: Path, log: Log, show: Show
     mismatch = _hash_mismatch(lock, stderr)
     if mismatch:
         raise mismatch
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    first = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else "pip failed")
     raise WheelError(
-        f"cannot fetch the locked wheels for {target.key}: {first.strip()}",
+        f"cannot fetch the locked wheels for {target.key}: "
+        f"{fetchnet.tool_error(stderr, f'pip exited with status {code}')[:400]}",
         hint="check the lock was compiled for this Python/platform, or build with --online",
     )
 
@@ -318,7 +323,7 @@ def _run_pip(argv: list[str], tmp: Path, progress: Transfers) -> tuple[int, str]
     with (tmp / "pip.stderr").open("w+") as err, progress:
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
-            errors="replace",
+            errors="replace", env=fetchnet.isolated_env(),
         )  # fmt: skip
         assert proc.stdout is not None
 
@@ -391,15 +396,90 @@ def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, sho
         ),
     )
     allowed = {h.split(":", 1)[1] for r in lock.requirements for h in r.hashes}
+    groups = _index_groups(wanted)
+    problem = fetchnet.probe_indexes(_index_needs(groups), fetchnet.probe_timeout())
+    if problem is not None:
+        raise WheelError(
+            f"cannot fetch the locked wheels for {target.key}: {problem}",
+            hint="check the network to that host (a proxy: HTTPS_PROXY), or relock from an "
+            "index this machine reaches",
+        )
     leftovers.reap_dir(folder, _DOWNLOAD_PREFIX)
     staging = Path(tempfile.mkdtemp(prefix=f"{_DOWNLOAD_PREFIX}{leftovers.owner()}-", dir=folder))
     try:
-        _pip_download(wanted, target, staging, log, show)
-        for path in sorted(staging.iterdir()):
-            if path.is_file() and not path.is_symlink() and sha256_file(path) in allowed:
-                os.replace(path, folder / path.name)
+        for group in groups:  # each index's wheels kept as soon as they are checked
+            _pip_download(group, target, staging, log, show)
+            _keep_checked(staging, folder, allowed)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(pip_cache(), ignore_errors=True)  # all in the wheel cache now
+
+
+def _keep_checked(staging: Path, folder: Path, allowed: set[str]) -> None:
+    """Move each file of ``staging`` whose sha256 the lock allows into the cache (a rename)."""
+    for path in sorted(staging.iterdir()):
+        if path.is_file() and not path.is_symlink() and sha256_file(path) in allowed:
+            os.replace(path, folder / path.name)
+
+
+def pip_cache() -> Path:
+    """pip's HTTP cache for the fetch (reprobuild's, not the host's): it keeps what a failed
+    fetch downloaded, and is emptied once a fetch has put everything in the wheel cache."""
+    return cache_root() / "pip-http"
+
+
+def _index_groups(lock: Lock) -> list[Lock]:
+    """``lock`` split by the index its packages come from: a native lock's package
+    (:attr:`Requirement.index`) is fetched from its own index alone (an explicit index serves
+    only the packages pinned to it, and no other index is asked for them); the others from
+    every index of the lock, as pip does. A ``file:`` index is also read as a folder of wheels
+    (uv's flat index)."""
+    by_index: dict[str | None, list[Requirement]] = {}
+    for req in lock.requirements:
+        by_index.setdefault(req.index, []).append(req)
+    out: list[Lock] = []
+    for index, reqs in by_index.items():
+        options = lock.options
+        if index is not None:
+            flat = (index,) if index.startswith("file:") else ()
+            options = IndexOptions(index_url=index, find_links=(*options.find_links, *flat))
+        out.append(replace(lock, requirements=tuple(reqs), options=options))
+    return out
+
+
+def _index_needs(groups: list[Lock]) -> dict[str, str]:
+    """Each index the fetch will ask (PyPI where a group names none), with the first package
+    that needs it: the first of its group with no wheel of its name and version in a local
+    wheel folder (an air-gapped host's folder serves it; pip checks its hash)."""
+    needs: dict[str, str] = {}
+    for group in groups:
+        local = _local_wheel_names(group)
+        first = next(
+            (
+                r.name
+                for r in group.requirements
+                if not any(_wheel_of(n, r.name, r.version) for n in local)
+            ),
+            None,
+        )
+        if first is None:
+            continue
+        options = group.options
+        for index in (options.index_url or PYPI_SIMPLE, *options.extra_index_urls):
+            needs.setdefault(index, first)
+    return needs
+
+
+def _local_wheel_names(lock: Lock) -> list[str]:
+    """The wheel file names in the local folders the fetch reads (the lock's ``--find-links``
+    paths, ``REPROBUILD_FIND_LINKS``)."""
+    names: list[str] = []
+    for link in (*lock.options.find_links, *fetchnet.find_links()):
+        if not link.startswith(("/", "file:///")):
+            continue
+        with contextlib.suppress(OSError):
+            names += [p.name for p in Path(link.removeprefix("file://")).glob("*.whl")]
+    return names
 
 
 def wheel_folder(target: Target) -> Path:
@@ -779,8 +859,8 @@ def locked_files(lock: Lock, req: Requirement) -> list[str] | None:
 
 def _in_find_links(lock: Lock, req: Requirement, hexes: set[str]) -> bool | None:
     """Whether a file of ``req`` with a locked hash is in the --find-links folders pip's fetch
-    also reads (the lock's and ``PIP_FIND_LINKS``); None where one is a URL (unknown)."""
-    links = [*lock.options.find_links, *os.environ.get("PIP_FIND_LINKS", "").split()]
+    also reads (the lock's and ``REPROBUILD_FIND_LINKS``); None where one is a URL (unknown)."""
+    links = [*lock.options.find_links, *fetchnet.find_links()]
     prefix = req.name.replace("-", "_")
     for link in links:
         folder = Path(link.removeprefix("file://")) if link.startswith(("/", "file:///")) else None

@@ -1,0 +1,190 @@
+"""What the host-side fetch (pip download, uv pip compile) may see of the host, and a quick
+look at the indexes before it starts.
+
+* **Isolated**: the child gets no ``PIP_*``/``UV_*`` variable and no pip configuration file
+  (``PIP_CONFIG_FILE=os.devnull`` skips the global ``/etc/xdg/pip``, the user's and the
+  venv's; pip's ``--isolated`` the rest, uv's ``UV_NO_CONFIG`` its ``uv.toml``). What reaches
+  an index from behind a corporate proxy is kept: the proxy variables (``HTTP(S)_PROXY``,
+  ``ALL_PROXY``, ``NO_PROXY``, either case), the CA bundle ones that are not pip's or uv's
+  (``SSL_CERT_FILE``, ``SSL_CERT_DIR``, ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``),
+  ``UV_NATIVE_TLS``, and pip's ``PIP_CERT``, ``PIP_CLIENT_CERT`` and ``PIP_PROXY``, passed
+  as the options ``--cert``, ``--client-cert`` and ``--proxy`` (pip in isolated mode reads no
+  variable). Nothing else: a constraint file, ``PIP_FIND_LINKS``, an extra index or a
+  ``--pre`` the host set no longer changes what the lock fetches.
+* **Sources**: the lock's indexes, and the local wheel folders named in
+  ``REPROBUILD_FIND_LINKS`` (absolute paths, whitespace-separated; each file found there is
+  still checked against the lock's sha256).
+* **Fail fast**: each distinct index host is looked at once (name resolved, one request to the
+  page of the first package that needs it, a short timeout); a host that does not resolve,
+  refuses, times out or answers 5xx is one line naming it, why, and that package.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from packaging.utils import canonicalize_name
+
+from reprobuild._util.resolver import tool_error
+from reprobuild.errors import ReprobuildError
+
+__all__ = [
+    "FIND_LINKS_VAR",
+    "find_links",
+    "isolated_env",
+    "pip_network_args",
+    "probe_indexes",
+    "probe_timeout",
+    "tool_error",
+]
+
+FIND_LINKS_VAR = "REPROBUILD_FIND_LINKS"
+# Seconds a probe waits to connect and for the first byte of the answer.
+PROBE_TIMEOUT_VAR = "REPROBUILD_INDEX_PROBE_TIMEOUT"
+DEFAULT_PROBE_TIMEOUT = 15.0
+
+_KEEP = frozenset(
+    {
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "UV_NATIVE_TLS",
+    }
+)
+_PROXIES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy"})
+_PIP_OPTIONS = {"PIP_CERT": "--cert", "PIP_CLIENT_CERT": "--client-cert", "PIP_PROXY": "--proxy"}
+
+
+class FetchSetupError(ReprobuildError):
+    """The fetch's own settings (``REPROBUILD_FIND_LINKS``) are unusable."""
+
+
+def isolated_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (the process's) for a pip or uv child: no ``PIP_*``/``UV_*`` variable but
+    the kept ones (module doc), pip's and uv's configuration files off."""
+    source = os.environ if environ is None else environ
+    out = {
+        key: value
+        for key, value in source.items()
+        if not key.startswith(("PIP_", "UV_")) or key in _KEEP
+    }
+    out["PIP_CONFIG_FILE"] = os.devnull
+    out["UV_NO_CONFIG"] = "1"
+    return out
+
+
+def pip_network_args(environ: Mapping[str, str] | None = None) -> list[str]:
+    """pip's ``PIP_CERT``, ``PIP_CLIENT_CERT`` and ``PIP_PROXY`` as options (``--isolated``
+    makes pip read no variable)."""
+    source = os.environ if environ is None else environ
+    out: list[str] = []
+    for var, option in _PIP_OPTIONS.items():
+        value = source.get(var, "").strip()
+        if value:
+            out += [option, value]
+    return out
+
+
+def find_links(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The local wheel folders ``REPROBUILD_FIND_LINKS`` names, checked: each an absolute path
+    (or ``file://`` URL) of a folder that exists; anything else is one line naming it."""
+    source = os.environ if environ is None else environ
+    out: list[str] = []
+    for word in source.get(FIND_LINKS_VAR, "").split():
+        path = word.removeprefix("file://")
+        if not path.startswith("/") or not Path(path).is_dir():
+            raise FetchSetupError(
+                f"{FIND_LINKS_VAR}: {word[:200]!r} is not a folder; allowed: absolute paths "
+                "of local wheel folders, separated by spaces",
+                hint=f"fix or unset {FIND_LINKS_VAR}",
+            )
+        out.append(path)
+    return out
+
+
+def probe_timeout(environ: Mapping[str, str] | None = None) -> float:
+    source = os.environ if environ is None else environ
+    raw = source.get(PROBE_TIMEOUT_VAR, "").strip()
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 600:
+        raise FetchSetupError(
+            f"{PROBE_TIMEOUT_VAR}={raw[:40]!r} is not a number of seconds between 0 and 600"
+        )
+    return value
+
+
+def probe_indexes(needs: Mapping[str, str], timeout: float) -> str | None:
+    """Look at each distinct ``http(s)`` index host of ``needs`` (index URL -> the first
+    package that needs it) once, all at once; the first dead one (in ``needs``' order) as
+    ``host HOST (index URL) ...: why; needed by PACKAGE``, or None when all answer."""
+    by_host: dict[str, tuple[str, str]] = {}
+    for index, package in needs.items():
+        parts = urlsplit(index)
+        if parts.scheme in ("http", "https") and parts.netloc not in by_host:
+            by_host[parts.netloc] = (index, package)
+    if not by_host:
+        return None
+    with concurrent.futures.ThreadPoolExecutor(min(8, len(by_host))) as pool:
+        found = list(pool.map(lambda item: _probe(item[0], item[1], timeout), by_host.values()))
+    for (index, package), why in zip(by_host.values(), found, strict=True):
+        if why is not None:
+            host = urlsplit(index).hostname or index
+            return f"the index host {host} ({index}) {why}; {package} needs it"
+    return None
+
+
+def _probe(index: str, package: str, timeout: float) -> str | None:
+    """Why ``index`` cannot serve ``package``'s page, or None when its host answers (any
+    status below 500: a 404 is pip's to judge)."""
+    parts = urlsplit(index)
+    host = parts.hostname or ""
+    proxied = bool(urllib.request.getproxies().get(parts.scheme)) and not (
+        urllib.request.proxy_bypass(host)
+    )
+    if not proxied:  # behind a proxy, the proxy resolves the name
+        try:
+            socket.getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80))
+        except (OSError, UnicodeError):
+            return "does not resolve (no DNS answer for its name)"
+    page = index.rstrip("/") + f"/{canonicalize_name(package)}/"
+    request = urllib.request.Request(page, headers={"Accept": "text/html"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status = int(response.status)
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (OSError, ValueError) as exc:
+        return _network_reason(exc, timeout)
+    if status >= 500:
+        return f"answers HTTP {status} for {page}"
+    return None
+
+
+def _network_reason(exc: BaseException, timeout: float) -> str | None:
+    """Why a request got no answer; None for a TLS failure (the host answers: whether it is
+    trusted is pip's to say, with the CA settings it was given)."""
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ssl.SSLError):
+        return None
+    if isinstance(reason, TimeoutError):
+        return f"gives no answer within {timeout:g}s"
+    if isinstance(reason, ConnectionRefusedError):
+        return "refuses the connection"
+    if isinstance(reason, socket.gaierror):
+        return "does not resolve (no DNS answer for its name)"
+    text = str(reason) or type(reason).__name__
+    return f"cannot be reached ({text[:160]})"
