@@ -14,6 +14,7 @@ from reprobuild.bases.catalog import eol_warning, is_catalog_name, load_catalog,
 from reprobuild.bases.refs import ImageRef, parse_pinned
 from reprobuild.errors import ReprobuildError, UnknownBaseError
 from reprobuild.imaging.backendask import BackendAsker, ask_timeout
+from reprobuild.locks import fetchnet
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
 from reprobuild.locks.lockpython import lock_python
@@ -135,4 +136,5 @@ def init_services(base: str | None = None) -> Services:
         build_lock=build_lock,
         base_facts=base_facts,
         lock_python=lock_python,
+        resolver_env=lambda: (fetchnet.isolated_env(), fetchnet.find_links()),
     )

@@ -146,6 +146,10 @@ class Services:
     # when nothing says, or nothing contradicts ``want``, the given base's CPython
     # (reprobuild.locks.lockpython: its name, header, locked wheels).
     lock_python: Callable[[Path, str | None], tuple[str, str] | None] = lambda _path, _want: None
+    # ``resolver_env()``: the environment the pinned uv resolves in and the local wheel
+    # folders it may read (reprobuild.locks.fetchnet: none of the host's pip or uv settings,
+    # REPROBUILD_FIND_LINKS's folders); the default passes the process's environment as is.
+    resolver_env: Callable[[], tuple[dict[str, str], list[str]]] = lambda: (dict(os.environ), [])
 
 
 @dataclass(frozen=True)
@@ -637,12 +641,13 @@ def _resolve(root: Path, source: str, python: str, options: InitOptions, service
         argv += ["--extra", extra]
     for group in options.groups:
         argv += ["--group", f"pyproject.toml:{group}"]
-    for link in os.environ.get("PIP_FIND_LINKS", "").split():
+    env, links = services.resolver_env()
+    for link in links:
         argv += ["--find-links", link]
     argv.append(source)
     try:
         proc = subprocess.run(
-            argv, cwd=root, capture_output=True, text=True, check=False, timeout=900
+            argv, cwd=root, capture_output=True, text=True, check=False, timeout=900, env=env
         )
     except FileNotFoundError:
         raise InitError(f"cannot run the resolver {services.uv!r}: not found") from None
