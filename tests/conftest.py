@@ -19,6 +19,10 @@ from helpers import DATA, RUNTIME_TMP_VAR, STATE_DIR, MakeProject, MakeTag, buil
 if TYPE_CHECKING:
     from docker import DockerClient
 
+# Public projects kept byte for byte as test data bring their own tests (rl-replicas'
+# tests/integration_tests/test_ppo.py): they run inside the images built from them, never here.
+collect_ignore_glob = ["data/projects/wild-*"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def runtime_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

@@ -225,6 +225,32 @@ def test_user_patterns_and_their_value_group() -> None:
     assert masker.ignored.fields == 2
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "masked"),
+    [
+        # rl-replicas prints "{}: {:<8.3g}": the padding after a timing tells its width
+        ("time: 9.9     ", "time: 8.59    ", "time: <timed> "),
+        ("time:     9.9 | loss 0.5", "time:    10.25 | loss 0.5", "time: <timed> | loss 0.5"),
+        ("| fps\t  1234 |  loss   0.25 |", "| fps\t 987 |  loss   0.25 |", None),
+    ],
+)
+def test_the_padding_of_a_masked_field_is_left_out(a: str, b: str, masked: str | None) -> None:
+    rules = rules_for([r"fps\s+(?P<value>\d+)"])
+    key_a, key_b = Masker(rules).key(1, a), Masker(rules).key(1, b)
+    assert key_a == key_b
+    if masked is not None:
+        assert key_a == masked
+    else:  # the padding beside the value is one space; the rest of the line as it was
+        assert key_a == "| fps <ignore-1> |  loss   0.25 |"
+
+
+def test_padding_away_from_a_masked_field_is_compared() -> None:
+    masker = Masker(DEFAULT_RULES)
+    assert masker.key(1, "loss   0.25  took 3 s") == "loss   0.25  took <duration>"
+    assert masker.key(2, "loss  0.25   ") == "loss  0.25   "  # nothing masked: as it was
+    assert masker.key(3, "took 3 s<duration>   x") == "took <duration><duration> x"
+
+
 def test_bad_user_patterns_are_refused_in_one_line() -> None:
     with pytest.raises(PatternError, match=r"--ignore '\(' is not a regular expression"):
         user_rule("(")

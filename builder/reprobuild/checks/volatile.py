@@ -4,8 +4,9 @@ Training code prints how long things took next to what it computed: Keras' ``3s 
 tqdm's ``[00:03<00:00, 12.34it/s]``, ``epoch took 3.2 s``, a log line's timestamp. Those
 figures measure the machine, not the training, and no two runs print the same ones.
 :class:`Masker` replaces each such field with a placeholder (``<duration>``, ``<rate>``...) in
-the form that is compared, and leaves every other character alone: a loss, an accuracy, a
-step count is compared to the last digit even on a line that also holds a timing.
+the form that is compared, and leaves every other character alone but the spaces that pad a
+masked field to its column (one space is kept): a loss, an accuracy, a step count is compared
+to the last digit even on a line that also holds a timing.
 
 The built-in rules (:data:`DEFAULT_RULES`) are deliberately narrow: a number is taken for a
 time only by its unit (``3s``, ``2ms/step``, ``12it/s``), its shape (``12:03:55``,
@@ -255,7 +256,37 @@ class Masker:
                     count.example_field = found[0]
         if hit:
             self.ignored.lines += 1
+            masked = _unpad(masked, [r.placeholder for r in self.rules])
         return masked
+
+
+_BLANK = " \t"
+
+
+def _unpad(masked: str, placeholders: Sequence[str]) -> str:
+    """Each run of spaces and tabs beside a placeholder as one space. A field printed in a
+    fixed-width column (``"{}: {:<8.3g}".format(tag, seconds)``, a right-aligned table cell)
+    is padded to a width that depends on the value left out: ``time: 9.9     `` and ``time:
+    8.59    ``. Linear: the line is split at the placeholders, each piece trimmed once."""
+    pieces = re.split("(" + "|".join(re.escape(p) for p in placeholders) + ")", masked)
+    out: list[str] = []
+    for i, piece in enumerate(pieces):
+        if i % 2:  # a placeholder
+            out.append(piece)
+            continue
+        after, before = i > 0, i < len(pieces) - 1  # beside a placeholder on its left, right
+        core = piece
+        if after:
+            core = core.lstrip(_BLANK)
+        if before:
+            core = core.rstrip(_BLANK)
+        if not core:
+            out.append(" " if piece else "")
+            continue
+        lead = " " if after and core[0] != piece[0] else ""
+        trail = " " if before and core[-1] != piece[-1] else ""
+        out.append(lead + core + trail)
+    return "".join(out)
 
 
 def _cut(text: str) -> str:

@@ -1,0 +1,7 @@
+"""
+Networks
+"""
+
+from rl_replicas.networks.mlp import MLP
+
+__all__ = ["MLP"]

@@ -1,0 +1,9 @@
+"""
+Optimizers
+"""
+
+from rl_replicas.optimizers.conjugate_gradient_optimizer import (
+    ConjugateGradientOptimizer,
+)
+
+__all__ = ["ConjugateGradientOptimizer"]
