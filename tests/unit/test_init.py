@@ -271,15 +271,16 @@ def _bare_project(tmp_path: Path) -> Path:
 
 
 def test_cli_init_lock_names_a_requirements_lock_of_any_name(tmp_path: Path) -> None:
-    """`--lock requirements_lock_3_12.txt`: used in place, written as `lock:`, and render
-    takes it with no flag (before: 'no lock or requirements found')."""
+    """`--lock requirements_lock_3_11.txt`: used in place, written as `lock:`, and render
+    takes it with no flag (before: 'no lock or requirements found'). The name's Python is the
+    header's (3.11): one that says another is refused (tests/unit/test_lock_python.py)."""
     project = _bare_project(tmp_path)
-    (project / "requirements_lock_3_12.txt").write_text(_hashed_lock_text())
+    (project / "requirements_lock_3_11.txt").write_text(_hashed_lock_text())
     (project / "other.txt").write_text("numpy\n")  # unhashed: not a lock, never chosen
-    proc = run_cli("init", str(project), "--lock", "requirements_lock_3_12.txt")
+    proc = run_cli("init", str(project), "--lock", "requirements_lock_3_11.txt")
     assert proc.returncode == 0, proc.stderr
     config = load_config(project)
-    assert config.lock == project / "requirements_lock_3_12.txt"
+    assert config.lock == project / "requirements_lock_3_11.txt"
     rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
     assert rendered.returncode == 0, rendered.stderr
 

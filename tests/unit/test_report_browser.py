@@ -12,6 +12,7 @@ resume check that parts after epoch 20."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -299,3 +300,150 @@ def test_resume_check_marks_the_first_epoch_after_resuming(
     assert "straight run (reference" in text and "resumed run (from the stopped" in text
     assert f"stopped run (SIGTERM after epoch {RESUME_AT})" in text
     assert marker_step(values, "divergence-loss-values") == pytest.approx(RESUME_AT + 1, abs=0.05)
+
+
+# ------------------------------------------------------- bare columns, and the tables' widths
+
+COLUMNS = DATA / "projects" / "report" / "columns.py"
+COLUMNS_PART = 149
+SIZES = ((1280, 900), (390, 844))
+"""A laptop's window and a phone's (an iPhone 14's CSS pixels)."""
+_MEASURE = """
+function measure(frame) {
+  const doc = frame.contentDocument, win = frame.contentWindow, cells = [];
+  for (const cell of doc.querySelectorAll("table th, table td")) {
+    const box = cell.getBoundingClientRect(), style = win.getComputedStyle(cell);
+    const text = doc.createRange();
+    text.selectNodeContents(cell);
+    cells.push({
+      table: cell.closest("table").className,
+      text: cell.textContent,
+      width_em: (box.width - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight))
+        / parseFloat(style.fontSize),
+      height_lines: text.getBoundingClientRect().height / parseFloat(style.lineHeight),
+    });
+  }
+  const wraps = [...doc.querySelectorAll(".scroll")].map(s => s.scrollWidth - s.clientWidth);
+  const out = document.createElement("pre");
+  out.id = "measured";
+  out.textContent = JSON.stringify({width: win.innerWidth, cells: cells, overflow: wraps});
+  document.body.append(out);
+}
+"""
+
+
+def measure_tables(page: Path, width: int, height: int, work: Path) -> dict[str, Any]:
+    """Every table cell of ``page`` as laid out in a ``width`` x ``height`` viewport: an iframe
+    of that size holds the page, unchanged (its CSP forbids scripts inside it), and a script of
+    the frame around it measures each cell (its width in em, its text's height in lines)."""
+    frame = work / f"measure-{page.stem}-{width}.html"
+    frame.write_text(
+        f'<!DOCTYPE html><html><body style="margin:0"><script>{_MEASURE}</script>'
+        f'<iframe style="border:0;width:{width}px;height:{height}px" onload="measure(this)" '
+        f'srcdoc="{html.escape(page.read_text(), quote=True)}"></iframe></body></html>'
+    )
+    profile = work / f"profile-{width}"  # its own, apart from any other Chromium running
+    dumped = _browser(f"--user-data-dir={profile}", "--window-size=1400,1000", "--dump-dom",
+                      frame.as_uri())  # fmt: skip
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dumped.stdout, re.DOTALL)
+    assert found is not None, dumped.stderr[-2000:]
+    measured: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    assert measured["width"] == width
+    return measured
+
+
+def _long_record(path: Path) -> dict[str, Any]:
+    """A run record whose command and environment hold what stretches a table: a long path,
+    a long command line, a 64-digit token."""
+    record: dict[str, Any] = json.loads(path.read_text())
+    command = [
+        "python",
+        "/home/alice/projects/transformer-reproduction/experiments/2026-11/ablations/"
+        "train_with_gradient_checkpointing.py",
+        "--config=/data/shared/configs/ablation-lr-warmup-cosine-schedule.yaml",
+    ]
+    record["command"] = record["argv"] = command
+    record["environment"]["set"]["HF_HOME"] = (
+        "/scratch/alice/cache/huggingface/hub/models--meta-llama--Llama-3.1-8B/snapshots/"
+        "0e9e39f249a16976918f6564b8830bc894c89659"
+    )
+    record["environment"]["set"]["WANDB_RUN_ID"] = "e3b0c442" * 8
+    return record
+
+
+@pytest.fixture(scope="module")
+def columns(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    """Real ``verify --local`` runs of columns.py (identical, and the control), and the
+    identical one's report again with two run records, so that its page has a stack table."""
+    work = tmp_path_factory.mktemp("columns")
+    py, script = sys.executable, str(COLUMNS)
+    out = {
+        "identical": _verify(work, "identical", "--", py, script),
+        "control": _verify(work, "control", "--mode", "off", "--", py, script),
+    }
+    data = json.loads(json.dumps(out["identical"].report))
+    data["runs"][0]["run_record"] = _long_record(DATA / "diff" / "run-image.json")
+    data["runs"][1]["run_record"] = json.loads((DATA / "diff" / "run-host.json").read_text())
+    (work / "stacks.json").write_text(json.dumps(data))
+    proc = run_cli("report", str(work / "stacks.json"), "-o", str(work / "stacks.html"))
+    assert proc.returncode == 0, proc.stderr
+    out["stacks"] = Case(data, work / "stacks.html")
+    return out
+
+
+def test_unlabeled_columns_are_plotted(columns: dict[str, Case], tmp_path: Path) -> None:
+    case = columns["identical"]
+    series = case.report["runs"][0]["series"]
+    assert sorted(series) == ["column 2", "column 3", "loss"]  # loss: the last line names it
+    assert series["column 2"]["steps"][:3] == [9, 19, 29] and len(series["column 2"]["steps"]) == 30
+    opened = open_in_chromium(case.page, tmp_path)
+    assert_self_contained(opened)
+    sections = metric_sections(opened)
+    assert set(sections) == {"column 2", "column 3"}  # one loss point: nothing to draw
+    for name, section in sections.items():
+        values, _ = section.find("figure")
+        gid = name.replace(" ", "_")
+        assert len(values.find("g", id=f"series-{gid}-1")) == 1
+        assert len(values.find("g", id=f"series-{gid}-2")) == 1
+        assert f"{name}, every run" in legend(values)
+        assert "run 2 vs run 1: the same value at all 30 common steps" in section.all_text()
+
+
+def test_a_diverged_column_is_marked_at_its_step(columns: dict[str, Case], tmp_path: Path) -> None:
+    case = columns["control"]
+    div = case.report["divergence"]
+    assert case.report["result"] == "diverged" and div["value"] == "column 2"
+    assert div["a"].startswith(f"{COLUMNS_PART} ")
+    assert case.report["divergence_steps"]["column 2"] == COLUMNS_PART
+    opened = open_in_chromium(case.page, tmp_path)
+    (verdict,) = opened.dom.find("section", id="verdict")
+    assert f"column 2 at step {COLUMNS_PART}" in verdict.all_text()
+    first = next(n for n in opened.dom.find("section") if "data-metric" in n.attrs)
+    assert first.attrs["data-metric"] == "column 2"  # the one that parted, first
+    values, _ = first.find("figure")
+    step = marker_step(values, "divergence-column_2-values")
+    assert step == pytest.approx(COLUMNS_PART, abs=0.05)
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_tables_keep_readable_columns(
+    columns: dict[str, Case], tmp_path: Path, width: int, height: int
+) -> None:
+    """No cell narrower than 2.5 em (about five letters), no short word broken across lines, no
+    table wider than the page; the long command, path and token break inside their cells."""
+    page = columns["stacks"].page
+    measured = measure_tables(page, width, height, tmp_path)
+    cells = measured["cells"]
+    assert {c["table"] for c in cells} == {"runs", "stack-diff"}
+    assert sum(c["table"] == "stack-diff" for c in cells) > 30
+    narrow = [c for c in cells if c["width_em"] < 2.5]  # the old CSS: 1.9 em, and 1.1 on a phone
+    assert narrow == [], narrow[:3]
+    broken = [c for c in cells if re.fullmatch(r"\S{1,12}", c["text"]) and c["height_lines"] > 1.3]
+    assert broken == [], broken[:3]
+    assert measured["overflow"] == [0] * len(measured["overflow"])
+    (command,) = [c for c in cells if c["text"].startswith("python /home/alice/")]
+    assert command["height_lines"] > 1.3  # broken inside its cell, not stretching the table
+    shot = tmp_path / f"stacks-{width}.png"
+    _browser(f"--user-data-dir={tmp_path / 'shot'}", f"--window-size={width},{height}",
+             f"--screenshot={shot}", page.as_uri())  # fmt: skip
+    assert png_size(shot) == (width, height)

@@ -16,7 +16,15 @@ from hostile_harness import assert_clean_failure
 from reprobuild.checks import diff, streams
 from reprobuild.checks.page import diff_page, diff_rows, report_page, run_label
 from reprobuild.checks.plots import relative_differences
-from reprobuild.checks.streams import MAX_SERIES, MetricSeries, SeriesCollector, named_numbers
+from reprobuild.checks.streams import (
+    MAX_SERIES,
+    MetricSeries,
+    SeriesCollector,
+    StdoutLine,
+    StreamComparator,
+    named_numbers,
+    number_columns,
+)
 from reprobuild.checks.verify.report import RunReport, VerifyReport
 
 DIFF_DATA = DATA / "diff"
@@ -71,6 +79,96 @@ def test_series_stop_reading_after_the_line_bound(monkeypatch: pytest.MonkeyPatc
     for line in range(1, 5):
         quiet.feed(line, "loss 1" if line < 3 else "no numbers")
     assert not quiet.truncated  # past the bound, but nothing left out
+
+
+@pytest.mark.parametrize(
+    ("line", "columns"),
+    [
+        ("99 8.376", [(1, "99"), (2, "8.376")]),
+        ("  3, 0.5, -1e-3 ", [(1, "3"), (2, "0.5"), (3, "-1e-3")]),
+        ("7\tnan\t-inf | 2.5E+3", [(1, "7"), (2, "nan"), (3, "-inf"), (4, "2.5E+3")]),
+        ("0x1p-2 ; .5", [(1, "0x1p-2"), (2, ".5")]),
+        ("0.25", [(1, "0.25")]),
+        ("t loss", []),  # a header
+        ("10/100 8.3", []),  # a progress count
+        ("torch 2.13.0", []),
+        ("2.13.0 1", []),  # a version is no pair of numbers
+        ("2026-11-27 12:00:01 0.5", []),
+        ("[1 2]", []),
+        ("tensor(0.5)", []),
+        ("1 2,", []),
+        ("1,,2", []),
+        ("3s 0.5", []),
+        ("", []),
+    ],
+)
+def test_number_columns_take_lines_of_bare_numbers_only(
+    line: str, columns: list[tuple[int, str]]
+) -> None:
+    assert number_columns(line) == columns
+
+
+def test_bare_columns_are_series_stepped_by_their_first_integer() -> None:
+    collector = SeriesCollector()
+    for line, text in enumerate(
+        ["t loss grad", "99 8.5 -1", "199 8.25 nan", "299 -8e-1 inf", "Epoch 1/5 done"], start=1
+    ):
+        collector.feed(line, text)
+    series = collector.series()
+    assert series == {
+        "column 2": MetricSeries((99, 199, 299), (8.5, 8.25, -0.8)),
+        "column 3": MetricSeries((99, 199, 299), (-1, None, None)),
+    }
+    assert collector.steps_at(3) == {"column 2": 199, "column 3": 199}
+
+
+def test_bare_columns_without_an_integer_count_their_lines() -> None:
+    collector = SeriesCollector()
+    for line, text in enumerate(["0.5 0.25", "warming up", "0.4 2.5 7", "0.3"], start=1):
+        collector.feed(line, text)
+    series = collector.series()
+    # "0.4 2.5 7": the 7 is its step; "0.3" has none, so it is column 1's third point
+    assert series["column 1"] == MetricSeries((1, 7, 3), (0.5, 0.4, 0.3))
+    assert series["column 2"] == MetricSeries((1, 7), (0.25, 2.5))
+    assert "column 3" not in series
+
+
+def test_a_line_that_names_a_number_is_read_for_its_names_only() -> None:
+    collector = SeriesCollector()
+    collector.feed(1, "5 loss 0.25 0.5")
+    collector.feed(2, "step 6 loss 0.125")
+    assert collector.series() == {"loss": MetricSeries((1, 6), (0.25, 0.125))}
+
+
+def test_bare_columns_share_the_series_bound() -> None:
+    collector = SeriesCollector()
+    collector.feed(1, " ".join(str(i + 0.5) for i in range(MAX_SERIES + 2)))
+    assert len(collector.series()) == MAX_SERIES and collector.truncated
+    assert "column 1" in collector.series() and f"column {MAX_SERIES + 1}" not in collector.series()
+
+
+def test_a_divergence_on_a_line_of_columns_names_its_column() -> None:
+    comparator = StreamComparator(2)
+    comparator.feed(0, StdoutLine.plain("99 8.5 -1.25"))
+    divergence = comparator.feed(1, StdoutLine.plain("99 8.5 -1.5"))
+    assert divergence is not None and divergence.value == "column 3"
+    assert divergence.detail == "line 1 differs between run 1 and run 2 (column 3)"
+    comparator = StreamComparator(2)
+    comparator.feed(0, StdoutLine.plain("99 8.5"))
+    divergence = comparator.feed(1, StdoutLine.plain("99 8.5 1"))  # not the same columns
+    assert divergence is not None and divergence.value is None
+
+
+def test_the_page_plots_columns_and_says_which_lines_it_reads() -> None:
+    series = {"column 2": MetricSeries((99, 199), (8.5, 8.25))}
+    runs = [{**r.to_dict(), "series": {k: v.to_dict() for k, v in series.items()}}
+            for r in _report().runs]  # fmt: skip
+    page = report_page(_report(runs=runs).to_dict())
+    assert '<section class="metric" id="metric-column_2" data-metric="column 2">' in page
+    assert page.count("<svg") == 2 and 'id="series-column_2-2"' in page
+    empty = [{**r.to_dict(), "series": {}} for r in _report().runs]
+    page = report_page(_report(runs=empty).to_dict())
+    assert "on a line of numbers alone (<code>99 8.376</code>)" in page
 
 
 def test_relative_differences() -> None:

@@ -392,3 +392,51 @@ def test_front_door_with_no_flag(tmp_path: Path, folder: str, lock: str) -> None
     assert pinned == {
         r.name for r in load_lock(project / lock, Selection(python=python)).requirements
     }
+
+
+def _poetry_install_pins(path: Path) -> dict[str, str]:
+    """What `poetry install --dry-run` says it installs (skipped packages left out)."""
+    found = re.findall(
+        r"^  [•-] (?:Installing|Updating|Downgrading) (\S+) \((?:\S+ -> )?([^)]+)\)$",
+        path.read_text(),
+        re.MULTILINE,
+    )
+    return dict(found)
+
+
+def test_tianshou_virtualenv_locked_twice_reads_as_poetry_install() -> None:
+    """tianshou 1.0.0 declares virtualenv twice (`^20.4.3,...` and, for win32, `<20.16.4`),
+    locked as 20.16.3 and 20.24.6, both of which satisfy the unmarked constraint. `poetry
+    install` (1.7.1, which wrote the lock, and 2.5.1) takes 20.24.6 on linux
+    (install-main.txt); Poetry's export refuses the lock (export-refused.txt), as reprobuild
+    did ('2 locked package entries satisfy'). The reading is what `poetry install` installs,
+    plus pygame: optional in [tool.poetry.dependencies] but locked `optional = false` (the dev
+    group needs it), which reprobuild takes as Poetry's export does (see robyn 0.44.0)."""
+    folder = WILD / "tianshou-1.0.0"
+    lock = folder / "poetry.lock"
+    text = lock.read_text()
+    assert text.count('name = "virtualenv"') == 2
+    assert 'version = "20.16.3"' in text and 'version = "20.24.6"' in text
+    assert "virtualenv (<20.16.4)" in (folder / "export-refused.txt").read_text()
+    ours = {r.name: r.version for r in load_lock(lock).requirements}
+    assert ours["virtualenv"] == "20.24.6"
+    installed = _poetry_install_pins(folder / "install-main.txt")
+    assert len(installed) == 59 and installed["virtualenv"] == "20.24.6"
+    assert ours == {**installed, "pygame": "2.5.2"}
+
+
+def test_tianshou_init_and_render_with_no_flag(tmp_path: Path) -> None:
+    """`reprobuild init` then `render` on a copy of tianshou's folder, no flag: the rendered
+    requirements.lock pins virtualenv 20.24.6 and nothing of 20.16.3."""
+    project = tmp_path / "tianshou"
+    shutil.copytree(WILD / "tianshou-1.0.0", project)
+    proc = run_cli("init", str(project), "--command", "python train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert load_config(project).lock == project / "poetry.lock"
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    text = (tmp_path / "ctx" / "requirements.lock").read_text()
+    pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+) --hash=sha256:", text, re.MULTILINE))
+    assert pins["virtualenv"] == "20.24.6" and "20.16.3" not in text
+    installed = _poetry_install_pins(project / "install-main.txt")
+    assert pins == {**installed, "pygame": "2.5.2"}

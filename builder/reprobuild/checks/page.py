@@ -59,7 +59,16 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:.15rem .8rem;margin:.4
 dt{font-weight:600}dd{margin:0;overflow-wrap:anywhere}
 .scroll{overflow-x:auto}table{border-collapse:collapse;margin:.3rem 0;font-size:.92em}
 th,td{border:1px solid #ccc;padding:.2rem .45rem;text-align:left;vertical-align:top;
-overflow-wrap:anywhere}tr.changed td{background:#fdecea}
+overflow-wrap:break-word}tr.changed td{background:#fdecea}
+.runs td:nth-child(n+2){white-space:nowrap}
+table.stack-diff{table-layout:fixed;width:100%;min-width:20rem}
+.stack-diff th:nth-child(1){width:5.8em}.stack-diff th:nth-child(2){width:26%}
+.stack-diff td{overflow-wrap:anywhere}
+@media (max-width:40rem){
+table.stack-diff,.stack-diff thead,.stack-diff tbody{display:block;min-width:0}
+.stack-diff tr{display:grid;grid-template-columns:1fr 1fr;border:1px solid #ccc;border-top:0}
+.stack-diff thead tr{border-top:1px solid #ccc}.stack-diff th,.stack-diff td{border:0}
+.stack-diff th:nth-child(n){width:auto}.stack-diff td:nth-child(-n+2){padding-bottom:0}}
 .plots{display:flex;flex-wrap:wrap;gap:.6rem}
 .plots figure{flex:1 1 22rem;margin:0;min-width:0}
 .plots svg{width:100%;height:auto}
@@ -293,8 +302,9 @@ def _metric_sections(
     names = _plotted(series, first)
     if not names:
         return (
-            "<p>No numbers to plot: no stdout line named a number (<code>loss 0.41</code>, "
-            "<code>acc: 0.9</code>, <code>step 3</code>).</p>"
+            "<p>No numbers to plot: no number was printed twice or more, named "
+            "(<code>loss 0.41</code>, <code>acc: 0.9</code>, <code>step 3</code>) or on a line "
+            "of numbers alone (<code>99 8.376</code>).</p>"
         )
     out = []
     for name in names:

@@ -397,9 +397,13 @@ what reading costs a run that prints millions of lines stays bounded."""
 def named_numbers(text: str) -> list[tuple[str, str]]:
     """``(name, number)`` for every number that a name stands right before (``loss 0.41``,
     ``- acc: 0.9``, ``lr=1e-3``), in line order; the names are :func:`value_name`'s."""
+    return _named(tokenize(text))
+
+
+def _named(tokens: list[str]) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     previous = ""
-    for token in tokenize(text):
+    for token in tokens:
         if not is_number(token):
             previous = token
             continue
@@ -410,13 +414,45 @@ def named_numbers(text: str) -> list[tuple[str, str]]:
     return found
 
 
+_COLUMN_GAP = re.compile(r"\s+|\s*[,;|]\s*")
+"""What stands between two bare numbers: blanks, or one comma, semicolon or bar."""
+
+
+def number_columns(text: str) -> list[tuple[int, str]]:
+    """``(column, number)`` for a line of bare numbers (``99 8.376``, ``3, 0.5, -1e-3``,
+    ``7\tnan``): numbers and nothing else but blanks, commas, semicolons or bars between them;
+    ``column`` is the number's 1-based place in the line. Empty for any other line (a word, a
+    unit, ``2.13.0``, ``10/100``, a date, a bracket: nothing is taken from it)."""
+    return _columns(tokenize(text))
+
+
+def _columns(tokens: list[str]) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    after_number = False
+    last = len(tokens) - 1
+    for index, token in enumerate(tokens):
+        if is_number(token):
+            if after_number:  # ``2.13`` then ``.0``: one word, not two numbers
+                return []
+            found.append((len(found) + 1, token))
+            after_number = True
+            continue
+        gap = _COLUMN_GAP.fullmatch(token) is not None
+        if not (token.isspace() if index in (0, last) else gap):
+            return []
+        after_number = False
+    return found
+
+
 Number = int | float
 
 
 @dataclass(frozen=True)
 class MetricSeries:
-    """One named number of one run's stdout, in order: the step it was printed at (the line's
-    ``step``/``epoch`` counter, else its 1-based count) and its value (None: nan or infinite)."""
+    """One named number of one run's stdout (or one column of its lines of bare numbers,
+    ``column 2``), in order: the step it was printed at (the line's ``step``/``epoch`` counter,
+    or its first integer on a line of bare numbers; else its 1-based count) and its value
+    (None: nan or infinite)."""
 
     steps: tuple[Number, ...]
     values: tuple[Number | None, ...]
@@ -447,7 +483,12 @@ class SeriesCollector:
     """The named numbers of one run's stdout lines (their compared form: wall-clock fields are
     masked out before they get here), as :class:`MetricSeries`, bounded by
     :data:`MAX_SERIES`, :data:`MAX_POINTS` and :data:`MAX_LINES`; the numbers are read by
-    :func:`tokenize`, as the comparison reads them."""
+    :func:`tokenize`, as the comparison reads them.
+
+    A line that names no number but is bare numbers (:func:`number_columns`, ``99 8.376``, as
+    PyTorch's tutorial prints ``t, loss.item()``) gives one point to ``column N`` for each of
+    its numbers but the first integer, which is their step. A line that names a number is read
+    for its named numbers only (``5 loss 0.2``: loss, the 5 is not a column)."""
 
     def __init__(self) -> None:
         self._steps: dict[str, list[Number]] = {}
@@ -465,18 +506,17 @@ class SeriesCollector:
             # full: the line is not even read, only looked at for a digit
             self.truncated = self.truncated or any(c.isdigit() for c in text)
             return
-        pairs = named_numbers(text)
-        if not pairs:
-            return
-        step: Number | None = None
-        rank = len(STEP_NAMES)
-        for name, token in pairs:
-            lowered = name.lower()
-            if lowered in STEP_NAMES and STEP_NAMES.index(lowered) < rank:
-                rank, step = STEP_NAMES.index(lowered), _finite(token)
-        for name, token in pairs:
-            if name.lower() in STEP_NAMES:
-                continue
+        tokens = tokenize(text)
+        pairs = _named(tokens)
+        if pairs:
+            self._add(line, _named_step(pairs), _named_points(pairs))
+        else:
+            self._add(line, *_column_points(_columns(tokens)))
+
+    def _add(self, line: int, step: Number | None, points: list[tuple[str, str]]) -> None:
+        """``points``: (series name, number) printed on ``line`` at ``step`` (None: each
+        series' count)."""
+        for name, token in points:
             if name not in self._values and len(self._values) >= MAX_SERIES:
                 self.truncated = True
                 continue
@@ -511,6 +551,47 @@ class SeriesCollector:
                     out[name] = steps[index]
                     break
         return out
+
+
+def _named_step(pairs: list[tuple[str, str]]) -> Number | None:
+    """The step counter among a line's named numbers, the most specific of
+    :data:`STEP_NAMES` (the first of that name)."""
+    step: Number | None = None
+    rank = len(STEP_NAMES)
+    for name, token in pairs:
+        lowered = name.lower()
+        if lowered in STEP_NAMES and STEP_NAMES.index(lowered) < rank:
+            rank, step = STEP_NAMES.index(lowered), _finite(token)
+    return step
+
+
+def _named_points(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(name, token) for name, token in pairs if name.lower() not in STEP_NAMES]
+
+
+def differing_column(a: str, b: str) -> str | None:
+    """The series (``column 2``) of the first differing number of two lines of bare numbers
+    (:func:`number_columns`) with as many columns; None for any other pair."""
+    ca, cb = number_columns(a), number_columns(b)
+    if not ca or len(ca) != len(cb):
+        return None
+    return next((column_name(c) for (c, ta), (_, tb) in zip(ca, cb, strict=True) if ta != tb), None)
+
+
+def column_name(column: int) -> str:
+    """The series of a line's bare number in ``column`` (1-based): ``column 2``."""
+    return f"column {column}"
+
+
+def _column_points(
+    columns: list[tuple[int, str]],
+) -> tuple[Number | None, list[tuple[str, str]]]:
+    """A line of bare numbers as (step, points): its first integer is the step, every other
+    number a point of ``column N``; no integer, no step (each series counts its points)."""
+    step_column = next((c for c, token in columns if _INTEGER.fullmatch(token)), None)
+    step = next((_finite(token) for c, token in columns if c == step_column), None)
+    points = [(column_name(c), token) for c, token in columns if c != step_column]
+    return step, points
 
 
 def _finite(token: str) -> Number | None:
@@ -649,7 +730,9 @@ def stdout_divergence(
     masked = ours.key != ours.shown or theirs.key != theirs.shown
     key_a, key_b = printable(ours.key), printable(theirs.key)
     numeric = line_numeric_diff(key_a, key_b)
-    name = value_name(key_a, key_b) if numeric is not None else None
+    name = None
+    if numeric is not None:
+        name = value_name(key_a, key_b) or differing_column(key_a, key_b)
     detail = base.detail
     where = ", ".join(x for x in (epoch, name) if x)
     if where:

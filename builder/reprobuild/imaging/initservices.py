@@ -14,6 +14,7 @@ from reprobuild.bases.refs import parse_pinned
 from reprobuild.errors import UnknownBaseError
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
+from reprobuild.locks.lockpython import lock_python
 from reprobuild.locks.sourcearchive import with_archives
 from reprobuild.locks.wheels import Target, fetch_sources, locate_sdists
 from reprobuild.project.init import BaseFacts, Services
@@ -108,4 +109,5 @@ def init_services() -> Services:
         uv=str(find_uv_bin()),
         build_lock=_build_lock,
         base_facts=base_facts,
+        lock_python=lock_python,
     )

@@ -53,6 +53,7 @@ def parse_pdmlock(
     selection, wanted = _wanted_groups(metadata, selection, path, lines)
     raw = package_tables(doc, path, _HINT)
     pins = Pins()
+    lines_of: dict[str, int] = {}  # the line each pinned name was read from
     for position, entry in enumerate(raw):
         line = lines.header_of(position, len(raw))
         picked = _package(entry, wanted, selection, path, lines, line)
@@ -67,9 +68,11 @@ def parse_pdmlock(
             raise LockfileError(
                 path,
                 line or None,
-                f"package {name}: both {other} and {version_text} apply to {selection.label}",
+                f"package {name}: both {other} (line {lines_of[name]}) and {version_text} "
+                f"(line {line}) apply to {selection.label}",
                 hint=_HINT,
             )
+        lines_of.setdefault(name, line)
         pins.pin(name, version_text, hashes, line, keep_first=True, source=archive, url=url)
     if not pins:
         raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)

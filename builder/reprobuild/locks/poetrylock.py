@@ -311,12 +311,14 @@ def _check_python(spec: object, selection: Selection, path: Path, lines: LockLin
         )
 
 
-# A dependency as Poetry writes it: (name, constraint, markers, python, optional, extras).
-_Dep = tuple[str, str, str | None, str | None, bool, tuple[str, ...]]
+# A dependency as Poetry writes it: (name, constraint, markers, python, optional, extras,
+# source: the name of the index it must come from, ``source = "..."``, or None).
+_Dep = tuple[str, str, str | None, str | None, bool, tuple[str, ...], str | None]
 
 
 def _deps_of(table: object) -> list[_Dep]:
-    """``name = "^1.0"`` / ``{version, markers, python, optional, extras}`` / a list of them."""
+    """``name = "^1.0"`` / ``{version, markers, python, optional, extras, source}`` / a list
+    of them (a dependency with several constraints, each for its own platforms)."""
     out: list[_Dep] = []
     if not isinstance(table, dict):
         return out
@@ -325,24 +327,30 @@ def _deps_of(table: object) -> list[_Dep]:
             continue
         for one in spec if isinstance(spec, list) else [spec]:
             if isinstance(one, str):
-                out.append((name, one, None, None, False, ()))
+                out.append((name, one, None, None, False, (), None))
             elif isinstance(one, dict):
-                for kind in ("git", "path", "url"):
-                    if kind in one:
-                        out.append((name, f"@{kind}:{one[kind]}", None, None, False, ()))
-                        break
-                else:
-                    out.append(
-                        (
-                            name,
-                            str(one.get("version", "*")),
-                            one.get("markers"),
-                            one.get("python"),
-                            bool(one.get("optional", False)),
-                            tuple(str(e) for e in one.get("extras", [])),
-                        )
-                    )
+                out.append(_dep_of(name, one))
     return out
+
+
+def _dep_of(name: str, one: dict[str, Any]) -> _Dep:
+    """One constraint written as a table; a git, path or URL one keeps its markers too (a
+    constraint for another platform is not walked)."""
+    constraint = str(one.get("version", "*"))
+    for kind in ("git", "path", "url"):
+        if kind in one:
+            constraint = f"@{kind}:{one[kind]}"
+            break
+    source = one.get("source")
+    return (
+        name,
+        constraint,
+        one.get("markers"),
+        one.get("python"),
+        bool(one.get("optional", False)),
+        tuple(str(e) for e in one.get("extras", [])),
+        source if isinstance(source, str) and not constraint.startswith("@") else None,
+    )
 
 
 def _pep508(text: str) -> _Dep:
@@ -351,7 +359,7 @@ def _pep508(text: str) -> _Dep:
     constraint = str(req.specifier) or "*"
     if req.url:
         constraint = f"@url:{req.url}"
-    return (req.name, constraint, marker, None, False, tuple(sorted(req.extras)))
+    return (req.name, constraint, marker, None, False, tuple(sorted(req.extras)), None)
 
 
 def default_groups(pyproject: dict[str, Any]) -> list[str]:
@@ -404,8 +412,8 @@ def _extra_deps(
     if extra in poetry_extras:
         names = {canonicalize_name(n) for n in poetry_extras[extra]}
         return [
-            (n, c, m, p, False, e)
-            for (n, c, m, p, _o, e) in _deps_of(poetry.get("dependencies"))
+            (n, c, m, p, False, e, s)
+            for (n, c, m, p, _o, e, s) in _deps_of(poetry.get("dependencies"))
             if canonicalize_name(n) in names
         ]
     known = sorted({*optional, *poetry_extras})
@@ -488,12 +496,16 @@ def _by_recorded_groups(
                 raise LockfileError(
                     path,
                     line or None,
-                    f"package {name}: two locked versions ({other[0].get('version')} and "
-                    f"{entry.get('version')}) apply to {selection.label}",
+                    f"package {name}: two locked versions ({other[0].get('version')} at line "
+                    f"{other[1]} and {entry.get('version')}) apply to {selection.label}",
                     hint=_HINT,
                 )
             reached[name] = (entry, line)
     return reached
+
+
+class _Restart(Exception):
+    """The walk settled a package two constraints reached differently: walk again."""
 
 
 class _Walk:
@@ -508,9 +520,13 @@ class _Walk:
         self.path = path
         self.reached: dict[str, tuple[dict[str, Any], int]] = {}
         self.done: set[tuple[str, str]] = set()
+        # every (constraint, source) met for a name, and the entry settled for a name two
+        # constraints reached with different entries (kept across the walk's restarts)
+        self.met: dict[str, list[tuple[str, str | None]]] = {}
+        self.settled: dict[str, tuple[dict[str, Any], int]] = {}
 
     def holds(self, dep: _Dep, parent_extras: tuple[str, ...] = ()) -> bool:
-        _name, _c, markers, python, _o, _e = dep
+        _name, _c, markers, python, _o, _e, _s = dep
         if python is not None:
             try:
                 if not poetry_allows(python, self.selection.full_version):
@@ -520,32 +536,27 @@ class _Walk:
         return self.selection.marker_holds(markers, parent_extras)
 
     def run(self, roots: list[_Dep]) -> None:
+        """Walk the graph from ``roots``; when two constraints reach a package with different
+        entries, settle it (:meth:`settle`) and walk again from the start."""
+        for _ in range(len(self.packages) + 1):
+            self.reached, self.done = {}, set()
+            try:
+                self.walk(roots)
+                return
+            except _Restart:
+                continue
+        raise AssertionError("unreachable: each restart settles one more package")
+
+    def walk(self, roots: list[_Dep]) -> None:
         stack: list[tuple[_Dep, str]] = [(d, "the project") for d in roots if self.holds(d)]
         while stack:
             dep, parent = stack.pop()
-            name, constraint, _m, _p, _o, extras = dep
-            kind, _, where = constraint[1:].partition(":")
-            if constraint.startswith("@") and not self.by_source(name, kind):
-                raise LockfileError(
-                    self.path,
-                    None,
-                    source_refusal(_SOURCE_KINDS.get(kind, kind), name, where)
-                    + f" (required by {parent})",
-                    hint=SOURCE_HINT,
-                )
-            if constraint.startswith("@"):
-                entry, line = self.by_source(name, kind)[0]
-            else:
-                entry, line = self.pick(canonicalize_name(name), constraint, parent)
+            name, _c, _m, _p, _o, extras, _s = dep
+            entry, line = self.resolve(dep, parent)
             key = canonicalize_name(name)
             other = self.reached.get(key)
             if other is not None and other[0] is not entry:
-                raise LockfileError(
-                    self.path,
-                    line or None,
-                    f"package {key}: two locked versions apply to {self.selection.label}",
-                    hint=_HINT,
-                )
+                self.settle(key, other, (entry, line))
             self.reached[key] = (entry, line)
             for extra in ("", *extras):
                 if (key, extra) in self.done:
@@ -565,6 +576,50 @@ class _Walk:
                     if canonicalize_name(d[0]) in names and self.holds(d, (extra,))
                 )
 
+    def resolve(self, dep: _Dep, parent: str) -> tuple[dict[str, Any], int]:
+        """The locked entry for one edge: the one git or path entry for such a constraint
+        (a URL, or none, refused), else :meth:`pick`'s, noting the constraint met."""
+        name, constraint, _m, _p, _o, _e, source = dep
+        kind, _, where = constraint[1:].partition(":")
+        if not constraint.startswith("@"):
+            met = self.met.setdefault(canonicalize_name(name), [])
+            if (constraint, source) not in met:
+                met.append((constraint, source))
+            return self.pick(canonicalize_name(name), constraint, parent, source)
+        found = self.by_source(name, kind)
+        if not found:
+            raise LockfileError(
+                self.path,
+                None,
+                source_refusal(_SOURCE_KINDS.get(kind, kind), name, where)
+                + f" (required by {parent})",
+                hint=SOURCE_HINT,
+            )
+        return found[0]
+
+    def settle(
+        self, name: str, other: tuple[dict[str, Any], int], entry: tuple[dict[str, Any], int]
+    ) -> None:
+        """Two constraints reached ``name`` with different entries: Poetry's solver takes one
+        version for all of them, the newest entry that satisfies every constraint met for
+        it. Raise :class:`_Restart` to walk again with that entry, or refuse naming both
+        lines when there is none (or it is the one already settled)."""
+        fitting = self.fitting(name, self.met.get(name, []))
+        best = self.newest(name, fitting) if fitting else None
+        settled = self.settled.get(name)
+        if best is None or (settled is not None and best[0] is settled[0]):
+            raise LockfileError(
+                self.path,
+                entry[1] or None,
+                f"package {name}: two locked versions ({other[0].get('version')} at line "
+                f"{other[1]} and {entry[0].get('version')}) apply to {self.selection.label}, "
+                "and no locked entry satisfies every constraint on it "
+                f"({', '.join(quoted(c) for c, _s in self.met.get(name, []))})",
+                hint=_HINT,
+            )
+        self.settled[name] = best
+        raise _Restart
+
     def by_source(self, name: str, kind: str) -> list[tuple[dict[str, Any], int]]:
         """The one locked entry of ``name`` from a git or path source (empty when there is
         not exactly one; a URL that is not a wheel's is refused when it is pinned)."""
@@ -576,29 +631,109 @@ class _Walk:
         ]
         return found if len(found) == 1 else []
 
-    def pick(self, name: str, constraint: str, parent: str) -> tuple[dict[str, Any], int]:
-        candidates = self.packages.get(name, [])
-        fitting = []
-        for entry, line in candidates:
-            try:
-                ok = poetry_allows(constraint, str(entry.get("version")))
-            except (ValueError, InvalidVersion):
-                ok = True
-            if ok:
-                fitting.append((entry, line))
-        if len(fitting) > 1:
-            fitting = [
-                (e, ln) for e, ln in fitting if self.selection.marker_holds(_package_marker(e))
-            ]
-        if len(fitting) != 1:
+    def pick(
+        self, name: str, constraint: str, parent: str, source: str | None = None
+    ) -> tuple[dict[str, Any], int]:
+        """The locked entry ``poetry install`` takes for ``name`` under ``constraint`` (the
+        one of its declared constraints whose marker holds here): of the entries whose
+        version satisfies it, those for this platform (their own recorded marker, their
+        ``python-versions``) when there are several, then the highest version, as Poetry's
+        installer picks among locked packages (``Provider.get_locked``: newest first). A
+        constraint naming a ``source`` takes only that index's entries. An entry already
+        taken for ``name`` that satisfies this constraint too is kept (the solver's choice
+        for both constraints at once)."""
+        for taken in (self.settled.get(name), self.reached.get(name)):
+            if taken and _allows(constraint, taken[0]) and _from_source(source, taken[0]):
+                return taken
+        fitting = self.fitting(name, [(constraint, source)])
+        if not fitting:
             raise LockfileError(
                 self.path,
                 None,
-                f"{parent} needs {name} {quoted(constraint)}, which "
-                f"{'no' if not fitting else str(len(fitting))} locked package entries satisfy",
+                f"{parent} needs {name} {quoted(constraint)}"
+                + (f" from source {quoted(source)}" if source else "")
+                + f", which no locked package entry satisfies for {self.selection.label}",
                 hint=_HINT,
             )
-        return fitting[0]
+        return self.newest(name, fitting)
+
+    def fitting(
+        self, name: str, wants: list[tuple[str, str | None]]
+    ) -> list[tuple[dict[str, Any], int]]:
+        """The entries of ``name`` that satisfy every (constraint, source) of ``wants``; of
+        several, those for this platform (:meth:`for_target`)."""
+        found = [
+            (e, ln)
+            for e, ln in self.packages.get(name, [])
+            if all(_allows(c, e) and _from_source(s, e) for c, s in wants)
+        ]
+        if len(found) > 1:
+            found = [(e, ln) for e, ln in found if self.for_target(e)]
+        return found
+
+    def for_target(self, entry: dict[str, Any]) -> bool:
+        """Whether a locked entry is for this platform: its recorded marker holds and its
+        ``python-versions`` allows the image's Python (an unreadable one allows it)."""
+        if not self.selection.marker_holds(_package_marker(entry)):
+            return False
+        python = entry.get("python-versions")
+        try:
+            return not isinstance(python, str) or poetry_allows(python, self.selection.full_version)
+        except (ValueError, InvalidVersion):
+            return True
+
+    def newest(
+        self, name: str, fitting: list[tuple[dict[str, Any], int]]
+    ) -> tuple[dict[str, Any], int]:
+        """The entry with the highest version; two at that version (or two whose versions
+        are not PEP 440) are an ambiguity the lock does not settle, refused naming both."""
+        ranked = sorted(fitting, key=lambda pair: _version_key(pair[0]), reverse=True)
+        if len(ranked) == 1 or _version_key(ranked[0][0]) > _version_key(ranked[1][0]):
+            return ranked[0]
+        (first, first_line), (second, second_line) = sorted(ranked[:2], key=lambda p: p[1])
+        raise LockfileError(
+            self.path,
+            second_line or None,
+            f"package {name} is locked twice for {self.selection.label}, as "
+            f"{quoted(str(first.get('version')))} (line {first_line}) and "
+            f"{quoted(str(second.get('version')))} (line {second_line}), and neither "
+            "version nor marker tells them apart",
+            hint=_HINT,
+        )
+
+
+def _allows(constraint: str, entry: dict[str, Any]) -> bool:
+    """Whether a locked entry's version satisfies a Poetry constraint (an unreadable one is
+    left to the other checks)."""
+    try:
+        return poetry_allows(constraint, str(entry.get("version")))
+    except (ValueError, InvalidVersion):
+        return True
+
+
+def _from_source(source: str | None, entry: dict[str, Any]) -> bool:
+    """Whether a locked entry comes from the index a constraint names (poetry-core's
+    ``Package.source_satisfies``: ``pypi`` is an entry with no source, another name a
+    ``legacy`` source of that ``reference``); a constraint naming none takes any."""
+    if source is None:
+        return True
+    locked = entry.get("source")
+    if not isinstance(locked, dict):
+        return source.lower() == "pypi"
+    reference = locked.get("reference")
+    return (
+        locked.get("type") == "legacy"
+        and isinstance(reference, str)
+        and reference.lower() == source.lower()
+    )
+
+
+def _version_key(entry: dict[str, Any]) -> tuple[int, Version]:
+    """A sort key, newest first; a version that is not PEP 440 ranks as no version at all."""
+    try:
+        return (1, Version(str(entry.get("version"))))
+    except InvalidVersion:
+        return (0, Version("0"))
 
 
 def _package_marker(entry: dict[str, Any]) -> str | None:

@@ -761,6 +761,22 @@ def _sdist_by_hash(
     )
 
 
+def locked_files(lock: Lock, req: Requirement) -> list[str] | None:
+    """The file names (wheels and sdists) on the lock's indexes whose sha256, as the simple
+    page gives it (PEP 503 ``#sha256=``), is one of ``req``'s locked hashes: what a hash-only
+    lock's files are, read as :func:`locate_sdists` reads them. None when no page was read."""
+    hexes = _sha256_hexes(req)
+    found: list[str] = []
+    read = False
+    for index in _lock_indexes(lock):
+        links = _index_links(index, req.name)
+        if links is None:
+            continue
+        read = True
+        found += [_link_name(u) for u in links if _link_sha256(u) in hexes]
+    return sorted(set(found)) if read else None
+
+
 def _in_find_links(lock: Lock, req: Requirement, hexes: set[str]) -> bool | None:
     """Whether a file of ``req`` with a locked hash is in the --find-links folders pip's fetch
     also reads (the lock's and ``PIP_FIND_LINKS``); None where one is a URL (unknown)."""
