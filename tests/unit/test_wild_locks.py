@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import exported_pins, run_cli
+from reprobuild.bases.catalog import load_catalog
 from reprobuild.errors import LockfileError
 from reprobuild.locks.lockfile import Selection, load_lock
 from reprobuild.project.config import load_config
@@ -319,6 +320,86 @@ def test_init_resolves_a_ranged_requirements_file_from_the_wild(tmp_path: Path) 
     assert set(re.findall(r"^([A-Za-z0-9._-]+)==", text, re.MULTILINE)) >= {
         "fsspec",
         "httpx",
+    }
+
+
+def test_microast_torch_has_wheels_only_for_other_pythons() -> None:
+    """MicroAST's pdm.lock pins torch 2.1.2, whose wheels are for CPython 3.8 to 3.11: read
+    for 3.12 it is refused in one line that says so. The wheels for other Pythons are pruned
+    from the text before parsing, which made the message claim 'no files at all locked'."""
+    path = WILD / "microast-9898cce" / "pdm.lock"
+    with pytest.raises(LockfileError) as info:
+        load_lock(path, Selection(python="3.12"))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message == (
+        f"{path}:474: package torch 2.1.2 has no wheel for CPython 3.12 on linux x86_64 (its "
+        "wheels are for other platforms or Pythons) and no hashed sdist to build one from"
+    )
+    assert 'name = "torch"' in path.read_text().splitlines()[473]
+    pins = {r.name: r.version for r in load_lock(path, Selection(python="3.11")).requirements}
+    assert pins["torch"] == "2.1.2"
+
+
+def test_oyez_pylock_leaves_out_the_project_itself(tmp_path: Path) -> None:
+    """`uv export --format pylock.toml` writes the project as `directory = { path = ".",
+    editable = true }`: like uv.lock's root it is not installed from the lock (the image's
+    `include` copies its source), while every other package is read."""
+    path = WILD / "oyez-sa-asr-5549f45" / "pylock.toml"
+    text = path.read_text()
+    assert 'name = "oyez-sa-asr"\ndirectory = { path = ".", editable = true }' in text
+    requirements = load_lock(path).requirements
+    assert "oyez-sa-asr" not in {r.name for r in requirements}
+    assert len(requirements) == text.count("[[packages]]") - 1  # each entry but the project's
+    # a directory other than the lock's own folder is still refused, at its line
+    moved = tmp_path / "pylock.toml"
+    moved.write_text(text.replace('directory = { path = "."', 'directory = { path = "../x"'))
+    with pytest.raises(LockfileError) as info:
+        load_lock(moved)
+    line = text.splitlines().index('name = "oyez-sa-asr"')
+    assert str(info.value) == (
+        f"{moved}:{line}: package oyez-sa-asr comes from a directory: only wheels (with "
+        "hashes) are accepted"
+    )
+
+
+@pytest.mark.parametrize(
+    ("folder", "lock"),
+    [
+        ("microast-9898cce", "pdm.lock"),
+        ("sc-gnn-12a882e", "poetry.lock"),
+        ("rl-replications-19d890d", "uv.lock"),
+        ("oyez-sa-asr-5549f45", "pylock.toml"),
+    ],
+)
+def test_front_door_with_no_flag(tmp_path: Path, folder: str, lock: str) -> None:
+    """ML projects' own locks from GitHub (issue 51's survey): `init DIR` and `render DIR`
+    with no flag at all, and the image pins every package the lock's reading gives for the
+    CPython init chose."""
+    project = tmp_path / folder
+    shutil.copytree(WILD / folder, project)
+    import tomllib
+
+    if (
+        not tomllib.loads((project / "pyproject.toml").read_text())
+        .get("project", {})
+        .get("scripts")
+    ):
+        (project / "train.py").write_text("print('train')\n")  # else init runs the script
+    proc = run_cli("init", str(project))
+    assert proc.returncode == 0, proc.stderr
+    config = load_config(project)
+    assert config.lock == project / lock
+    rendered = run_cli("render", str(project), "-o", str(tmp_path / "ctx"))
+    assert rendered.returncode == 0, rendered.stderr
+    text = (tmp_path / "ctx" / "requirements.lock").read_text()
+    pinned = set(re.findall(r"^([A-Za-z0-9._-]+)==", text, re.MULTILINE))  # markers kept
+    python = config.select.python  # a native lock's; else the CPython of the base init chose
+    if python is None:
+        base = load_catalog().entries[config.base_cpu or config.base_gpu or ""]
+        python = ".".join((base.python or "").split(".")[:2])
+    assert pinned == {
+        r.name for r in load_lock(project / lock, Selection(python=python)).requirements
     }
 
 

@@ -142,6 +142,12 @@ class Selection:
     def _fits(self) -> dict[str, bool]:
         return {}
 
+    @cached_property
+    def pruned_wheels(self) -> list[str]:
+        """The URLs or file names of the wheels :meth:`prune_foreign_wheels` blanked out: a
+        package left with no wheel had some locked, for other platforms or Pythons."""
+        return []
+
     def prune_foreign_wheels(self, text: str) -> str:
         """``text`` with each one-line wheel entry (``{ url|path|file = "....whl", ... },``)
         that this platform cannot install blanked out, line numbers kept (uv's one-line
@@ -153,6 +159,7 @@ class Selection:
         handled = 0
 
         known = self._fits  # tags -> fits, as wheel_fits caches them
+        pruned = self.pruned_wheels
 
         def uv_line(match: re.Match[str]) -> str:
             nonlocal handled
@@ -162,17 +169,29 @@ class Selection:
             # fit, so does this wheel (whatever comes before them), with no call.
             end = len(url) - 4
             cut = url.rfind("-", 0, url.rfind("-", 0, url.rfind("-", 0, end)))
-            if known.get(url[cut + 1 : end]) is False:
+            if known.get(url[cut + 1 : end]) is False or not self.wheel_fits(
+                url.rsplit("/", 1)[-1]
+            ):
+                pruned.append(url)
                 return "\n"
-            return match.group(0) if self.wheel_fits(url.rsplit("/", 1)[-1]) else "\n"
+            return match.group(0)
+
+        def other_line(match: re.Match[str]) -> str:
+            if self.wheel_fits(match.group(2).rsplit("/", 1)[-1]):
+                return match.group(0)
+            pruned.append(match.group(2))
+            return ""
 
         text = _UV_WHEEL_LINE_RE.sub(uv_line, text)
         if handled == wheels:
             return text  # every wheel was one of uv's lines: no second pass
-        return _WHEEL_LINE_RE.sub(
-            lambda m: m.group(0) if self.wheel_fits(m.group(2).rsplit("/", 1)[-1]) else "",
-            text,
-        )
+        return _WHEEL_LINE_RE.sub(other_line, text)
+
+    def locks_foreign_wheels(self, name: str, version: str) -> bool:
+        """True when a wheel of ``name`` (canonical) ``version`` was pruned from the lock's
+        text as one this platform cannot install."""
+        pruned = self.pruned_wheels
+        return any(_is_wheel_of(url.rsplit("/", 1)[-1], name, version) for url in pruned)
 
     def marker_holds(
         self, text: str | None, extras: Iterable[str] = (), *, together: bool = False
@@ -479,11 +498,14 @@ def wheel_hashes(
         out.append(normal)
     if not out and not allow_none:
         line = locate(name)
-        what = "files" if seen else "no files at all"
+        if seen or selection.locks_foreign_wheels(name, version):
+            what = "its wheels are for other platforms or Pythons"
+        else:
+            what = "no files at all locked"
         raise LockfileError(
             path,
             line,
-            f"{label} has no wheel for {selection.label} ({what} locked) and no hashed sdist "
+            f"{label} has no wheel for {selection.label} ({what}) and no hashed sdist "
             "to build one from",
             hint="lock a version with a wheel for this platform, or choose another --python",
         )

@@ -140,6 +140,8 @@ def parse_pylock(text: str, path: Path) -> tuple[tuple[Requirement, ...], IndexO
     requirements: list[Requirement] = []
     indexes: list[str] = []
     for position, package in enumerate(packages):
+        if _is_the_project(package, path):
+            continue
         where = _where(lines, position, len(packages), package)
         req, index = _pylock_package(package, where, path)
         requirements.append(req)
@@ -150,6 +152,21 @@ def parse_pylock(text: str, path: Path) -> tuple[tuple[Requirement, ...], IndexO
         index_url=indexes[0] if indexes else None, extra_index_urls=tuple(indexes[1:])
     )
     return sorted_requirements(requirements), options
+
+
+def _is_the_project(package: dict[str, Any], path: Path) -> bool:
+    """True for the entry of the project itself: a ``directory`` whose path is the lock's own
+    folder (``uv export --format pylock.toml`` writes ``directory = { path = ".", editable =
+    true }`` for it). It is not installed from the lock, as uv.lock's root is not: the
+    project's source is what the image's ``include`` copies."""
+    directory = package.get("directory")
+    if not isinstance(directory, dict) or any(k in package for k in ("vcs", "archive")):
+        return False
+    where = directory.get("path")
+    if not isinstance(where, str) or not where:
+        return False
+    folder = path.parent.resolve()
+    return (folder / where).resolve() == folder
 
 
 def _package_name(package: dict[str, Any], where: _Where, path: Path) -> str:
