@@ -297,3 +297,21 @@ def test_image_was_tampered_is_detected(
     proc = run_cli("inspect", tampered)
     assert proc.returncode == 1
     assert "the image was altered after it was built" in proc.stderr
+
+
+def test_the_projects_own_src_package_imports_in_the_image(
+    base_ref: str, project: MakeProject, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    """issue 51: a src-layout project whose lock leaves the project itself to `include` (an
+    editable root) imports its package in the image with no flag, as under `uv run`; from the
+    image's own working directory and from another one."""
+    root = project("tiny")
+    (root / "pyproject.toml").write_text('[project]\nname = "tinyapp"\nversion = "0.1"\n')
+    tag = unique_tag("tiny-src")
+    build_json(str(root), "--base", base_ref, "--tag", tag)
+    code = "import tinyapp, tinyapp.greet; print(tinyapp.__file__)"
+    for workdir in ("/app", "/tmp"):
+        out = docker_client.containers.run(
+            tag, ["python", "-c", code], working_dir=workdir, remove=True
+        )
+        assert out.decode().strip().splitlines()[-1] == "/app/src/tinyapp/__init__.py"

@@ -8,9 +8,12 @@ import os
 import stat
 import subprocess
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from reprobuild import __version__
 from reprobuild.bases.baselock import LockedBase, pin, record
@@ -272,8 +275,9 @@ def plan_build(
         base_entrypoint=known_entrypoint,
         build_lock=build_lock,
         build_timeout=config.build_timeout,
-        app_files=app_files(config),
+        app_files=(files := app_files(config)),
         runtime_files=runtime_files(),
+        app_import_path=own_src_path(config.root, lock, files),
     )
     python = base_python or config.select.python
     warning = None
@@ -358,6 +362,25 @@ def _kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device file"
     return "not a regular file"
+
+
+def own_src_path(root: Path, lock: Lock, files: dict[str, FileEntry]) -> str | None:
+    """``/app/src`` where the project is laid out under src/ (``src/<name>/__init__.py`` is
+    included, its name the one pyproject.toml gives the project) and the lock does not install
+    the project itself (uv's and Poetry's editable or virtual root, left to ``include``): a
+    script then imports it as ``uv run`` would find the editable install. Else None."""
+    try:
+        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    name = data.get("project", {}).get("name") or data.get("tool", {}).get("poetry", {}).get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    project = canonicalize_name(name)
+    if any(r.name == project for r in lock.requirements):
+        return None  # installed by the lock (a workspace member or a built project folder)
+    package = project.replace("-", "_")
+    return "/app/src" if f"src/{package}/__init__.py" in files else None
 
 
 def app_files(config: ProjectConfig) -> dict[str, FileEntry]:

@@ -79,6 +79,10 @@ class RenderSpec:
     uv_sha256: str | None = None
     app_files: dict[str, FileEntry] = field(default_factory=dict)
     runtime_files: dict[str, FileEntry] = field(default_factory=dict)
+    # The project's own package under src/, which its lock holds as the (editable) project
+    # root and so does not install: /app/src on the import path, as `uv run` and `poetry run`
+    # find it (reprobuild.imaging.plan.own_src_path). None: nothing added.
+    app_import_path: str | None = None
 
 
 CREATED_LABEL = "org.opencontainers.image.created"
@@ -185,6 +189,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         determinism=spec.determinism,
         variant=spec.variant,
         has_app=bool(spec.app_files),
+        app_import_path=spec.app_import_path,
         base_entrypoint=json.dumps(list(spec.base_entrypoint)) if spec.base_entrypoint else "",
         determinism_env=sorted(determinism_env(spec).items()),
         entrypoint=ENTRYPOINT,
