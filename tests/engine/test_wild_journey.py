@@ -44,10 +44,11 @@ class Wild:
     trained: str  # a line the training prints once it has trained
 
 
-# Both lay their package out under src/ and their uv.lock holds the project itself as an
-# editable source, which init leaves to `include` (it copies src/ into the image): the runs
-# import it with PYTHONPATH=src, as `uv run` would find the editable install.
-SRC = ("-e", "PYTHONPATH=src")
+# Both lay their package out under src/ and their lock does not install the project itself
+# (uv.lock's editable root; PDM's lock names no project), which init leaves to `include` (it
+# copies src/ into the image): the image puts /app/src on the import path, as `uv run` finds
+# the editable install, so the runs need no flag (issue 51).
+NO_FLAG: tuple[str, ...] = ()
 
 # rejax (github.com/keraJLi/rejax) when it locked with PDM: brax and evosax were main
 # dependencies then, and gym 0.26.2 (brax's and gymnax's) is locked as an sdist only, so
@@ -64,7 +65,7 @@ REJAX_PDM = Wild(
         "build_lock: build-requirements.lock  # the sdists' build requirements, hashed",
     ),
     notes=("pdm.lock builds 1 packages from their sdists",),
-    verify_args=SRC,
+    verify_args=NO_FLAG,
     trained="with return: ",
 )
 
@@ -88,7 +89,7 @@ RL_REPLICAS = Wild(
     ),
     # each epoch prints its wall-clock time, "time: 3.41    " ("{:<8.3g}"): verify's built-in
     # rule leaves the value out, and the padding that tells its width
-    verify_args=SRC,
+    verify_args=NO_FLAG,
     trained="sampling/average_episode_length: ",
 )
 
