@@ -144,9 +144,10 @@ CASES: dict[str, Case] = {
     ),
     "lock-wrong-hash": Case(
         write("requirements.lock", "six==1.17.0 --hash=sha256:" + "0" * 64 + "\n"),
-        "requirements.lock:1: the downloaded six==1.17.0 has sha256 "
+        "requirements.lock:1: the file pip took for six==1.17.0 "
+        "(six-1.17.0-py2.py3-none-any.whl) has sha256 "
         "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274, "
-        "which is none of the lock's hashes",
+        "which is none of the lock's hashes for it",
     ),
     "gpu-without-gpu-lock": Case(None, "--gpu needs a gpu_lock", args=("--gpu",)),
     "tag-invalid": Case(None, "invalid repository name 'Bad Tag'", args=("--tag", "Bad Tag:x")),

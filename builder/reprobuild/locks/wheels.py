@@ -358,8 +358,8 @@ def _run_pip(argv: list[str], tmp: Path, progress: Transfers) -> tuple[int, str]
 
 
 _MISMATCH_RE = re.compile(
-    r"^\s+(?P<req>[A-Za-z0-9._-]+)==(?P<ver>\S+) from .*?\n\s+Expected sha256 (?P<want>[0-9a-f]+)"
-    r".*?\n\s+Got\s+(?P<got>[0-9a-f]{64})",
+    r"^\s+(?P<req>[A-Za-z0-9._-]+)==(?P<ver>\S+) from (?P<url>[^\s:]+(?::[^\s:]+)*)[^\n]*\n"
+    r"\s+Expected sha256 (?P<want>[0-9a-f]+).*?\n\s+Got\s+(?P<got>[0-9a-f]{64})",
     re.MULTILINE | re.DOTALL,
 )
 
@@ -372,10 +372,17 @@ def _hash_mismatch(lock: Lock, stderr: str) -> WheelError | None:
     name = canonicalize_name(match["req"])
     line = next((r.line for r in lock.requirements if r.name == name), None)
     where = f"{lock.path}:{line}" if line else str(lock.path)
+    filename = unquote(match["url"].rsplit("/", 1)[-1].split("#", 1)[0])
+    took = f" ({filename})" if filename.endswith((".whl", ".tar.gz", ".zip")) else ""
+    # The lock names hashes, not files: pip took the file that fits the base best, and the lock
+    # may pin that release's files for another Python or platform only. Not said to be tampered
+    # with: nothing here shows it is the file the lock pins.
     return WheelError(
-        f"{where}: the downloaded {match['req']}=={match['ver']} has sha256 {match['got']}, "
-        "which is none of the lock's hashes",
-        hint="the lock is wrong or the file was tampered with; regenerate the lock and compare",
+        f"{where}: the file pip took for {match['req']}=={match['ver']}{took} has sha256 "
+        f"{match['got']}, which is none of the lock's hashes for it",
+        hint="the lock was made for another Python or platform than the base's (relock for "
+        "the base: `reprobuild init --base` reads it), or, if the lock pins this very file, "
+        "its bytes changed at the index",
     )
 
 
