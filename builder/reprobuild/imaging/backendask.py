@@ -21,7 +21,6 @@ requires and asks again until they bring nothing new.
 from __future__ import annotations
 
 import io
-import os
 import re
 import tarfile
 import tempfile
@@ -35,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from packaging.requirements import InvalidRequirement, Requirement
 from pyproject_hooks import BackendUnavailable, BuildBackendHookCaller, HookMissing
 
+from reprobuild._util.envnum import env_seconds
 from reprobuild.backends.engine import Engine, RunResult, SealedRun
 from reprobuild.locks.buildlock import BuildLockError, sdist_member
 from reprobuild.locks.lockfile import load_lock
@@ -89,18 +89,7 @@ _RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)|err
 
 def ask_timeout() -> float:
     """Seconds one ask may take (``$REPROBUILD_ASK_TIMEOUT``, default 300)."""
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 86400:
-        raise BuildLockError(
-            f"{TIMEOUT_ENV}={raw[:40]!r} is not a number of seconds between 0 and 86400"
-        )
-    return value
+    return env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT, most=86400, error=BuildLockError)
 
 
 @dataclass(frozen=True)

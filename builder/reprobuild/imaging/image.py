@@ -21,6 +21,7 @@ from typing import Any, Protocol, TextIO
 
 from reprobuild import __version__
 from reprobuild._util import jsonload, leftovers
+from reprobuild._util.envnum import env_seconds
 from reprobuild._util.fsutil import sha256_file, write_atomic
 from reprobuild._util.progress import timed
 from reprobuild.backends import buildah, layerload
@@ -188,10 +189,8 @@ PROBE_TIMEOUT = 60.0
 
 
 def probe_timeout() -> float:
-    try:
-        return max(1.0, float(os.environ.get("REPROBUILD_PROBE_TIMEOUT", PROBE_TIMEOUT)))
-    except ValueError:
-        return PROBE_TIMEOUT
+    """Seconds the base's python3 may take (``$REPROBUILD_PROBE_TIMEOUT``, default 60)."""
+    return env_seconds("REPROBUILD_PROBE_TIMEOUT", PROBE_TIMEOUT, most=3600)
 
 
 def base_probe(engine: Engine, base: ImageRef, *, timeout: float | None = None) -> dict[str, Any]:

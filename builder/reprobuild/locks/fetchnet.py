@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from packaging.utils import canonicalize_name
 
+from reprobuild._util.envnum import env_seconds
 from reprobuild._util.resolver import tool_error
 from reprobuild.errors import ReprobuildError
 
@@ -112,19 +113,9 @@ def find_links(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def probe_timeout(environ: Mapping[str, str] | None = None) -> float:
-    source = os.environ if environ is None else environ
-    raw = source.get(PROBE_TIMEOUT_VAR, "").strip()
-    if not raw:
-        return DEFAULT_PROBE_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 600:
-        raise FetchSetupError(
-            f"{PROBE_TIMEOUT_VAR}={raw[:40]!r} is not a number of seconds between 0 and 600"
-        )
-    return value
+    return env_seconds(
+        PROBE_TIMEOUT_VAR, DEFAULT_PROBE_TIMEOUT, most=600, error=FetchSetupError, environ=environ
+    )
 
 
 def probe_indexes(needs: Mapping[str, str], timeout: float) -> str | None:
