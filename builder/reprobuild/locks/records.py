@@ -422,9 +422,14 @@ def url_problem(url: str, *, schemes: Iterable[str], what: str) -> str | None:
 def index_url_problem(url: str, *, what: str) -> str | None:
     """Like :func:`url_problem` for an index: https, file, or http to a loopback host only
     (a plain-http index elsewhere lets anyone on the path choose what is resolved)."""
-    problem = url_problem(url, schemes=("https", "http", "file"), what=what)
-    if problem is not None:
-        return problem
+    return url_problem(url, schemes=("https", "http", "file"), what=what) or plain_http_problem(
+        url, what=what
+    )
+
+
+def plain_http_problem(url: str, *, what: str) -> str | None:
+    """Plain http:// is fetched from a loopback host only (elsewhere anyone on the path
+    chooses what arrives); None for any other URL."""
     parts = urlsplit(url)
     if parts.scheme.lower() == "http" and not is_loopback((parts.hostname or "").lower()):
         return (

@@ -31,11 +31,16 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from reprobuild._util import leftovers
-from reprobuild.bases.refs import is_loopback
 from reprobuild.errors import LockfileError, ReprobuildError
 from reprobuild.locks.hashrecord import RECORD_HINT, hash_for
 from reprobuild.locks.native import Selection, wheel_hashes
-from reprobuild.locks.records import URL_CHARS_RE, Requirement, quoted, url_problem
+from reprobuild.locks.records import (
+    URL_CHARS_RE,
+    Requirement,
+    plain_http_problem,
+    quoted,
+    url_problem,
+)
 
 Log = Callable[[str], None]
 
@@ -77,13 +82,7 @@ def wheel_url_problem(url: str, *, what: str) -> str | None:
             f"{what} {quoted(url)}: its path does not end in a wheel's file name "
             "(letters, digits, '._+-', ending in .whl)"
         )
-    parts = urlsplit(url)
-    if parts.scheme.lower() == "http" and not is_loopback((parts.hostname or "").lower()):
-        return (
-            f"{what} {quoted(url)}: plain http:// is only allowed to a loopback host "
-            "(localhost, 127.0.0.1, ::1): use https://"
-        )
-    return None
+    return plain_http_problem(url, what=what)
 
 
 def wheel_filename(url: str) -> str:
