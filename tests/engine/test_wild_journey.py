@@ -25,7 +25,7 @@ from helpers import DATA, MakeTag, build_json, run_cli
 if TYPE_CHECKING:
     from docker import DockerClient
 
-pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.heavy]
+pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.heavy, pytest.mark.journey]
 
 VERIFY_TIMEOUT_S = 1500
 
