@@ -10,7 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reprobuild.backends.engine import Engine
-from reprobuild.bases.catalog import eol_warning, is_catalog_name, load_catalog, python_eol
+from reprobuild.bases.catalog import (
+    BaseEntry,
+    eol_warning,
+    is_catalog_name,
+    load_catalog,
+    python_eol,
+)
 from reprobuild.bases.refs import ImageRef, parse_pinned
 from reprobuild.errors import ReprobuildError, UnknownBaseError
 from reprobuild.imaging.backendask import BackendAsker, ask_timeout
@@ -71,8 +77,13 @@ def ask_base(python: str, base: str | None) -> ImageRef:
             f"no catalog base carries CPython {python} to ask the sdists' build backends in",
             hint="give one: reprobuild init --base REF@sha256:<digest>",
         )
+    return catalog_entry(name).ref
+
+
+def catalog_entry(name: str) -> BaseEntry:
+    """The catalog's entry ``name``; one the catalog lacks is refused as ``--base``'s."""
     try:
-        return load_catalog().get(name).ref
+        return load_catalog().get(name)
     except UnknownBaseError as exc:
         raise UnknownBaseError(f"--base: {exc.message}", hint=exc.hint) from None
 
@@ -96,10 +107,7 @@ def base_facts(ref: str) -> BaseFacts | None:
     from reprobuild.imaging.image import base_probe
 
     if is_catalog_name(ref):
-        try:
-            entry = load_catalog().get(ref)
-        except UnknownBaseError as exc:
-            raise UnknownBaseError(f"--base: {exc.message}", hint=exc.hint) from None
+        entry = catalog_entry(ref)
         python = ".".join((entry.python or "").split(".")[:2])
         return BaseFacts(python=python) if python else None
     pinned = parse_pinned(ref, what="--base")
