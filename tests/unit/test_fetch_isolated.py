@@ -130,6 +130,7 @@ def serve(tmp_path: Path) -> Iterator[Any]:
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("REPROBUILD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(fetchnet.FIND_LINKS_VAR, raising=False)
+    monkeypatch.delenv(fetchnet.LOCAL_INDEXES_VAR, raising=False)
     for var in [v for v in os.environ if v.endswith(("_proxy", "_PROXY"))]:
         monkeypatch.delenv(var)
     return tmp_path / "cache"
@@ -372,6 +373,48 @@ def test_the_host_s_pip_settings_do_not_reach_the_fetch(
     got = fetch_wheels(load_lock(lock), TARGET, tmp_path / "ctx", log=lambda _: None)
     assert sorted(p.name for p in got) == sorted(p.name for p in wheels.values())
     assert elsewhere.asked == []
+
+
+def disk_index(root: Path, name: str) -> Path:
+    """A PEP 503 index in a folder (a PyPI mirror on disk) holding ``name``'s wheel."""
+    (root / "files").mkdir(parents=True)
+    wheel = make_wheel(root / "files", name)
+    page = root / "simple" / name / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(f'<a href="../../files/{wheel.name}#sha256={sha256(wheel)}">{wheel.name}</a>')
+    return wheel
+
+
+def test_a_local_simple_index_serves_pypi_s_packages_never_an_explicit_index_s(
+    tmp_path: Path, serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REPROBUILD_LOCAL_INDEXES: a PyPI mirror on disk, named the documented way (the host's
+    pip configuration no longer reaches the fetch), asked beside the lock's default index."""
+    pypi, torch = serve("pypi"), serve("torch")
+    disk = disk_index(tmp_path / "mirror", "rbfast-disk")
+    wheels = {"rbfast-alpha": pypi.add("rbfast-alpha"), "rbfast-disk": disk}
+    lock = requirements_lock(tmp_path, [f"--index-url {pypi.url}/"], wheels)
+    message, _ = fetch_error(lock, tmp_path)  # not named: not a source
+    assert "rbfast-disk" in message, message
+
+    monkeypatch.setenv(fetchnet.LOCAL_INDEXES_VAR, str(tmp_path / "mirror" / "simple"))
+    pypi.asked.clear()
+    got = fetch_wheels(load_lock(lock), TARGET, tmp_path / "ctx", log=lambda _: None)
+    assert sorted(p.name for p in got) == sorted(p.name for p in wheels.values())
+    assert pypi.files_asked() == [wheels["rbfast-alpha"].name], pypi.asked  # disk: the other
+
+    # a package a uv.lock pins to an explicit index comes from that index alone
+    pinned = uv_lock(tmp_path, {"rbfast-disk": (torch.url, disk)})
+    monkeypatch.setenv("REPROBUILD_CACHE_DIR", str(tmp_path / "cold-cache"))
+    torch.add("rbfast-other")
+    message, _ = fetch_error(pinned, tmp_path / "again")
+    assert "rbfast-disk" in message, message
+
+
+def test_a_bad_local_index_folder_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fetchnet.LOCAL_INDEXES_VAR, "https://mirror.example/simple")
+    with pytest.raises(fetchnet.FetchSetupError, match=r"LOCAL_INDEXES: 'https://mirror"):
+        fetchnet.local_indexes()
 
 
 def test_a_bad_find_links_folder_is_one_line(

@@ -11,9 +11,12 @@ look at the indexes before it starts.
   as the options ``--cert``, ``--client-cert`` and ``--proxy`` (pip in isolated mode reads no
   variable). Nothing else: a constraint file, ``PIP_FIND_LINKS``, an extra index or a
   ``--pre`` the host set no longer changes what the lock fetches.
-* **Sources**: the lock's indexes, and the local wheel folders named in
-  ``REPROBUILD_FIND_LINKS`` (absolute paths, whitespace-separated; each file found there is
-  still checked against the lock's sha256).
+* **Sources**: the lock's indexes, the local wheel folders named in
+  ``REPROBUILD_FIND_LINKS``, and the local simple indexes (PEP 503 folders, a partial PyPI
+  mirror on disk) named in ``REPROBUILD_LOCAL_INDEXES``, asked beside PyPI for the packages
+  the lock takes from PyPI or from its own default index, never for a package pinned to an
+  explicit index (both: absolute paths, whitespace-separated; each file found there is still
+  checked against the lock's sha256).
 * **Fail fast**: each distinct index host is looked at once (name resolved, one request to the
   page of the first package that needs it, a short timeout); a host that does not resolve,
   refuses, times out or answers 5xx is one line naming it, why, and that package.
@@ -39,8 +42,10 @@ from reprobuild.errors import ReprobuildError
 
 __all__ = [
     "FIND_LINKS_VAR",
+    "LOCAL_INDEXES_VAR",
     "find_links",
     "isolated_env",
+    "local_indexes",
     "pip_network_args",
     "probe_indexes",
     "probe_timeout",
@@ -48,6 +53,7 @@ __all__ = [
 ]
 
 FIND_LINKS_VAR = "REPROBUILD_FIND_LINKS"
+LOCAL_INDEXES_VAR = "REPROBUILD_LOCAL_INDEXES"
 # Seconds a probe waits to connect and for the first byte of the answer.
 PROBE_TIMEOUT_VAR = "REPROBUILD_INDEX_PROBE_TIMEOUT"
 DEFAULT_PROBE_TIMEOUT = 15.0
@@ -66,7 +72,8 @@ _PIP_OPTIONS = {"PIP_CERT": "--cert", "PIP_CLIENT_CERT": "--client-cert", "PIP_P
 
 
 class FetchSetupError(ReprobuildError):
-    """The fetch's own settings (``REPROBUILD_FIND_LINKS``) are unusable."""
+    """The fetch's own settings (``REPROBUILD_FIND_LINKS``, ``REPROBUILD_LOCAL_INDEXES``) are
+    unusable."""
 
 
 def isolated_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -98,15 +105,28 @@ def pip_network_args(environ: Mapping[str, str] | None = None) -> list[str]:
 def find_links(environ: Mapping[str, str] | None = None) -> list[str]:
     """The local wheel folders ``REPROBUILD_FIND_LINKS`` names, checked: each an absolute path
     (or ``file://`` URL) of a folder that exists; anything else is one line naming it."""
+    return _folders(FIND_LINKS_VAR, "local wheel folders", environ)
+
+
+def local_indexes(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The local simple indexes ``REPROBUILD_LOCAL_INDEXES`` names, as ``file://`` URLs (what
+    pip's ``--extra-index-url`` takes), each checked as :func:`find_links` checks a folder."""
+    return [
+        "file://" + path
+        for path in _folders(LOCAL_INDEXES_VAR, "local simple-index folders", environ)
+    ]
+
+
+def _folders(var: str, what: str, environ: Mapping[str, str] | None) -> list[str]:
     source = os.environ if environ is None else environ
     out: list[str] = []
-    for word in source.get(FIND_LINKS_VAR, "").split():
+    for word in source.get(var, "").split():
         path = word.removeprefix("file://")
         if not path.startswith("/") or not Path(path).is_dir():
             raise FetchSetupError(
-                f"{FIND_LINKS_VAR}: {word[:200]!r} is not a folder; allowed: absolute paths "
-                "of local wheel folders, separated by spaces",
-                hint=f"fix or unset {FIND_LINKS_VAR}",
+                f"{var}: {word[:200]!r} is not a folder; allowed: absolute paths "
+                f"of {what}, separated by spaces",
+                hint=f"fix or unset {var}",
             )
         out.append(path)
     return out

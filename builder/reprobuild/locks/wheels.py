@@ -440,16 +440,21 @@ def _index_groups(lock: Lock) -> list[Lock]:
     (:attr:`Requirement.index`) is fetched from its own index alone (an explicit index serves
     only the packages pinned to it, and no other index is asked for them); the others from
     every index of the lock, as pip does. A ``file:`` index is also read as a folder of wheels
-    (uv's flat index)."""
+    (uv's flat index). The local simple indexes of ``REPROBUILD_LOCAL_INDEXES`` are asked
+    beside PyPI (or the lock's default index), never beside an explicit one."""
     by_index: dict[str | None, list[Requirement]] = {}
     for req in lock.requirements:
         by_index.setdefault(req.index, []).append(req)
+    local = tuple(fetchnet.local_indexes())
     out: list[Lock] = []
     for index, reqs in by_index.items():
         options = lock.options
         if index is not None:
             flat = (index,) if index.startswith("file:") else ()
             options = IndexOptions(index_url=index, find_links=(*options.find_links, *flat))
+        if index is None or index.rstrip("/") == PYPI_SIMPLE:  # a PyPI mirror on disk
+            extra = (*options.extra_index_urls, *local)
+            options = replace(options, extra_index_urls=extra)
         out.append(replace(lock, requirements=tuple(reqs), options=options))
     return out
 
