@@ -14,7 +14,6 @@ import pytest
 
 from helpers import run_cli
 from reprobuild.errors import LockfileError
-from reprobuild.locks import wheels
 from reprobuild.locks.lockpython import header_python, lock_python, name_python
 from reprobuild.project.config import load_config
 
@@ -47,21 +46,6 @@ def index(tmp_path: Path) -> str:
             anchors.append(f'<a href="../../files/{name}#sha256={digest(name)}">{name}</a>')
         (page / "index.html").write_text("<html><body>\n" + "\n".join(anchors) + "\n</body></html>")
     return (root / "simple").as_uri()
-
-
-@pytest.fixture
-def pages_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The lookup on (the suite turns it off), and the projects whose page it reads."""
-    monkeypatch.setenv("REPROBUILD_SDIST_LOOKUP", "1")
-    read: list[str] = []
-    real = wheels._index_links
-
-    def counted(index: str, project: str) -> list[str] | None:
-        read.append(project)
-        return real(index, project)
-
-    monkeypatch.setattr(wheels, "_index_links", counted)
-    return read
 
 
 def lock(

@@ -101,20 +101,6 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def pages_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The projects whose simple page the lookup reads (the real reader, counted)."""
-    read: list[str] = []
-    real = wheels._index_links
-
-    def counted(index: str, project: str) -> list[str] | None:
-        read.append(project)
-        return real(index, project)
-
-    monkeypatch.setattr(wheels, "_index_links", counted)
-    return read
-
-
 @pytest.mark.parametrize("fmt", sorted(LOCKS))
 @pytest.mark.parametrize("hashed", [True, False], ids=["page-hashes", "no-page-hashes"])
 def test_the_sdist_is_selected_by_its_locked_hash_and_fetched(

@@ -18,7 +18,7 @@ from reprobuild.bases.catalog import (
     python_eol,
 )
 from reprobuild.bases.refs import ImageRef, parse_pinned
-from reprobuild.errors import ReprobuildError, UnknownBaseError
+from reprobuild.errors import UnknownBaseError
 from reprobuild.imaging.backendask import BackendAsker, ask_timeout
 from reprobuild.locks import fetchnet
 from reprobuild.locks.buildlock import compile_build_lock
@@ -65,19 +65,12 @@ def build_lock_text(lock: Lock, python: str, uv: str, base: Callable[[], ImageRe
         return compile_build_lock(lock, python, archives, uv, ask=ask, log=log)
 
 
-def ask_base(python: str, base: str | None) -> ImageRef:
-    """The base ``init`` asks the sdists' build backends in: ``--base`` (a pinned ref or a
-    catalog name), else the catalog's plain base for ``python`` (the one init writes for a
-    lock without a GPU stack)."""
-    if base is not None and not is_catalog_name(base):
+def ask_base(base: str) -> ImageRef:
+    """The base ``init`` asks the sdists' build backends in: the one it chose (``--base``'s
+    pinned ref or a catalog name), where the image's wheel-build stage will build them."""
+    if not is_catalog_name(base):
         return parse_pinned(base, what="--base")
-    name = base if base is not None else base_for(python, False)
-    if name is None:
-        raise ReprobuildError(
-            f"no catalog base carries CPython {python} to ask the sdists' build backends in",
-            hint="give one: reprobuild init --base REF@sha256:<digest>",
-        )
-    return catalog_entry(name).ref
+    return catalog_entry(base).ref
 
 
 def catalog_entry(name: str) -> BaseEntry:
@@ -124,16 +117,15 @@ def python_eol_warning(python: str) -> str | None:
     return eol_warning(python, python_eol(load_catalog(), python), time.strftime("%Y-%m"))
 
 
-def init_services(base: str | None = None) -> Services:
-    """The services of ``reprobuild init``; ``base`` (its ``--base``) is where the sdists'
-    build backends are asked what they build with."""
+def init_services() -> Services:
+    """The services of ``reprobuild init``."""
     from uv import find_uv_bin
 
     def build_lock(
-        path: Path, python: str, extras: tuple[str, ...], groups: tuple[str, ...]
+        path: Path, python: str, base: str, extras: tuple[str, ...], groups: tuple[str, ...]
     ) -> str | None:
         lock = load_lock(path, Selection(python=python, extras=extras, groups=groups))
-        return build_lock_text(lock, python, str(find_uv_bin()), lambda: ask_base(python, base))
+        return build_lock_text(lock, python, str(find_uv_bin()), lambda: ask_base(base))
 
     return Services(
         read_lock=read_lock,

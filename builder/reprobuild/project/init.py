@@ -135,11 +135,12 @@ class Services:
     # One line when a Python is past its upstream end of life (None: still supported).
     eol_warning: Callable[[str], str | None] = lambda _python: None
     uv: str = "uv"
-    # ``build_lock(path, python, extras, groups)``: the build-requirements lock's text for the
-    # sdists the lock builds on that Python (reprobuild.locks.buildlock), None when it builds
-    # none. The default builds nothing.
-    build_lock: Callable[[Path, str, tuple[str, ...], tuple[str, ...]], str | None] = (
-        lambda _path, _python, _extras, _groups: None
+    # ``build_lock(path, python, base, extras, groups)``: the build-requirements lock's text
+    # for the sdists the lock builds on that Python, their backends asked in ``base`` (the
+    # chosen one: a catalog name or a pinned ref; reprobuild.locks.buildlock), None when it
+    # builds none. The default builds nothing.
+    build_lock: Callable[[Path, str, str, tuple[str, ...], tuple[str, ...]], str | None] = (
+        lambda _path, _python, _base, _extras, _groups: None
     )
     base_facts: Callable[[str], BaseFacts | None] = lambda _ref: None
     # ``lock_python(path, want)``: the CPython a requirements lock is for and why, or None
@@ -413,7 +414,7 @@ def _write_project(
     requirements.lock), each whole or not at all; a failure removes what this run wrote."""
     lock = choice.lock
     # The sdists the lock builds: their build requirements, resolved and hashed beside it.
-    extra = _build_lock_file(root, lock.name, choice.python, options, services, result)
+    extra = _build_lock_file(root, lock.name, choice, options, services, result)
     includes = _includes(root, exclude={CONFIG_NAME, lock.name, *LOCK_NAMES, BUILD_LOCK_NAME})
     kind = (choice.gpu, choice.cuda_wheels, lock.native)
     yaml_text = _config_text(
@@ -473,7 +474,7 @@ def _check_options(options: InitOptions) -> None:
 def _build_lock_file(
     root: Path,
     lock_name: str,
-    python: str,
+    choice: Choice,
     options: InitOptions,
     services: Services,
     result: InitResult,
@@ -483,7 +484,9 @@ def _build_lock_file(
     requirements format records no sdist to build)."""
     if not (root / lock_name).is_file():
         return {}
-    text = services.build_lock(root / lock_name, python, options.extras, options.groups)
+    text = services.build_lock(
+        root / lock_name, choice.python, choice.base, options.extras, options.groups
+    )
     if text is None:
         return {}
     _refuse_existing(root / BUILD_LOCK_NAME)

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         hashrecord.recording(sha256_of_url, err) if args.record_hashes else contextlib.nullcontext()
     )
     with recording:
-        result = init_project(args.directory, options, init_services(args.base), log=err)
+        result = init_project(args.directory, options, init_services(), log=err)
     for path in result.written:
         print(f"wrote {path}")
     return 0
