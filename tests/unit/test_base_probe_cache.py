@@ -1,10 +1,11 @@
-"""The base probe's cache (``reprobuild.imaging.image.base_probe``): keyed by the base's digest
+"""The base probe's cache (``reprobuild.imaging.baseprobe.base_probe``): keyed by the base's digest
 and by the probe's own source. A cache keyed by digest alone kept answering for a probe that
 could no longer run on any base, so every warm machine passed while every fresh one failed."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from reprobuild.imaging.image import base_probe
+from reprobuild.bases.refs import parse_pinned
+from reprobuild.errors import ConfigError
+from reprobuild.imaging.baseprobe import base_probe
+from reprobuild.imaging.plan import plan_build
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -48,3 +52,24 @@ def test_the_probe_runs_once_per_digest_and_an_old_key_is_not_read(
     assert engine.runs == 1
     (entry,) = set((tmp_path / "bases").glob("*.json")) - {stale}
     assert entry.name.startswith(stale.stem + "-")
+
+
+def test_plan_checks_select_python_against_a_base_probed_here_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """issue 51: render and image check the chosen Python against the base before fetching.
+    A base given by digest is known to render once it was probed here (init --base does)."""
+    monkeypatch.setenv("REPROBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    project = tmp_path / "tiny"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "data" / "projects" / "tiny", project)
+    ref = f"127.0.0.1:5000/team/base@{DIGEST}"
+    here = ".".join(map(str, sys.version_info[:2]))
+    other = "3.12" if here != "3.12" else "3.11"
+    config = project / "reprobuild.yaml"
+    config.write_text(config.read_text() + f"select:\n  python: '{other}'\n")
+    plan_build(project, base=ref)  # not probed yet: nothing known, nothing refused
+
+    base_probe(RunsTheProbeHere(), parse_pinned(ref))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=rf"select.python {other} is not the base's CPython "
+                       rf"{here} \(127.0.0.1:5000/team/base@sha256:abab"):  # fmt: skip
+        plan_build(project, base=ref)

@@ -7,7 +7,7 @@ import pytest
 
 from reprobuild._util.envnum import env_seconds
 from reprobuild.errors import ReprobuildError
-from reprobuild.imaging.image import PROBE_TIMEOUT, probe_timeout
+from reprobuild.imaging.baseprobe import PROBE_TIMEOUT, probe_timeout
 
 
 @pytest.mark.parametrize("raw", ["abc", "nan", "inf", "0", "-5", "3601", "1e9", "12s"])

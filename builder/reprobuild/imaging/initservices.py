@@ -97,7 +97,7 @@ def base_facts(ref: str) -> BaseFacts | None:
     (refused if it holds no such name), else the base's own python3, run
     once by digest with no network and a timeout (:func:`~reprobuild.imaging.image.
     base_probe`, whose answer the build reuses from the cache)."""
-    from reprobuild.imaging.image import base_probe
+    from reprobuild.imaging.baseprobe import base_probe
 
     if is_catalog_name(ref):
         entry = catalog_entry(ref)

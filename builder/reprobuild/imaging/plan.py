@@ -27,6 +27,7 @@ from reprobuild.bases.catalog import (
 )
 from reprobuild.bases.refs import ImageRef, parse_pinned
 from reprobuild.errors import ConfigError, ImageRefError, ReprobuildError, UnknownBaseError
+from reprobuild.imaging.baseprobe import cached_base_probe
 from reprobuild.imaging.render import FileEntry, Kind, RenderSpec
 from reprobuild.imaging.runtimefiles import runtime_package
 from reprobuild.locks.buildlock import load_build_lock, with_located_sdists
@@ -237,6 +238,10 @@ def plan_build(
             "--ca-cert is only used with --online (hermetic builds need no network)"
         )
     ca_bytes = _read_ca(ca_cert) if ca_cert is not None else None
+    if base_python is None:  # a base given by digest: its CPython, where it was probed here
+        probed = cached_base_probe(base_ref)
+        base_python = str(probed["python"].get("version", "")) or None if probed else None
+        check_base_python(config, base_python, str(base_ref))
     lock = read_lock(config, lock_path, base_python)
     # a requirements file or Pipfile.lock gives hashes only: the sdists among them were found
     # on the index when the build lock was written, which records them (no network here)
