@@ -3,8 +3,10 @@ copied byte for byte from its repository (tests/data/projects/README.md names up
 licence and each file's `git hash-object`), goes through `reprobuild init` (nothing but the
 test base, the Python and the command given), `reprobuild image`, and the project's own code
 trains for a few steps in the image under `reprobuild verify`, which must call the two runs
-identical. Both projects seed their runs themselves (a fixed PRNG key; a pytest fixture), so no
-`--mode off` control is asked of them.
+identical. rejax and rl-replicas seed their runs themselves (a fixed PRNG key; a pytest
+fixture), so no `--mode off` control is asked of them. flax's toy example does not: its data and
+its batches come from NumPy's global generator, unseeded, which the image's start-up hook seeds;
+with the hook off (`verify --mode off`, the control) the same image must diverge.
 
 Heavy: every wheel of the lock is fetched from PyPI and installed; rl-replicas' torch 2.5.1
 brings its CUDA 12 wheels (about 3 GB), the one real PyPI torch of the suite."""
@@ -42,6 +44,8 @@ class Wild:
     notes: tuple[str, ...]  # what init says of the lock
     verify_args: tuple[str, ...]
     trained: str  # a line the training prints once it has trained
+    # an unseeded script: the name of the number `verify --mode off` must find differing
+    control: str | None = None
 
 
 # Both lay their package out under src/ and their lock does not install the project itself
@@ -93,6 +97,26 @@ RL_REPLICAS = Wild(
     trained="sampling/average_episode_length: ",
 )
 
+# flax (github.com/google/flax) at the last commit that updated its uv.lock (jax 0.7.0, which its
+# pyproject then allowed; at 7e8f152, 2025-09-25, flax asked for jax>=0.7.1 with the lock unchanged,
+# and its toy example then fails in the image with TraceContextError: that one is not copied):
+# its own NNX toy example fits a small MLP to noisy sin(x) for 10 000 SGD steps on CPU. The model's
+# parameters come from a fixed key (nnx.Rngs(0)), the noise and every batch from NumPy's global
+# generator, never seeded. It imports matplotlib (plt.show() draws nothing here: no display),
+# which the lock holds in the `docs` extra. flax keeps its package at the top (flax/, not src/),
+# and the lock leaves the project itself to `include`: the image puts /app on the import path,
+# as the editable install does under `uv run`.
+FLAX = Wild(
+    folder="wild-flax",
+    command=("python", "examples/nnx_toy_examples/01_functional_api.py"),
+    init_args=("--extra", "docs"),
+    config_lines=("lock: uv.lock", "  - examples", "  - flax", "  extras: [docs]"),
+    notes=("uv.lock: the project flax itself is not installed from the lock",),
+    verify_args=NO_FLAG,
+    trained="times called: ",
+    control="loss",
+)
+
 
 def journey(
     wild: Wild, base_ref: str, tmp_path: Path, tag: str, docker_client: DockerClient
@@ -127,6 +151,30 @@ def journey(
     assert report["result"] == "identical"
     # verify shows run 1's stdout as it comes: the training got to its end
     assert f"[1] {wild.trained}" in verify.stderr, verify.stderr[-3000:]
+    if wild.control is not None:
+        control_report(wild, tag, tmp_path)
+    return report
+
+
+def control_report(wild: Wild, tag: str, tmp_path: Path) -> dict[str, Any]:
+    """The same image and command with the start-up hook off (`--mode off`): an unseeded script
+    must diverge, which is what the identical runs above owe to the hook."""
+    report_path = tmp_path / "control.json"
+    start = time.monotonic()
+    control = run_cli(
+        "verify", tag, "--mode", "off", *wild.verify_args, "--report", str(report_path),
+        "--", *wild.command, cwd=tmp_path, timeout=VERIFY_TIMEOUT_S,
+    )  # fmt: skip
+    print(f"{wild.folder}: the control took {time.monotonic() - start:.0f} s")
+    assert control.returncode == 1, control.stdout[-3000:] + control.stderr[-3000:]
+    assert control.stdout.startswith("diverged: stdout line "), control.stdout
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    divergence = report["divergence"]
+    assert report["result"] == "diverged" and report["mode"] == "off", report["summary"]
+    assert divergence["where"] == "stdout" and divergence["value"] == wild.control, divergence
+    assert divergence["numeric"]["a"] != divergence["numeric"]["b"], divergence
+    for run in report["runs"]:
+        assert run["run_record"]["determinism"]["mode"] == "off", run["run_record"]
     return report
 
 
@@ -152,3 +200,12 @@ def test_rl_replicas_trains_torch_from_pypi_identically(
     for run in report["runs"]:
         rules = {r["rule"]: r["fields"] for r in run["ignored"]["rules"]}
         assert rules == {"timed": 5, "duration": 1}, run["ignored"]
+
+
+def test_flax_trains_unseeded_identically_and_diverges_without_the_hook(
+    base_ref: str, tmp_path: Path, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    report = journey(FLAX, base_ref, tmp_path, unique_tag("wild-flax"), docker_client)
+    assert report["lines_compared"] == 11, report["summary"]  # a loss every 1000 steps, a count
+    (losses,) = {tuple(run["series"]["loss"]["values"]) for run in report["runs"]}
+    assert len(losses) == 10 and losses[-1] < losses[0], losses  # it learned

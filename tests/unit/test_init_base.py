@@ -106,3 +106,30 @@ def test_an_unknown_catalog_name_is_refused_before_anything_is_written(tmp_path:
     with pytest.raises(ReprobuildError, match=r"--base: no base named 'nosuch' in the catalog"):
         init_project(project, InitOptions(base="nosuch"), init_services())
     assert not (project / "reprobuild.yaml").exists()
+
+
+def test_a_lock_refused_for_itself_keeps_its_own_error_under_a_base(tmp_path: Path) -> None:
+    """A stale poetry.lock (qolmat's at bb30c0a, 2025: its content-hash no longer the
+    pyproject's) is refused as it is without a base: `poetry lock` is the way out, not another
+    base, which the error said when init wrapped every refusal in the base's Python."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print('train')\n")
+    (project / "pyproject.toml").write_text(
+        '[tool.poetry]\nname = "proj"\nversion = "0.1"\n'
+        '[tool.poetry.dependencies]\npython = "^3.9"\nsix = "*"\n'
+    )
+    (project / "poetry.lock").write_text(
+        '[[package]]\nname = "six"\nversion = "1.17.0"\ndescription = ""\noptional = false\n'
+        'python-versions = "*"\nfiles = [\n    {file = "six-1.17.0-py2.py3-none-any.whl", '
+        f'hash = "sha256:{"cd" * 32}"}},\n]\n\n[metadata]\nlock-version = "2.0"\n'
+        f'python-versions = "^3.9"\ncontent-hash = "{"0" * 64}"\n'
+    )
+    with pytest.raises(ReprobuildError) as without:
+        init_project(project, InitOptions(), services(None))
+    with pytest.raises(ReprobuildError) as under_base:
+        init_project(project, InitOptions(base=BASE), services("3.11"))
+    assert "is stale" in without.value.message
+    assert under_base.value.message == without.value.message
+    assert under_base.value.hint == without.value.hint and "poetry lock" in str(without.value.hint)
+    assert not (project / "reprobuild.yaml").exists()

@@ -370,10 +370,13 @@ def _kind(mode: int) -> str:
 
 
 def own_src_path(root: Path, lock: Lock, files: dict[str, FileEntry]) -> str | None:
-    """``/app/src`` where the project is laid out under src/ (``src/<name>/__init__.py`` is
-    included, its name the one pyproject.toml gives the project) and the lock does not install
-    the project itself (uv's and Poetry's editable or virtual root, left to ``include``): a
-    script then imports it as ``uv run`` would find the editable install. Else None."""
+    """Where the project's own package lies, when the lock does not install the project itself
+    (uv's and Poetry's editable or virtual root, left to ``include``): ``/app/src`` for a src/
+    layout (``src/<name>/__init__.py`` is included, its name the one pyproject.toml gives the
+    project), ``/app`` for a flat one (``<name>/__init__.py`` at the top, as flax lays itself
+    out). A script run from a subfolder (``python examples/train.py``, whose own folder is the
+    first on ``sys.path``) then imports it as ``uv run`` would find the editable install. Else
+    None."""
     try:
         data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -385,7 +388,9 @@ def own_src_path(root: Path, lock: Lock, files: dict[str, FileEntry]) -> str | N
     if any(r.name == project for r in lock.requirements):
         return None  # installed by the lock (a workspace member or a built project folder)
     package = project.replace("-", "_")
-    return "/app/src" if f"src/{package}/__init__.py" in files else None
+    if f"src/{package}/__init__.py" in files:
+        return "/app/src"
+    return "/app" if f"{package}/__init__.py" in files else None
 
 
 def app_files(config: ProjectConfig) -> dict[str, FileEntry]:

@@ -79,9 +79,9 @@ class RenderSpec:
     uv_sha256: str | None = None
     app_files: dict[str, FileEntry] = field(default_factory=dict)
     runtime_files: dict[str, FileEntry] = field(default_factory=dict)
-    # The project's own package under src/, which its lock holds as the (editable) project
-    # root and so does not install: /app/src on the import path, as `uv run` and `poetry run`
-    # find it (reprobuild.imaging.plan.own_src_path). None: nothing added.
+    # The project's own package (under src/ or at the top), which its lock holds as the
+    # (editable) project root and so does not install: /app/src or /app on the import path, as
+    # `uv run` and `poetry run` find it (reprobuild.imaging.plan.own_src_path). None: nothing.
     app_import_path: str | None = None
 
 

@@ -338,7 +338,9 @@ def _lock_in_place(
             root / lock_name, candidates, options, services
         )
     except ReprobuildError as exc:
-        if asked is None or options.python:
+        # only a refusal about the base's Python is the base's to explain (as _pick_python
+        # tells them apart); a stale or unreadable lock keeps its own error and hint
+        if asked is None or options.python or f"Python {asked}" not in exc.message:
             raise
         raise InitError(
             f"{exc.message} (CPython {asked} is the Python of base {options.base})",
