@@ -1,0 +1,408 @@
+"""The locked wheels fetched side by side, each checked as its bytes arrive.
+
+For each requirement the cache lacks (and whose marker holds for the target), one wheel is
+chosen among the files whose sha256 the lock pins: the one whose tags rank best for the target
+(:mod:`packaging.tags`' order, as pip chooses), found
+
+1. **on this machine first**: a wheel of its name and version in a ``REPROBUILD_FIND_LINKS``
+   folder (or the lock's own ``--find-links`` folder), or listed by a ``REPROBUILD_LOCAL_INDEXES``
+   page (only for a package taken from PyPI or the lock's default index, never one pinned to
+   an explicit index), or in a ``file:`` index the package is pinned to; copied, not fetched;
+2. **at the URL the lock gives it** (uv.lock, pylock.toml, pdm.lock:
+   :func:`~reprobuild.locks.lockurls.native_wheel_urls`);
+3. **on its index's page** (PEP 691 JSON, else PEP 503 HTML), matched by the lock's sha256:
+   the package's own index alone when the lock pins it to one, else the lock's indexes in
+   order.
+
+What none of these finds is left to ``pip download`` (:func:`fetch` returns it), as before.
+
+The files are then fetched by a pool of ``REPROBUILD_FETCH_THREADS`` threads (default 8), each
+into a temporary file in the run's staging folder, hashed as it streams. A connection cut off
+mid-file is resumed where it stopped (an HTTP ``Range`` request; a server that answers with
+the whole file again is read from the start), at most :data:`RESUMES` times; the hash is of
+the whole file either way. A file is renamed into the cache only once its sha256 is the
+lock's; every file checked is kept even when another fails, and the failures come back as one
+``error:`` line naming the first (the package, the host, the cause) and how many more.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import http.client
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from reprobuild._util.progress import Parallel
+from reprobuild.errors import ReprobuildError
+from reprobuild.locks import fetchnet
+from reprobuild.locks.lockfile import Lock
+from reprobuild.locks.lockurls import index_files, local_path, native_wheel_urls
+from reprobuild.locks.native import Selection
+from reprobuild.locks.records import Requirement
+from reprobuild.locks.urlwheels import MAX_BYTES, TIMEOUT_S
+
+Log = Callable[[str], None]
+ShowMany = Callable[[int], Parallel]
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+# How many times a file cut off mid-transfer is resumed before it counts as failed.
+RESUMES = 3
+_BLOCK = 1 << 20
+
+
+class FetchFailed(ReprobuildError):
+    """One or more locked wheels could not be fetched (the checked ones were kept)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One wheel to bring into the cache: for ``req``, the file ``filename`` at ``url``
+    (``http(s):`` or a local ``file:``), whose bytes must have sha256 ``sha256``."""
+
+    req: Requirement
+    filename: str
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`plan` found: the jobs (local ones first), and the requirements it found
+    no file for (left to pip)."""
+
+    jobs: tuple[Job, ...]
+    unlocated: tuple[Requirement, ...]
+
+
+def target_ranks(python_version: str, abi: str, platforms: list[str]) -> dict[Tag, int]:
+    """The tags a wheel may carry for the target, each with its rank (0: the best), in
+    :mod:`packaging.tags`' order: the ones ``pip download`` accepts for the same
+    ``--python-version``, ``--abi`` (``abi``, abi3, none) and ``--platform`` options."""
+    major, minor = (int(p) for p in python_version.split(".")[:2])
+    ranks: dict[Tag, int] = {}
+    for tag in (
+        *cpython_tags((major, minor), [abi, "abi3", "none"], platforms),
+        *compatible_tags((major, minor), abi, platforms),
+    ):
+        ranks.setdefault(tag, len(ranks))
+    return ranks
+
+
+def _rank(filename: str, req: Requirement, ranks: dict[Tag, int]) -> int | None:
+    """The best rank of ``filename``'s tags when it is a wheel of ``req`` that the target
+    installs; None otherwise."""
+    try:
+        name, version, _, tags = parse_wheel_filename(filename)
+        if name != canonicalize_name(req.name) or version != Version(req.version):
+            return None
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+    found = [ranks[t] for t in tags if t in ranks]
+    return min(found) if found else None
+
+
+def _best(
+    req: Requirement, files: Iterable[tuple[str, str, str]], ranks: dict[Tag, int]
+) -> Job | None:
+    """The job for the best-ranked of ``files`` (name, URL, sha256 hex) that ``req`` pins."""
+    hexes = sha256_hexes(req)
+    fits = [
+        (rank, Job(req, name, url, digest))
+        for name, url, digest in files
+        if digest in hexes and (rank := _rank(name, req, ranks)) is not None
+    ]
+    return min(fits, key=lambda pair: pair[0])[1] if fits else None
+
+
+def sha256_hexes(req: Requirement) -> set[str]:
+    return {h.split(":", 1)[1] for h in req.hashes if h.startswith("sha256:")}
+
+
+# ------------------------------------------------------------------------------- planning
+
+
+def plan(lock: Lock, requirements: Iterable[Requirement], selection: Selection, *,
+         ranks: dict[Tag, int], threads: int) -> Plan:  # fmt: skip
+    """A job for each of ``requirements`` (those the cache lacks) whose marker holds for
+    ``selection``: from this machine first, else a URL (module doc)."""
+    todo = [r for r in requirements if r.url is None and selection.marker_holds(r.marker)]
+    local = {r.name: j for r in todo if (j := _local_job(lock, r, ranks)) is not None}
+    remote = [r for r in todo if r.name not in local]
+    urls = native_wheel_urls(lock, selection) if remote else {}
+    jobs = {
+        r.name: j
+        for r in remote
+        if (j := _best(r, ((_name(u), u, h) for h, u in urls.items()), ranks)) is not None
+    }
+    lookup = [r for r in remote if r.name not in jobs]
+    if lookup:
+        opener = fetchnet.opener()
+        with concurrent.futures.ThreadPoolExecutor(min(threads, len(lookup))) as pool:
+            found = list(pool.map(lambda r: _index_job(lock, r, ranks, opener), lookup))
+        jobs.update({r.name: j for r, j in zip(lookup, found, strict=True) if j is not None})
+    return Plan(
+        tuple(local[r.name] for r in todo if r.name in local)
+        + tuple(jobs[r.name] for r in todo if r.name in jobs),
+        tuple(r for r in todo if r.name not in local and r.name not in jobs),
+    )
+
+
+def _name(url: str) -> str:
+    from reprobuild.locks.urlwheels import wheel_filename
+
+    return wheel_filename(url)
+
+
+def _local_job(lock: Lock, req: Requirement, ranks: dict[Tag, int]) -> Job | None:
+    """A wheel of ``req`` on this machine with a locked sha256 (module doc, 1.)."""
+    folders = [*lock.options.find_links, *fetchnet.find_links()]
+    indexes: list[str] = []
+    if req.index is None or req.index.rstrip("/") == PYPI_SIMPLE:
+        indexes = fetchnet.local_indexes()
+    elif req.index.startswith("file:"):  # a flat folder or a simple index, as pip reads one
+        folders, indexes = [*folders, req.index], [req.index]
+    files: list[tuple[str, str, str]] = []
+    for index in indexes:
+        for item in index_files(index, req.name) or []:
+            path = local_path(item.url)
+            if path is not None and _rank(item.filename, req, ranks) is not None:
+                digest = item.sha256 or _file_sha256(path)
+                files.append((item.filename, item.url, digest or ""))
+    for folder in folders:
+        files += _folder_files(folder, req, ranks)
+    return _best(req, files, ranks)
+
+
+def _folder_files(link: str, req: Requirement, ranks: dict[Tag, int]) -> list[tuple[str, str, str]]:
+    """The wheels of ``req`` (name, version, tags that fit) in a local folder, hashed."""
+    folder = local_path(link) if link.startswith("file:") else Path(link)
+    if folder is None or not folder.is_absolute():
+        return []  # a URL --find-links page: pip's to read
+    try:
+        paths = [p for p in folder.glob("*.whl") if _rank(p.name, req, ranks) is not None]
+    except OSError:
+        return []
+    out: list[tuple[str, str, str]] = []
+    for path in sorted(paths):
+        digest = _file_sha256(path)
+        if digest is not None and path.is_file():
+            out.append((path.name, path.resolve().as_uri(), digest))
+    return out
+
+
+def _file_sha256(path: Path) -> str | None:
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            while block := fh.read(_BLOCK):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def _index_job(
+    lock: Lock, req: Requirement, ranks: dict[Tag, int], opener: urllib.request.OpenerDirector
+) -> Job | None:
+    """The file of ``req`` with a locked sha256 on its index's page (module doc, 3.)."""
+    indexes = (
+        [req.index]
+        if req.index is not None
+        else [lock.options.index_url or PYPI_SIMPLE, *lock.options.extra_index_urls]
+    )
+    for index in indexes:
+        if index.startswith("file:"):
+            continue  # read as a local source already
+        files = index_files(index, req.name, opener)
+        job = _best(req, ((f.filename, f.url, f.sha256 or "") for f in files or []), ranks)
+        if job is not None:
+            return job
+    return None
+
+
+# ------------------------------------------------------------------------------- fetching
+
+
+def fetch(jobs: Iterable[Job], folder: Path, staging: Path, *, where: Callable[[Requirement], str],
+          threads: int, show: ShowMany, log: Log) -> list[Path]:  # fmt: skip
+    """Bring each job's file into ``folder`` (the cache), ``threads`` at a time, through
+    ``staging`` (a folder of this run's inside it); every file checked is kept. Raise
+    :class:`FetchFailed` naming the first failure (in ``jobs``' order) once all are done."""
+    todo = list(jobs)
+    if not todo:
+        return []
+    opener = fetchnet.opener()
+    with show(len(todo)) as progress:
+        with concurrent.futures.ThreadPoolExecutor(min(threads, len(todo))) as pool:
+            futures = [
+                pool.submit(_fetch_one, job, folder, staging, opener, progress, where)
+                for job in todo
+            ]
+            results = [f.result() for f in futures]
+        paths = [p for p in results if isinstance(p, Path)]
+        if len(paths) == len(results):
+            log(progress.summary(len(paths), sum(p.stat().st_size for p in paths)))
+    failed = [r for r in results if isinstance(r, str)]
+    if failed:
+        more = f" (and {len(failed) - 1} more failed)" if len(failed) > 1 else ""
+        kept = len(results) - len(failed)
+        raise FetchFailed(
+            f"{failed[0]}{more}; {kept} checked file{'' if kept == 1 else 's'} kept in the cache",
+            hint="check the network to that host (a proxy: HTTPS_PROXY), then fetch again: "
+            "only what is missing is fetched",
+        )
+    return paths
+
+
+def _fetch_one(
+    job: Job,
+    folder: Path,
+    staging: Path,
+    opener: urllib.request.OpenerDirector,
+    progress: Parallel,
+    where: Callable[[Requirement], str],
+) -> Path | str:
+    """The job's file checked and renamed into ``folder``, or why not (one line)."""
+    tmp = staging / f"{job.sha256}.part"
+    progress.start(job.sha256, job.filename, None)
+    try:
+        with tmp.open("wb") as out:
+            sink = _Sink(out, job, progress)
+            _copy(job, sink, opener)
+            digest = sink.digest.hexdigest()
+    except _Failed as exc:
+        progress.drop(job.sha256)
+        tmp.unlink(missing_ok=True)
+        return str(exc)
+    if digest != job.sha256:
+        progress.drop(job.sha256)
+        tmp.unlink(missing_ok=True)
+        return (
+            f"{where(job.req)}: the downloaded {job.filename} of {job.req.name}=="
+            f"{job.req.version} has sha256 {digest}, which is not the lock's {job.sha256} "
+            f"(from {_host(job.url)}); nothing of it was kept"
+        )
+    final = folder / job.filename
+    os.replace(tmp, final)
+    progress.finish(job.sha256)
+    return final
+
+
+class _Failed(Exception):
+    """A file could not be fetched; the message is the whole line."""
+
+
+class _Cut(Exception):
+    """The connection broke off before the whole file came."""
+
+
+class _Sink:
+    """Where a job's bytes go: the temp file and the running sha256 of all of it."""
+
+    def __init__(self, out: IO[bytes], job: Job, progress: Parallel) -> None:
+        self.out, self.job, self.progress = out, job, progress
+        self.digest = hashlib.sha256()
+
+    @property
+    def size(self) -> int:
+        return self.out.tell()
+
+    def reset(self) -> None:
+        """Drop what came so far (the server sends the whole file again)."""
+        self.out.seek(0)
+        self.out.truncate()
+        self.digest = hashlib.sha256()
+        self.progress.restart(self.job.sha256)
+
+    def pour(self, source: IO[bytes]) -> None:
+        """Append all of ``source``, hashed as it streams; refused past :data:`MAX_BYTES`."""
+        while block := source.read(_BLOCK):
+            if self.size + len(block) > MAX_BYTES:
+                raise _Failed(
+                    _line(self.job, f"sends more than {MAX_BYTES} bytes, the most a wheel may be")
+                )
+            self.digest.update(block)
+            self.out.write(block)
+            self.progress.add(self.job.sha256, len(block))
+
+
+def _copy(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> None:
+    """Stream the job's file into ``sink``; resume a cut transfer (:data:`RESUMES` times)."""
+    path = local_path(job.url)
+    if path is not None:  # a local source: copied, checked as it is read
+        try:
+            with path.open("rb") as fh:
+                sink.pour(fh)
+        except OSError as exc:
+            raise _Failed(_line(job, f"cannot be read ({exc.strerror or exc})")) from None
+        return
+    cuts = 0
+    while True:
+        try:
+            _request(job, sink, opener)
+            return
+        except _Cut:
+            cuts += 1
+            if cuts > RESUMES:
+                raise _Failed(
+                    _line(job, f"broke the connection off {cuts} times, each resumed")
+                ) from None
+
+
+def _request(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> None:
+    """One request for the rest of the job's file (from what ``sink`` holds), or for the
+    whole file again where the server ignores the range."""
+    got = sink.size
+    headers = {"Range": f"bytes={got}-"} if got else {}
+    try:
+        response = opener.open(urllib.request.Request(job.url, headers=headers), timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise _Failed(_line(job, f"answers HTTP {exc.code} {exc.reason}")) from None
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        raise _Failed(_line(job, fetchnet.network_reason(exc, TIMEOUT_S))) from None
+    with response:
+        if got and not _resumes(response, got):
+            sink.reset()
+            got = 0
+        length = response.headers.get("Content-Length")
+        if length is not None and length.isdigit():
+            sink.progress.expect(job.sha256, got + int(length))
+        try:
+            sink.pour(response)
+        except (OSError, http.client.HTTPException) as exc:
+            if sink.size > got or isinstance(exc, (http.client.IncompleteRead, ConnectionError)):
+                raise _Cut from None
+            raise _Failed(_line(job, fetchnet.network_reason(exc, TIMEOUT_S))) from None
+        if length is not None and length.isdigit() and sink.size < got + int(length):
+            raise _Cut
+
+
+def _resumes(response: http.client.HTTPResponse, got: int) -> bool:
+    """The server answered a range request with the file's rest from byte ``got``."""
+    what = response.headers.get("Content-Range", "")
+    return response.status == 206 and what.startswith(f"bytes {got}-")
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.hostname or parts.path
+
+
+def _line(job: Job, why: str) -> str:
+    """``the host HOST WHY for FILE (URL); PACKAGE VERSION needs it``: fetchnet's words."""
+    what = "the file" if job.url.startswith("file:") else f"the host {_host(job.url)}"
+    subject = job.filename if job.url.startswith("file:") else f"{job.filename} ({job.url})"
+    return f"{what} {why} for {subject}; {job.req.name} {job.req.version} needs it"
