@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -49,7 +50,7 @@ from reprobuild.locks.lockfile import Lock
 from reprobuild.locks.lockurls import index_files, local_path, native_wheel_urls
 from reprobuild.locks.native import Selection
 from reprobuild.locks.records import Requirement
-from reprobuild.locks.urlwheels import MAX_BYTES, TIMEOUT_S
+from reprobuild.locks.urlwheels import MAX_BYTES, TIMEOUT_S, wheel_filename
 
 Log = Callable[[str], None]
 ShowMany = Callable[[int], Parallel]
@@ -136,30 +137,47 @@ def plan(lock: Lock, requirements: Iterable[Requirement], selection: Selection, 
     """A job for each of ``requirements`` (those the cache lacks) whose marker holds for
     ``selection``: from this machine first, else a URL (module doc)."""
     todo = [r for r in requirements if r.url is None and selection.marker_holds(r.marker)]
-    local = {r.name: j for r in todo if (j := _local_job(lock, r, ranks)) is not None}
-    remote = [r for r in todo if r.name not in local]
-    urls = native_wheel_urls(lock, selection) if remote else {}
-    jobs = {
-        r.name: j
-        for r in remote
-        if (j := _best(r, ((_name(u), u, h) for h, u in urls.items()), ranks)) is not None
-    }
+    jobs: dict[str, Job] = {}
+    for req in todo:
+        job = _local_job(lock, req, ranks)
+        if job is not None:
+            jobs[req.name] = job
+    remote = [r for r in todo if r.name not in jobs]
+    if remote:
+        jobs.update(_lock_url_jobs(lock, remote, selection, ranks))
     lookup = [r for r in remote if r.name not in jobs]
     if lookup:
-        opener = fetchnet.opener()
-        with concurrent.futures.ThreadPoolExecutor(min(threads, len(lookup))) as pool:
-            found = list(pool.map(lambda r: _index_job(lock, r, ranks, opener), lookup))
-        jobs.update({r.name: j for r, j in zip(lookup, found, strict=True) if j is not None})
-    return Plan(
-        tuple(local[r.name] for r in todo if r.name in local)
-        + tuple(jobs[r.name] for r in todo if r.name in jobs),
-        tuple(r for r in todo if r.name not in local and r.name not in jobs),
-    )
+        jobs.update(_index_jobs(lock, lookup, ranks, threads))
+    local = [jobs[r.name] for r in todo if r.name in jobs and jobs[r.name].url.startswith("file:")]
+    others = [jobs[r.name] for r in todo if r.name in jobs and jobs[r.name] not in local]
+    return Plan(tuple(local + others), tuple(r for r in todo if r.name not in jobs))
+
+
+def _lock_url_jobs(
+    lock: Lock, reqs: list[Requirement], selection: Selection, ranks: dict[Tag, int]
+) -> dict[str, Job]:
+    """The jobs for ``reqs`` at the URLs the lock's file gives their wheels (module doc, 2.)."""
+    urls = native_wheel_urls(lock, selection)
+    files = [(_name(url), url, digest) for digest, url in urls.items()]
+    out: dict[str, Job] = {}
+    for req in reqs:
+        job = _best(req, files, ranks) if files else None
+        if job is not None:
+            out[req.name] = job
+    return out
+
+
+def _index_jobs(
+    lock: Lock, reqs: list[Requirement], ranks: dict[Tag, int], threads: int
+) -> dict[str, Job]:
+    """The jobs for ``reqs`` found on their indexes' pages, ``threads`` pages at once."""
+    opener = fetchnet.opener()
+    with concurrent.futures.ThreadPoolExecutor(min(threads, len(reqs))) as pool:
+        found = list(pool.map(lambda r: _index_job(lock, r, ranks, opener), reqs))
+    return {r.name: j for r, j in zip(reqs, found, strict=True) if j is not None}
 
 
 def _name(url: str) -> str:
-    from reprobuild.locks.urlwheels import wheel_filename
-
     return wheel_filename(url)
 
 
@@ -395,8 +413,6 @@ def _resumes(response: http.client.HTTPResponse, got: int) -> bool:
 
 
 def _host(url: str) -> str:
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     return parts.hostname or parts.path
 
