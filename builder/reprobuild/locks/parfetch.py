@@ -31,6 +31,7 @@ import concurrent.futures
 import hashlib
 import http.client
 import os
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
@@ -259,14 +260,9 @@ def fetch(jobs: Iterable[Job], folder: Path, staging: Path, *, where: Callable[[
     todo = list(jobs)
     if not todo:
         return []
-    opener = fetchnet.opener()
     with show(len(todo)) as progress:
-        with concurrent.futures.ThreadPoolExecutor(min(threads, len(todo))) as pool:
-            futures = [
-                pool.submit(_fetch_one, job, folder, staging, opener, progress, where)
-                for job in todo
-            ]
-            results = [f.result() for f in futures]
+        run = _Run(folder, staging, fetchnet.opener(), progress, where, threading.Event())
+        results = _run_all(run, todo, threads)
         paths = [p for p in results if isinstance(p, Path)]
         if len(paths) == len(results):
             log(progress.summary(len(paths), sum(p.stat().st_size for p in paths)))
@@ -282,21 +278,41 @@ def fetch(jobs: Iterable[Job], folder: Path, staging: Path, *, where: Callable[[
     return paths
 
 
-def _fetch_one(
-    job: Job,
-    folder: Path,
-    staging: Path,
-    opener: urllib.request.OpenerDirector,
-    progress: Parallel,
-    where: Callable[[Requirement], str],
-) -> Path | str:
-    """The job's file checked and renamed into ``folder``, or why not (one line)."""
-    tmp = staging / f"{job.sha256}.part"
+@dataclass(frozen=True)
+class _Run:
+    """What every download of one fetch shares; ``stop`` set: the fetch was interrupted."""
+
+    folder: Path
+    staging: Path
+    opener: urllib.request.OpenerDirector
+    progress: Parallel
+    where: Callable[[Requirement], str]
+    stop: threading.Event
+
+
+def _run_all(run: _Run, todo: list[Job], threads: int) -> list[Path | str]:
+    """Each job's result, ``threads`` at a time. Interrupted (Ctrl-C), the jobs not begun are
+    cancelled and the ones in flight stop at their next block, nothing of them kept."""
+    pool = concurrent.futures.ThreadPoolExecutor(min(threads, len(todo)))
+    try:
+        futures = [pool.submit(_fetch_one, job, run) for job in todo]
+        return [f.result() for f in futures]
+    except BaseException:
+        run.stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _fetch_one(job: Job, run: _Run) -> Path | str:
+    """The job's file checked and renamed into the cache, or why not (one line)."""
+    progress, where = run.progress, run.where
+    tmp = run.staging / f"{job.sha256}.part"
     progress.start(job.sha256, job.filename, None)
     try:
         with tmp.open("wb") as out:
-            sink = _Sink(out, job, progress)
-            _copy(job, sink, opener)
+            sink = _Sink(out, job, run)
+            _copy(job, sink, run.opener)
             digest = sink.digest.hexdigest()
     except _Failed as exc:
         progress.drop(job.sha256)
@@ -310,7 +326,7 @@ def _fetch_one(
             f"{job.req.version} has sha256 {digest}, which is not the lock's {job.sha256} "
             f"(from {_host(job.url)}); nothing of it was kept"
         )
-    final = folder / job.filename
+    final = run.folder / job.filename
     os.replace(tmp, final)
     progress.finish(job.sha256)
     return final
@@ -327,8 +343,8 @@ class _Cut(Exception):
 class _Sink:
     """Where a job's bytes go: the temp file and the running sha256 of all of it."""
 
-    def __init__(self, out: IO[bytes], job: Job, progress: Parallel) -> None:
-        self.out, self.job, self.progress = out, job, progress
+    def __init__(self, out: IO[bytes], job: Job, run: _Run) -> None:
+        self.out, self.job, self.progress, self.stop = out, job, run.progress, run.stop
         self.digest = hashlib.sha256()
 
     @property
@@ -345,6 +361,8 @@ class _Sink:
     def pour(self, source: IO[bytes]) -> None:
         """Append all of ``source``, hashed as it streams; refused past :data:`MAX_BYTES`."""
         while block := source.read(_BLOCK):
+            if self.stop.is_set():
+                raise _Failed(_line(self.job, "was not fetched: the fetch was interrupted"))
             if self.size + len(block) > MAX_BYTES:
                 raise _Failed(
                     _line(self.job, f"sends more than {MAX_BYTES} bytes, the most a wheel may be")
