@@ -392,3 +392,48 @@ def test_a_local_simple_index_serves_a_hash_only_lock_with_no_download(
     got = fetch(requirements_lock(tmp_path, index, [wheel]), tmp_path)
     assert [p.name for p in got] == [wheel.name]
     assert index.files_asked() == []
+
+
+@pytest.mark.parametrize(
+    "lock",
+    [
+        "tests/data/lockfiles/wild/outlines-1.3.3/uv.lock",
+        "tests/data/lockfiles/wild/oyez-sa-asr-5549f45/pylock.toml",
+    ],
+)
+def test_a_native_lock_gives_every_wheel_s_url_with_no_index_read(
+    lock: str, index: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every wheel of a real uv.lock and pylock.toml is planned from the lock's own URLs: one
+    per package, of a tag the target installs (the best-ranked one), with a locked sha256."""
+    from packaging.utils import parse_wheel_filename
+
+    from reprobuild.locks import lockurls, parfetch
+    from reprobuild.locks.native import Selection
+
+    def no_index(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("an index was read")
+
+    monkeypatch.setattr(parfetch, "index_files", no_index)
+    path = Path(__file__).resolve().parents[2] / lock
+    read = load_lock(path)
+    ranks = parfetch.target_ranks(TARGET.python_version, TARGET.abi, TARGET.platforms())
+    wanted = read.wheel_requirements
+    planned = parfetch.plan(read, wanted, Selection(), ranks=ranks, threads=8)
+    assert planned.unlocated == ()
+    holding = {r.name for r in wanted if Selection().marker_holds(r.marker)}
+    assert sorted(j.req.name for j in planned.jobs) == sorted(holding)
+    assert len(holding) > 5
+    urls = lockurls.native_wheel_urls(read, Selection())
+    for job in planned.jobs:
+        assert job.url.startswith("https://") and urls[job.sha256] == job.url
+        assert f"sha256:{job.sha256}" in job.req.hashes
+        tags = parse_wheel_filename(job.filename)[3]
+        assert tags & ranks.keys(), job.filename
+        others = [
+            min(ranks[t] for t in parse_wheel_filename(lockurls._name_of(u))[3] if t in ranks)
+            for h, u in urls.items()
+            if f"sha256:{h}" in job.req.hashes
+            and parse_wheel_filename(lockurls._name_of(u))[3] & ranks.keys()
+        ]
+        assert min(ranks[t] for t in tags if t in ranks) == min(others)  # the best one

@@ -187,7 +187,8 @@ def _local_job(lock: Lock, req: Requirement, ranks: dict[Tag, int]) -> Job | Non
     folders = [*lock.options.find_links, *fetchnet.find_links()]
     indexes: list[str] = []
     if req.index is None or req.index.rstrip("/") == PYPI_SIMPLE:
-        indexes = fetchnet.local_indexes()
+        own = (lock.options.index_url or "", *lock.options.extra_index_urls)
+        indexes = [*(i for i in own if i.startswith("file:")), *fetchnet.local_indexes()]
     elif req.index.startswith("file:"):  # a flat folder or a simple index, as pip reads one
         folders, indexes = [*folders, req.index], [req.index]
     files: list[tuple[str, str, str]] = []
