@@ -63,7 +63,12 @@ _BLOCK = 1 << 20
 
 
 class FetchFailed(ReprobuildError):
-    """One or more locked wheels could not be fetched (the checked ones were kept)."""
+    """One or more locked wheels could not be fetched; ``kept``: the files checked and kept,
+    each with its sha256."""
+
+    def __init__(self, message: str, *, hint: str, kept: dict[Path, str]) -> None:
+        super().__init__(message, hint=hint)
+        self.kept = kept
 
 
 @dataclass(frozen=True)
@@ -254,17 +259,18 @@ def _index_job(
 
 
 def fetch(jobs: Iterable[Job], folder: Path, staging: Path, *, where: Callable[[Requirement], str],
-          threads: int, show: ShowMany, log: Log) -> list[Path]:  # fmt: skip
+          threads: int, show: ShowMany, log: Log) -> dict[Path, str]:  # fmt: skip
     """Bring each job's file into ``folder`` (the cache), ``threads`` at a time, through
-    ``staging`` (a folder of this run's inside it); every file checked is kept. Raise
-    :class:`FetchFailed` naming the first failure (in ``jobs``' order) once all are done."""
+    ``staging`` (a folder of this run's inside it); every file checked is kept. Each file
+    brought in, with its sha256. Raise :class:`FetchFailed` naming the first failure (in
+    ``jobs``' order) once all are done."""
     todo = list(jobs)
     if not todo:
-        return []
+        return {}
     with show(len(todo)) as progress:
         run = _Run(folder, staging, fetchnet.opener(), progress, where, threading.Event())
         results = _run_all(run, todo, threads)
-        paths = [p for p in results if isinstance(p, Path)]
+        paths = {p: j.sha256 for p, j in zip(results, todo, strict=True) if isinstance(p, Path)}
         if len(paths) == len(results):
             log(progress.summary(len(paths), sum(p.stat().st_size for p in paths)))
     failed = [r for r in results if isinstance(r, str)]
@@ -275,6 +281,7 @@ def fetch(jobs: Iterable[Job], folder: Path, staging: Path, *, where: Callable[[
             f"{failed[0]}{more}; {kept} checked file{'' if kept == 1 else 's'} kept in the cache",
             hint="check the network to that host (a proxy: HTTPS_PROXY), then fetch again: "
             "only what is missing is fetched",
+            kept=paths,
         )
     return paths
 
@@ -405,6 +412,9 @@ def _request(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> No
         response = opener.open(urllib.request.Request(job.url, headers=headers), timeout=TIMEOUT_S)
     except urllib.error.HTTPError as exc:
         exc.close()
+        if exc.code == 416 and got:  # no such range (the file changed?): from the start
+            sink.reset()
+            raise _Cut from None
         raise _Failed(_line(job, f"answers HTTP {exc.code} {exc.reason}")) from None
     except (OSError, ValueError, http.client.HTTPException) as exc:
         raise _Failed(_line(job, fetchnet.network_reason(exc, TIMEOUT_S))) from None

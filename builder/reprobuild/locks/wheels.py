@@ -448,15 +448,39 @@ def _fetch_parallel(
     if planned.jobs:
         where = lambda r: f"{lock.path}:{r.line}" if r.line else str(lock.path)  # noqa: E731
         try:
-            parfetch.fetch(
+            got = parfetch.fetch(
                 planned.jobs, folder, staging, where=where, threads=threads, show=show.many,
                 log=log,
             )  # fmt: skip
+            _note_checked(folder, got)
         except parfetch.FetchFailed as exc:
+            _note_checked(folder, exc.kept)
             raise WheelError(
                 f"cannot fetch the locked wheels for {target.key}: {exc.message}", hint=exc.hint
             ) from None
     return replace(lock, requirements=planned.unlocated)
+
+
+def _note_checked(folder: Path, checked: dict[Path, str]) -> None:
+    """Record files just brought into the cache, each with the sha256 taken as its bytes
+    streamed, in the cache's index at the one fixed time (:func:`_hash_index` then trusts
+    them, as it trusts the files it hashed itself, instead of reading them all again)."""
+    if not checked:
+        return
+    index_path = folder / ".index.json"
+    try:
+        old = jsonload.read_json_file(index_path, str(index_path))
+    except (OSError, ReprobuildError):
+        old = {}
+    entries = dict(old) if isinstance(old, dict) else {}
+    for path, digest in checked.items():
+        try:
+            os.utime(path, ns=(CACHED_MTIME_NS, CACHED_MTIME_NS))
+            st = path.stat()
+        except OSError:
+            continue  # hashed again by the next look at the cache
+        entries[path.name] = [st.st_size, st.st_mtime_ns, digest]
+    write_atomic(index_path, json.dumps(entries, sort_keys=True))
 
 
 def _keep_checked(staging: Path, folder: Path, allowed: set[str]) -> None:
