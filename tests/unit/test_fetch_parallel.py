@@ -67,6 +67,7 @@ class Index:
     cut: set[str] = field(default_factory=set)
     ranges: bool = True
     tampered: set[str] = field(default_factory=set)
+    busy: set[str] = field(default_factory=set)
     sending: int = 0
     most: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -133,6 +134,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         data = index.files.get(name)
         if data is None:
             self.send_error(404)
+            return
+        if name in index.busy:  # answered 503 once
+            index.busy.discard(name)
+            self.send_error(503)
             return
         if name in index.tampered:
             data = data[:-1] + bytes([data[-1] ^ 1])
@@ -300,6 +305,14 @@ def test_a_server_ignoring_the_range_is_read_again_from_the_start(
     index.ranges = False
     got = fetch(uv_lock(tmp_path, index, [wheel]), tmp_path)
     assert [sha256(p.read_bytes()) for p in got] == [sha256(wheel.read_bytes())]
+
+
+def test_a_host_busy_for_a_moment_is_asked_again(tmp_path: Path, index: Index) -> None:
+    wheel = index.add("rbpar-busy")
+    index.busy.add(wheel.name)
+    got = fetch(uv_lock(tmp_path, index, [wheel]), tmp_path)
+    assert [p.name for p in got] == [wheel.name]
+    assert index.files_asked() == [wheel.name, wheel.name]
 
 
 def test_a_host_that_does_not_resolve_is_one_line_naming_it(tmp_path: Path, index: Index) -> None:

@@ -20,7 +20,10 @@ The files are then fetched by a pool of ``REPROBUILD_FETCH_THREADS`` threads (de
 into a temporary file in the run's staging folder, hashed as it streams. A connection cut off
 mid-file is resumed where it stopped (an HTTP ``Range`` request; a server that answers with
 the whole file again is read from the start), at most :data:`RESUMES` times; the hash is of
-the whole file either way. A file is renamed into the cache only once its sha256 is the
+the whole file either way. A failure of the moment (a DNS server's "try again", a connection
+reset, HTTP 408/429/5xx) is tried again the same way, after half a second, then one, then two;
+any other (HTTP 404, a name that does not resolve, a refused connection) fails the file at
+once. A file is renamed into the cache only once its sha256 is the
 lock's; every file checked is kept even when another fails, and the failures come back as one
 ``error:`` line naming the first (the package, the host, the cause) and how many more.
 """
@@ -31,6 +34,7 @@ import concurrent.futures
 import hashlib
 import http.client
 import os
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -345,7 +349,9 @@ class _Failed(Exception):
 
 
 class _Cut(Exception):
-    """The connection broke off before the whole file came."""
+    """The transfer stopped for a reason worth another try (the message): the connection
+    broke off before the whole file came, or the host failed for a moment (a DNS server's
+    "try again", a reset, HTTP 429/5xx)."""
 
 
 class _Sink:
@@ -395,12 +401,26 @@ def _copy(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> None:
         try:
             _request(job, sink, opener)
             return
-        except _Cut:
+        except _Cut as exc:
             cuts += 1
             if cuts > RESUMES:
-                raise _Failed(
-                    _line(job, f"broke the connection off {cuts} times, each resumed")
-                ) from None
+                raise _Failed(_line(job, f"{exc} ({cuts} tries)")) from None
+            sink.stop.wait(_BACKOFF_S * 2 ** (cuts - 1))
+
+
+_BACKOFF_S = 0.5  # the wait before the first new try; doubled for each next one
+_TRANSIENT_HTTP = frozenset({408, 429, 500, 502, 503, 504})
+_CUT = "broke the connection off"
+
+
+def _transient(exc: BaseException) -> bool:
+    """``exc`` (from opening a URL) is a failure of the moment, worth another try."""
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, socket.gaierror):
+        return reason.errno == socket.EAI_AGAIN
+    return isinstance(reason, (ConnectionResetError, ConnectionAbortedError)) or isinstance(
+        exc, http.client.RemoteDisconnected
+    )
 
 
 def _request(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> None:
@@ -414,10 +434,12 @@ def _request(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> No
         exc.close()
         if exc.code == 416 and got:  # no such range (the file changed?): from the start
             sink.reset()
-            raise _Cut from None
-        raise _Failed(_line(job, f"answers HTTP {exc.code} {exc.reason}")) from None
+            raise _Cut(f"answers HTTP 416 for bytes {got}-") from None
+        why = f"answers HTTP {exc.code} {exc.reason}"
+        raise (_Cut(why) if exc.code in _TRANSIENT_HTTP else _Failed(_line(job, why))) from None
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        raise _Failed(_line(job, fetchnet.network_reason(exc, TIMEOUT_S))) from None
+        why = fetchnet.network_reason(exc, TIMEOUT_S)
+        raise (_Cut(why) if _transient(exc) else _Failed(_line(job, why))) from None
     with response:
         if got and not _resumes(response, got):
             sink.reset()
@@ -429,10 +451,10 @@ def _request(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> No
             sink.pour(response)
         except (OSError, http.client.HTTPException) as exc:
             if sink.size > got or isinstance(exc, (http.client.IncompleteRead, ConnectionError)):
-                raise _Cut from None
+                raise _Cut(_CUT) from None
             raise _Failed(_line(job, fetchnet.network_reason(exc, TIMEOUT_S))) from None
         if length is not None and length.isdigit() and sink.size < got + int(length):
-            raise _Cut
+            raise _Cut(_CUT)
 
 
 def _resumes(response: http.client.HTTPResponse, got: int) -> bool:
