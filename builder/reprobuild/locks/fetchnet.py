@@ -61,6 +61,9 @@ __all__ = [
     "pip_network_args",
     "probe_indexes",
     "probe_timeout",
+    "proxied",
+    "proxies",
+    "tls_context",
     "tool_error",
 ]
 
@@ -265,14 +268,28 @@ class _IndexRedirects(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
-def opener(environ: Mapping[str, str] | None = None) -> urllib.request.OpenerDirector:
-    """An HTTP(S) opener with the kept settings only (module doc): no ``file:``/``ftp:``
-    handler, no netrc, no pip or uv configuration."""
+def proxies(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The kept proxy settings (scheme -> proxy URL; ``no``: the hosts that bypass them):
+    the proxy variables, and ``PIP_PROXY`` for http and https where it is set."""
     source = os.environ if environ is None else environ
-    proxies = urllib.request.getproxies_environment()
+    found = urllib.request.getproxies_environment()
     if source.get("PIP_PROXY", "").strip():
         proxy = source["PIP_PROXY"].strip()
-        proxies = {**proxies, "http": proxy, "https": proxy}
+        found = {**found, "http": proxy, "https": proxy}
+    return found
+
+
+def proxied(url: str, found: Mapping[str, str]) -> bool:
+    """A request for ``url`` goes through one of the proxies ``found``."""
+    parts = urlsplit(url)
+    return bool(found.get(parts.scheme)) and not urllib.request.proxy_bypass(parts.hostname or "")
+
+
+def tls_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
+    """The TLS settings kept (module doc): ``PIP_CERT``'s CA bundle (else
+    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``, else OpenSSL's defaults, which read
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``) and ``PIP_CLIENT_CERT``'s client certificate."""
+    source = os.environ if environ is None else environ
     cafile = next(
         (
             source[v].strip()
@@ -291,11 +308,17 @@ def opener(environ: Mapping[str, str] | None = None) -> urllib.request.OpenerDir
             f"cannot load the CA or client certificate {cafile or client!r}: {exc}",
             hint="fix or unset PIP_CERT / REQUESTS_CA_BUNDLE / PIP_CLIENT_CERT",
         ) from None
+    return context
+
+
+def opener(environ: Mapping[str, str] | None = None) -> urllib.request.OpenerDirector:
+    """An HTTP(S) opener with the kept settings only (module doc): no ``file:``/``ftp:``
+    handler, no netrc, no pip or uv configuration."""
     built = urllib.request.OpenerDirector()
     for handler in (
-        urllib.request.ProxyHandler(proxies),
+        urllib.request.ProxyHandler(proxies(environ)),
         urllib.request.HTTPHandler(),
-        urllib.request.HTTPSHandler(context=context),
+        urllib.request.HTTPSHandler(context=tls_context(environ)),
         urllib.request.HTTPDefaultErrorHandler(),
         urllib.request.HTTPErrorProcessor(),
         _IndexRedirects(),

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
@@ -55,7 +55,7 @@ from reprobuild.locks.lockfile import Lock
 from reprobuild.locks.lockurls import index_files, local_path, native_wheel_urls
 from reprobuild.locks.native import Selection
 from reprobuild.locks.records import Requirement
-from reprobuild.locks.urlwheels import MAX_BYTES, TIMEOUT_S, wheel_filename
+from reprobuild.locks.urlwheels import MAX_BYTES, TIMEOUT_S, wheel_filename, wheel_url_problem
 
 Log = Callable[[str], None]
 ShowMany = Callable[[int], Parallel]
@@ -272,8 +272,11 @@ def fetch(jobs: Iterable[Job], folder: Path, staging: Path, *, where: Callable[[
     if not todo:
         return {}
     with show(len(todo)) as progress:
-        run = _Run(folder, staging, fetchnet.opener(), progress, where, threading.Event())
-        results = _run_all(run, todo, threads)
+        run = _Run(folder, staging, _Connections(), progress, where, threading.Event())
+        try:
+            results = _run_all(run, todo, threads)
+        finally:
+            run.conns.close()
         paths = {p: j.sha256 for p, j in zip(results, todo, strict=True) if isinstance(p, Path)}
         if len(paths) == len(results):
             log(progress.summary(len(paths), sum(p.stat().st_size for p in paths)))
@@ -296,7 +299,7 @@ class _Run:
 
     folder: Path
     staging: Path
-    opener: urllib.request.OpenerDirector
+    conns: _Connections
     progress: Parallel
     where: Callable[[Requirement], str]
     stop: threading.Event
@@ -324,7 +327,7 @@ def _fetch_one(job: Job, run: _Run) -> Path | str:
     try:
         with tmp.open("wb") as out:
             sink = _Sink(out, job, run)
-            _copy(job, sink, run.opener)
+            _copy(job, sink, run.conns)
             digest = sink.digest.hexdigest()
     except _Failed as exc:
         progress.drop(job.sha256)
@@ -386,7 +389,7 @@ class _Sink:
             self.progress.add(self.job.sha256, len(block))
 
 
-def _copy(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> None:
+def _copy(job: Job, sink: _Sink, conns: _Connections) -> None:
     """Stream the job's file into ``sink``; resume a cut transfer (:data:`RESUMES` times)."""
     path = local_path(job.url)
     if path is not None:  # a local source: copied, checked as it is read
@@ -399,7 +402,7 @@ def _copy(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> None:
     cuts = 0
     while True:
         try:
-            _request(job, sink, opener)
+            _request(job, sink, conns)
             return
         except _Cut as exc:
             cuts += 1
@@ -423,13 +426,15 @@ def _transient(exc: BaseException) -> bool:
     )
 
 
-def _request(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> None:
+def _request(job: Job, sink: _Sink, conns: _Connections) -> None:
     """One request for the rest of the job's file (from what ``sink`` holds), or for the
     whole file again where the server ignores the range."""
     got = sink.size
     headers = {"Range": f"bytes={got}-"} if got else {}
     try:
-        response = opener.open(urllib.request.Request(job.url, headers=headers), timeout=TIMEOUT_S)
+        response = conns.open(job.url, headers)
+    except _Refused as exc:
+        raise _Failed(_line(job, str(exc))) from None
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code == 416 and got:  # no such range (the file changed?): from the start
@@ -440,21 +445,120 @@ def _request(job: Job, sink: _Sink, opener: urllib.request.OpenerDirector) -> No
     except (OSError, ValueError, http.client.HTTPException) as exc:
         why = fetchnet.network_reason(exc, TIMEOUT_S)
         raise (_Cut(why) if _transient(exc) else _Failed(_line(job, why))) from None
-    with response:
-        if got and not _resumes(response, got):
-            sink.reset()
-            got = 0
-        length = response.headers.get("Content-Length")
-        if length is not None and length.isdigit():
-            sink.progress.expect(job.sha256, got + int(length))
+    whole = False
+    try:
+        whole = _read(job, sink, response, got)
+    finally:
+        response.close()
+        if not whole:  # bytes may be left on the connection: never reused
+            conns.drop(response.geturl())
+
+
+def _read(job: Job, sink: _Sink, response: http.client.HTTPResponse, got: int) -> bool:
+    """Pour the answer into ``sink``; True once all of it came."""
+    if got and not _resumes(response, got):
+        sink.reset()
+        got = 0
+    length = response.headers.get("Content-Length")
+    if length is not None and length.isdigit():
+        sink.progress.expect(job.sha256, got + int(length))
+    try:
+        sink.pour(response)
+    except (OSError, http.client.HTTPException) as exc:
+        if sink.size > got or isinstance(exc, (http.client.IncompleteRead, ConnectionError)):
+            raise _Cut(_CUT) from None
+        raise _Failed(_line(job, fetchnet.network_reason(exc, TIMEOUT_S))) from None
+    if length is not None and length.isdigit() and sink.size < got + int(length):
+        raise _Cut(_CUT)
+    return True
+
+
+class _Refused(Exception):
+    """A redirect to a URL the host may not fetch (the reason is the message)."""
+
+
+class _Connections:
+    """Keep-alive connections, one per host and thread (a TLS handshake and a DNS lookup per
+    host and thread, not per file: half the time of a new connection per file for PyPI's
+    wheels here). A request through a proxy goes through :func:`fetchnet.opener` instead."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._context = fetchnet.tls_context()
+        self._proxies = fetchnet.proxies()
+        self._opener = fetchnet.opener()
+        self._all: list[http.client.HTTPConnection] = []
+        self._mutex = threading.Lock()
+
+    def close(self) -> None:
+        """Close every connection of every thread (once all are done)."""
+        with self._mutex:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+
+    def open(self, url: str, headers: dict[str, str]) -> http.client.HTTPResponse:
+        """The answer for ``url`` (redirects followed, each checked); an ``HTTPError`` for
+        a status of 400 and above."""
+        for _ in range(fetchnet.MAX_REDIRECTS + 1):
+            if fetchnet.proxied(url, self._proxies):
+                request = urllib.request.Request(url, headers=headers)
+                response: http.client.HTTPResponse = self._opener.open(request, timeout=TIMEOUT_S)
+                return response
+            response = self._ask(url, headers)
+            location = response.headers.get("Location")
+            if response.status in (301, 302, 303, 307, 308) and location:
+                response.read()
+                target = urljoin(url, location)
+                problem = wheel_url_problem(target, what="it redirects to")
+                if problem is not None:
+                    raise _Refused(problem)
+                url = target
+                continue
+            if response.status >= 400:
+                response.read()
+                raise urllib.error.HTTPError(
+                    url, response.status, response.reason, response.headers, None
+                )
+            response.url = url  # what geturl() gives
+            return response
+        raise _Refused(f"it redirects more than {fetchnet.MAX_REDIRECTS} times")
+
+    def _ask(self, url: str, headers: dict[str, str]) -> http.client.HTTPResponse:
+        parts = urlsplit(url)
+        conn = self._conn(parts.scheme, parts.netloc)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
         try:
-            sink.pour(response)
-        except (OSError, http.client.HTTPException) as exc:
-            if sink.size > got or isinstance(exc, (http.client.IncompleteRead, ConnectionError)):
-                raise _Cut(_CUT) from None
-            raise _Failed(_line(job, fetchnet.network_reason(exc, TIMEOUT_S))) from None
-        if length is not None and length.isdigit() and sink.size < got + int(length):
-            raise _Cut(_CUT)
+            conn.request("GET", target or "/", headers={**headers, "User-Agent": _AGENT})
+            return conn.getresponse()
+        except (OSError, http.client.HTTPException):
+            self.drop(url)
+            raise
+
+    def _conn(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
+        conns: dict[tuple[str, str], http.client.HTTPConnection] = self._local.__dict__.setdefault(
+            "conns", {}
+        )
+        conn = conns.get((scheme, netloc))
+        if conn is None:
+            if scheme == "https":
+                conn = http.client.HTTPSConnection(netloc, timeout=TIMEOUT_S, context=self._context)
+            else:
+                conn = http.client.HTTPConnection(netloc, timeout=TIMEOUT_S)
+            conns[(scheme, netloc)] = conn
+            with self._mutex:
+                self._all.append(conn)
+        return conn
+
+    def drop(self, url: str) -> None:
+        """Close this thread's connection to ``url``'s host (a new one next time)."""
+        parts = urlsplit(url)
+        conn = self._local.__dict__.get("conns", {}).pop((parts.scheme, parts.netloc), None)
+        if conn is not None:
+            conn.close()
+
+
+_AGENT = "reprobuild-fetch"
 
 
 def _resumes(response: http.client.HTTPResponse, got: int) -> bool:
