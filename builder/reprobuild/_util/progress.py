@@ -11,8 +11,10 @@ through ``log``, never a carriage return: one line per finished file, and a tota
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, TextIO
 
@@ -172,6 +174,137 @@ class Transfers:
         return f"{self._what} {files} files, {size(nbytes)} in {took:.1f} s ({rate(nbytes, took)})"
 
     def _files_text(self) -> str:
+        return f"{self._done_files}/{self._count} files"
+
+
+@dataclass
+class _Flying:
+    """A file in flight: its name, when it began, its bar row; bytes so far."""
+
+    name: str
+    began: float
+    row: TaskID | None
+    got: int = 0
+    total: int | None = None
+
+
+class Parallel:
+    """Files fetched side by side (threads): each says when it starts, each block it got and
+    when it is done, by a key of its own. The same lines and bar as :class:`Transfers`: one
+    line per finished file, a total every ``every`` seconds (or the bar's total row, and one
+    row per file in flight). Thread-safe; use as a context manager."""
+
+    def __init__(
+        self,
+        log: Log,
+        *,
+        count: int,
+        what: str = "fetched",
+        bar: TextIO | None = None,
+        every: float = 10.0,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._log, self._count, self._what = log, count, what
+        self._every, self._clock = every, clock
+        self._started = self._last_total = clock()
+        self._done_files = self._done_bytes = 0
+        self._flying: dict[str, _Flying] = {}
+        self._mutex = threading.RLock()
+        self._live = _live_bar(bar) if bar is not None else None
+        self._all_task = None if self._live is None else self._live.add_task(self._text())
+
+    def start(self, key: str, name: str, total: int | None) -> None:
+        with self._mutex:
+            row = None if self._live is None else self._live.add_task(name, total=total)
+            self._flying[key] = _Flying(name, self._clock(), row)
+        self.tick()
+
+    def add(self, key: str, nbytes: int) -> None:
+        with self._mutex:
+            entry = self._flying.get(key)
+            if entry is None:
+                return
+            entry.got += nbytes
+            if self._live is not None and entry.row is not None:
+                self._live.update(entry.row, completed=entry.got)
+        self.tick()
+
+    def expect(self, key: str, total: int) -> None:
+        """The file's whole size is now known (the server said it)."""
+        with self._mutex:
+            entry = self._flying.get(key)
+            if entry is None:
+                return
+            entry.total = total
+            if self._live is not None and entry.row is not None:
+                self._live.update(entry.row, total=total)
+        self.tick()
+
+    def restart(self, key: str) -> None:
+        """The file's bytes so far are dropped (the server sent it again from its start)."""
+        with self._mutex:
+            if key in self._flying:
+                self._flying[key].got = 0
+
+    def finish(self, key: str) -> None:
+        with self._mutex:
+            entry = self._flying.pop(key, None)
+            if entry is None:
+                return
+            took = self._clock() - entry.began
+            self._done_files += 1
+            self._done_bytes += entry.got
+            line = (
+                f"{self._what} {entry.name}: {size(entry.got)} in {took:.1f} s "
+                f"({rate(entry.got, took)}); {self._text()}, {size(self._done_bytes)}"
+            )
+            if self._live is not None and entry.row is not None:
+                self._live.remove_task(entry.row)
+                self._live.console.print(line, markup=False, highlight=False)
+            else:
+                self._log(line)
+        self.tick()
+
+    def drop(self, key: str) -> None:
+        """The file did not arrive: not counted, not said."""
+        with self._mutex:
+            entry = self._flying.pop(key, None)
+            if entry is not None and self._live is not None and entry.row is not None:
+                self._live.remove_task(entry.row)
+
+    def tick(self) -> None:
+        with self._mutex:
+            now = self._clock()
+            so_far = self._done_bytes + sum(e.got for e in self._flying.values())
+            if self._live is not None and self._all_task is not None:
+                known = self._done_bytes + sum(e.total or e.got for e in self._flying.values())
+                self._live.update(
+                    self._all_task, description=self._text(), completed=so_far, total=known
+                )
+                return
+            if now - self._last_total < self._every:
+                return
+            self._last_total = now
+            took = now - self._started
+            self._log(
+                f"{self._what} so far: {self._text()}, {size(so_far)} in {took:.0f} s "
+                f"({rate(so_far, took)}); {len(self._flying)} in flight"
+            )
+
+    def __enter__(self) -> Parallel:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    def summary(self, files: int, nbytes: int) -> str:
+        took = self._clock() - self._started
+        return f"{self._what} {files} files, {size(nbytes)} in {took:.1f} s ({rate(nbytes, took)})"
+
+    def _text(self) -> str:
         return f"{self._done_files}/{self._count} files"
 
 

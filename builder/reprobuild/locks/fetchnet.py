@@ -17,6 +17,12 @@ look at the indexes before it starts.
   the lock takes from PyPI or from its own default index, never for a package pinned to an
   explicit index (both: absolute paths, whitespace-separated; each file found there is still
   checked against the lock's sha256).
+* **Parallel, in-process**: the wheels whose URLs are known are fetched by :mod:`urllib`
+  (:mod:`reprobuild.locks.parfetch`), never by the host's pip: :func:`opener` gives them the
+  same kept settings: the proxies of the variables above (and ``PIP_PROXY``), the CA bundle
+  of ``PIP_CERT`` (else ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``, else OpenSSL's defaults,
+  which read ``SSL_CERT_FILE``/``SSL_CERT_DIR``), ``PIP_CLIENT_CERT``'s client certificate.
+  ``REPROBUILD_FETCH_THREADS`` (default 8) files at once.
 * **Fail fast**: each distinct index host is looked at once (name resolved, one request to the
   page of the first package that needs it, a short timeout); a host that does not resolve,
   refuses, times out or answers 5xx is one line naming it, why, and that package.
@@ -25,6 +31,7 @@ look at the indexes before it starts.
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import os
 import socket
 import ssl
@@ -32,23 +39,31 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import IO
+from urllib.parse import urljoin, urlsplit
 
 from packaging.utils import canonicalize_name
 
 from reprobuild._util.envnum import env_seconds
 from reprobuild._util.resolver import tool_error
 from reprobuild.errors import ReprobuildError
+from reprobuild.locks.records import index_url_problem
 
 __all__ = [
     "FIND_LINKS_VAR",
     "LOCAL_INDEXES_VAR",
+    "fetch_threads",
     "find_links",
     "isolated_env",
     "local_indexes",
+    "network_reason",
+    "opener",
     "pip_network_args",
     "probe_indexes",
     "probe_timeout",
+    "proxied",
+    "proxies",
+    "tls_context",
     "tool_error",
 ]
 
@@ -57,6 +72,11 @@ LOCAL_INDEXES_VAR = "REPROBUILD_LOCAL_INDEXES"
 # Seconds a probe waits to connect and for the first byte of the answer.
 PROBE_TIMEOUT_VAR = "REPROBUILD_INDEX_PROBE_TIMEOUT"
 DEFAULT_PROBE_TIMEOUT = 15.0
+# How many files the fetch downloads at once.
+THREADS_VAR = "REPROBUILD_FETCH_THREADS"
+DEFAULT_THREADS = 8
+MOST_THREADS = 64
+MAX_REDIRECTS = 5
 
 _KEEP = frozenset(
     {
@@ -185,6 +205,16 @@ def _probe(index: str, package: str, timeout: float) -> str | None:
     return None
 
 
+def network_reason(exc: BaseException, timeout: float) -> str:
+    """Why a request got no answer, in the words of the probe's lines (a TLS failure too)."""
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ssl.SSLError):
+        return f"fails TLS ({str(reason)[:160]}; a corporate CA: SSL_CERT_FILE or PIP_CERT)"
+    if isinstance(exc, http.client.HTTPException):
+        return f"broke the connection off ({type(exc).__name__})"
+    return _network_reason(exc, timeout) or "cannot be reached"
+
+
 def _network_reason(exc: BaseException, timeout: float) -> str | None:
     """Why a request got no answer; None for a TLS failure (the host answers: whether it is
     trusted is pip's to say, with the CA settings it was given)."""
@@ -199,3 +229,99 @@ def _network_reason(exc: BaseException, timeout: float) -> str | None:
         return "does not resolve (no DNS answer for its name)"
     text = str(reason) or type(reason).__name__
     return f"cannot be reached ({text[:160]})"
+
+
+def fetch_threads(environ: Mapping[str, str] | None = None) -> int:
+    """``REPROBUILD_FETCH_THREADS``: how many files are fetched at once (default 8); anything
+    but a whole number from 1 to 64 is one line naming it."""
+    raw = (os.environ if environ is None else environ).get(THREADS_VAR, "").strip()
+    if not raw:
+        return DEFAULT_THREADS
+    if not raw.isdigit() or not 1 <= int(raw) <= MOST_THREADS:
+        raise FetchSetupError(
+            f"{THREADS_VAR}={raw[:40]!r} is not a whole number from 1 to {MOST_THREADS}",
+            hint=f"fix or unset {THREADS_VAR}",
+        )
+    return int(raw)
+
+
+class _IndexRedirects(urllib.request.HTTPRedirectHandler):
+    """At most :data:`MAX_REDIRECTS` redirects, each to a URL an index could be (https, or
+    http to a loopback host): never to ``file:`` or plain http out of the machine."""
+
+    max_redirections = MAX_REDIRECTS
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        target = urljoin(req.full_url, newurl)
+        if target.startswith("file:") or index_url_problem(target, what="a redirect") is not None:
+            raise urllib.error.HTTPError(
+                req.full_url, code, f"redirects to a URL not allowed: {target[:120]}", headers, fp
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def proxies(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The kept proxy settings (scheme -> proxy URL; ``no``: the hosts that bypass them):
+    the proxy variables, and ``PIP_PROXY`` for http and https where it is set."""
+    source = os.environ if environ is None else environ
+    found = urllib.request.getproxies_environment()
+    if source.get("PIP_PROXY", "").strip():
+        proxy = source["PIP_PROXY"].strip()
+        found = {**found, "http": proxy, "https": proxy}
+    return found
+
+
+def proxied(url: str, found: Mapping[str, str]) -> bool:
+    """A request for ``url`` goes through one of the proxies ``found``."""
+    parts = urlsplit(url)
+    return bool(found.get(parts.scheme)) and not urllib.request.proxy_bypass(parts.hostname or "")
+
+
+def tls_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
+    """The TLS settings kept (module doc): ``PIP_CERT``'s CA bundle (else
+    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``, else OpenSSL's defaults, which read
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``) and ``PIP_CLIENT_CERT``'s client certificate."""
+    source = os.environ if environ is None else environ
+    cafile = next(
+        (
+            source[v].strip()
+            for v in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+            if source.get(v, "").strip()
+        ),
+        None,
+    )
+    client = source.get("PIP_CLIENT_CERT", "").strip()
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+        if client:
+            context.load_cert_chain(client)
+    except (OSError, ssl.SSLError) as exc:
+        raise FetchSetupError(
+            f"cannot load the CA or client certificate {cafile or client!r}: {exc}",
+            hint="fix or unset PIP_CERT / REQUESTS_CA_BUNDLE / PIP_CLIENT_CERT",
+        ) from None
+    return context
+
+
+def opener(environ: Mapping[str, str] | None = None) -> urllib.request.OpenerDirector:
+    """An HTTP(S) opener with the kept settings only (module doc): no ``file:``/``ftp:``
+    handler, no netrc, no pip or uv configuration."""
+    built = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(proxies(environ)),
+        urllib.request.HTTPHandler(),
+        urllib.request.HTTPSHandler(context=tls_context(environ)),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+        _IndexRedirects(),
+    ):
+        built.add_handler(handler)
+    return built

@@ -31,9 +31,9 @@ from packaging.version import InvalidVersion, Version
 
 from reprobuild._util import jsonload, leftovers
 from reprobuild._util.fsutil import sha256_file, write_atomic
-from reprobuild._util.progress import Transfers
+from reprobuild._util.progress import Parallel, Transfers
 from reprobuild.errors import LockfileError, ReprobuildError
-from reprobuild.locks import fetchnet
+from reprobuild.locks import fetchnet, parfetch
 from reprobuild.locks.lockfile import Lock, Selection
 from reprobuild.locks.records import (
     HASH_ONLY_FORMATS,
@@ -245,7 +245,6 @@ def _pip_download(lock: Lock, target: Target, folder: Path, log: Log, show: Show
             *[arg for p in target.platforms() for arg in ("--platform", p)],
             "-d", str(folder), "-r", str(req),
         ]  # fmt: skip
-        log(f"fetching {len(lock.requirements)} locked wheels for {target.key}")
         progress = show(len(lock.requirements))
         code, stderr = _run_pip(argv, Path(tmp), progress)
     if code == 0:  # the exact bytes, where pip's own lines may have given rounded sizes
@@ -389,13 +388,16 @@ def _hash_mismatch(lock: Lock, stderr: str) -> WheelError | None:
 _DOWNLOAD_PREFIX = ".download-"
 
 
-def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, show: Show) -> None:
+def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, show: Shows) -> None:
     """Fetch what the cache lacks into a temp dir inside it; move in only files whose sha256
     is one of the lock's hashes, each by an atomic rename. A failed download changes nothing
-    in the cache; a good file replaces a damaged entry of the same name only once verified."""
+    in the cache; a good file replaces a damaged entry of the same name only once verified.
+
+    The files found on this machine or at a known URL are fetched side by side
+    (:mod:`~reprobuild.locks.parfetch`); pip downloads the rest, as before."""
     have = set(_hash_index(folder).values())
-    # Only what the cache lacks (markers included: pip evaluates them for the target). The
-    # lock pins every dependency, so each is fetched on its own (--no-deps).
+    # Only what the cache lacks (markers included: evaluated for the target). The lock pins
+    # every dependency, so each is fetched on its own.
     wanted = replace(
         lock,
         requirements=tuple(
@@ -413,13 +415,72 @@ def _download_into_cache(lock: Lock, target: Target, folder: Path, log: Log, sho
         )
     leftovers.reap_dir(folder, _DOWNLOAD_PREFIX)
     staging = Path(tempfile.mkdtemp(prefix=f"{_DOWNLOAD_PREFIX}{leftovers.owner()}-", dir=folder))
+    log(f"fetching {len(wanted.requirements)} locked wheels for {target.key}")
     try:
-        for group in groups:  # each index's wheels kept as soon as they are checked
-            _pip_download(group, target, staging, log, show)
+        rest = _fetch_parallel(wanted, target, folder, staging, log, show)
+        if rest.requirements:
+            log(f"pip downloads the {len(rest.requirements)} not found here or at a known URL")
+        for group in _index_groups(rest) if rest.requirements else []:
+            _pip_download(group, target, staging, log, show.one)
             _keep_checked(staging, folder, allowed)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     shutil.rmtree(pip_cache(), ignore_errors=True)  # all in the wheel cache now
+
+
+@dataclass(frozen=True)
+class Shows:
+    """The progress displays of a fetch: pip's (one file at a time) and the parallel one."""
+
+    one: Show
+    many: parfetch.ShowMany
+
+
+def _fetch_parallel(
+    lock: Lock, target: Target, folder: Path, staging: Path, log: Log, show: Shows
+) -> Lock:
+    """Fetch side by side every wanted wheel found on this machine or at a known URL
+    (:mod:`~reprobuild.locks.parfetch`); ``lock`` with what is left for pip."""
+    threads = fetchnet.fetch_threads()
+    environment = Selection(target.python_version, target.machine, target.glibc or (2, 17))
+    ranks = parfetch.target_ranks(target.python_version, target.abi, target.platforms())
+    planned = parfetch.plan(lock, lock.requirements, environment, ranks=ranks, threads=threads)
+    if planned.jobs:
+        where = lambda r: f"{lock.path}:{r.line}" if r.line else str(lock.path)  # noqa: E731
+        try:
+            got = parfetch.fetch(
+                planned.jobs, folder, staging, where=where, threads=threads, show=show.many,
+                log=log,
+            )  # fmt: skip
+            _note_checked(folder, got)
+        except parfetch.FetchFailed as exc:
+            _note_checked(folder, exc.kept)
+            raise WheelError(
+                f"cannot fetch the locked wheels for {target.key}: {exc.message}", hint=exc.hint
+            ) from None
+    return replace(lock, requirements=planned.unlocated)
+
+
+def _note_checked(folder: Path, checked: dict[Path, str]) -> None:
+    """Record files just brought into the cache, each with the sha256 taken as its bytes
+    streamed, in the cache's index at the one fixed time (:func:`_hash_index` then trusts
+    them, as it trusts the files it hashed itself, instead of reading them all again)."""
+    if not checked:
+        return
+    index_path = folder / ".index.json"
+    try:
+        old = jsonload.read_json_file(index_path, str(index_path))
+    except (OSError, ReprobuildError):
+        old = {}
+    entries = dict(old) if isinstance(old, dict) else {}
+    for path, digest in checked.items():
+        try:
+            os.utime(path, ns=(CACHED_MTIME_NS, CACHED_MTIME_NS))
+            st = path.stat()
+        except OSError:
+            continue  # hashed again by the next look at the cache
+        entries[path.name] = [st.st_size, st.st_mtime_ns, digest]
+    write_atomic(index_path, json.dumps(entries, sort_keys=True))
 
 
 def _keep_checked(staging: Path, folder: Path, allowed: set[str]) -> None:
@@ -520,8 +581,11 @@ def fetch_wheels(
     def show(count: int) -> Transfers:
         return Transfers(log, count=count, bar=bar, every=every)
 
+    def many(count: int) -> Parallel:
+        return Parallel(log, count=count, bar=bar, every=every)
+
     try:
-        return _fetch_wheels(lock, target, folder, dest, log, show)
+        return _fetch_wheels(lock, target, folder, dest, log, Shows(show, many))
     except OSError as exc:
         where = exc.filename or folder
         raise WheelError(
@@ -531,7 +595,7 @@ def fetch_wheels(
 
 
 def _fetch_wheels(
-    lock: Lock, target: Target, folder: Path, dest: Path, log: Log, show: Show
+    lock: Lock, target: Target, folder: Path, dest: Path, log: Log, show: Shows
 ) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     needed = frozenset(h.split(":", 1)[1] for r in lock.requirements for h in r.hashes)
