@@ -40,168 +40,87 @@ RUN --mount=type=bind,source=uv,target=/.reprobuild-uv \
  && rm -rf /.reprobuild-build/venv /.reprobuild-build/src \
       /.reprobuild-build/home /.reprobuild-build/built
 
-# ---- packages torch (1 wheels): installed from their own pins and wheels alone ----
+# ---- packages torch (1 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-torch
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/torch,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/torch,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b01 (1 wheels): installed from their own pins and wheels alone ----
+# ---- packages b01 (1 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b01
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b01,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b01,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b08 (2 wheels): installed from their own pins and wheels alone ----
+# ---- packages b08 (2 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b08
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b08,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=05555e63ef841d94455a5d9ffd5e9b29f99e9bbbfd6ef4b56e9579a391266ac2 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b08,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=05555e63ef841d94455a5d9ffd5e9b29f99e9bbbfd6ef4b56e9579a391266ac2 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b09 (1 wheels): installed from their own pins and wheels alone ----
+# ---- packages b09 (1 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b09
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b09,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=102dbd42277fb5a2f2ac55548a3e7ea0ddb21b2f2dd4edae6e36f5c9b2f65ae6 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b09,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=102dbd42277fb5a2f2ac55548a3e7ea0ddb21b2f2dd4edae6e36f5c9b2f65ae6 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b10 (1 wheels): installed from their own pins and wheels alone ----
+# ---- packages b10 (1 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b10
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b10,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b10,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b12 (2 wheels): installed from their own pins and wheels alone ----
+# ---- packages b12 (2 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b12
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b12,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=6b63e775e4e48053e7f5e2b603179b859c05b0989a43b921d36159ad4323b69f REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b12,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6b63e775e4e48053e7f5e2b603179b859c05b0989a43b921d36159ad4323b69f \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b13 (1 wheels): installed from their own pins and wheels alone ----
+# ---- packages b13 (1 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b13
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b13,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b13,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b17 (1 wheels): installed from their own pins and wheels alone ----
+# ---- packages b17 (1 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b17
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b17,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=0d5ab27e0fa2cc72eeb7a0b3fa12dba6f34bbc8df2c7dac705c08aafb18c20d7 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b17,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=0d5ab27e0fa2cc72eeb7a0b3fa12dba6f34bbc8df2c7dac705c08aafb18c20d7 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages built: the wheels the wheel-build stage built, installed apart ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-built
 COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
 RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_BUILT=1 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
+    export SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
  && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      -r /.reprobuild/built.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+ && sh /.reprobuild/install.sh -r /.reprobuild/built.txt
 
 # ---- the image that ships ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab

@@ -1,41 +1,23 @@
 # Rendered by reprobuild 0.0.0-golden from requirements.lock (sha256 96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4).
 # Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
 
-# ---- packages b11 (1 wheels): installed from their own pins and wheels alone ----
+# ---- packages b11 (1 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b11
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b11,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b11,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b14 (1 wheels): installed from their own pins and wheels alone ----
+# ---- packages b14 (1 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b14
 RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/b14,target=/.reprobuild/group \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
- && python3 -m venv --without-pip /opt/venv \
- && find /opt/venv ! -type d > /.reprobuild/skeleton \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt \
- && rm -rf /.reprobuild-uv-cache /opt/venv/.lock \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && xargs rm -f -- < /.reprobuild/skeleton
+    --mount=type=bind,source=groups/b14,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- the image that ships ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab

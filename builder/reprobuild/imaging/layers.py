@@ -14,6 +14,7 @@ one file. Pure: no engine, no disk but :func:`link_wheels`.
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,18 @@ from reprobuild.locks.records import Lock, Requirement
 # the frameworks', the built wheels', the runtime's and the code's, an image stays near 40.
 BUCKETS = 24
 GROUPS_DIR = "groups"
+# Each stage's install, in the context (templates/install_group.sh): its sha256 is in the
+# steps' text, as buildah's cache does not look into mounted files.
+INSTALL_SCRIPT = f"{GROUPS_DIR}/install.sh"
+
+
+def install_script() -> bytes:
+    return (
+        importlib.resources.files("reprobuild.imaging")
+        .joinpath("templates/install_group.sh")
+        .read_bytes()
+    )
+
 
 # The frameworks, in the order their layers come (the largest and rarest to change first).
 FRAMEWORKS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -102,8 +115,9 @@ def plan_groups(lock: Lock) -> tuple[Group, ...]:
 
 
 def group_files(groups: tuple[Group, ...]) -> dict[str, bytes]:
-    """Each group's requirements and the folder its wheels are linked into (``.keep``)."""
-    files: dict[str, bytes] = {}
+    """Each group's requirements and the folder its wheels are linked into (``.keep``), and
+    the stages' install script."""
+    files: dict[str, bytes] = {INSTALL_SCRIPT: install_script()} if groups else {}
     for group in groups:
         files[f"{group.folder}/requirements.txt"] = group.text().encode()
         files[f"{group.folder}/wheels/.keep"] = b""

@@ -19,7 +19,13 @@ import jinja2
 
 from reprobuild.bases.refs import ImageRef
 from reprobuild.errors import ReprobuildError
-from reprobuild.imaging.layers import Group, group_files, plan_groups
+from reprobuild.imaging.layers import (
+    INSTALL_SCRIPT,
+    Group,
+    group_files,
+    install_script,
+    plan_groups,
+)
 from reprobuild.locks.lockfile import Lock
 from reprobuild_entrypoint import MANIFEST_PATH
 from reprobuild_entrypoint.contract import LABEL_PREFIX
@@ -214,6 +220,8 @@ def render_dockerfile(spec: RenderSpec) -> str:
         uv_sha256=spec.uv_sha256 if spec.mount_install and not spec.online else None,
         layered=layered(spec),
         groups=package_groups(spec),
+        install_script=INSTALL_SCRIPT,
+        install_sha256=hashlib.sha256(install_script()).hexdigest(),
         uv_record=UV_RECORD,
         built_requirements=BUILT_REQUIREMENTS,
     )
