@@ -160,3 +160,12 @@ def test_label_values_cannot_break_out_of_the_dockerfile() -> None:
     assert dockerfile_str('a"b$c\\d') == '"a\\"b\\$c\\\\d"'
     with pytest.raises(ReprobuildError):
         dockerfile_str("line\nRUN rm -rf /")
+
+
+def test_a_lock_of_sdists_only_still_gets_the_install_script() -> None:
+    """The built wheels' stage runs the stages' install script too, with no group of wheels."""
+    lock = load_lock(PROJECTS / "sdist" / "uv.lock")
+    layered = spec(lock=lock, build_lock=lock, mount_install=True, uv_sha256=UV_SHA256)
+    files = render_context(layered)
+    assert [f for f in files if f.startswith("groups/")] == ["groups/install.sh"]
+    assert "sh /.reprobuild/install.sh -r /.reprobuild/built.txt" in render_dockerfile(layered)

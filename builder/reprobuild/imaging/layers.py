@@ -116,8 +116,8 @@ def plan_groups(lock: Lock) -> tuple[Group, ...]:
 
 def group_files(groups: tuple[Group, ...]) -> dict[str, bytes]:
     """Each group's requirements and the folder its wheels are linked into (``.keep``), and
-    the stages' install script."""
-    files: dict[str, bytes] = {INSTALL_SCRIPT: install_script()} if groups else {}
+    the stages' install script (a layered image has it even with no group)."""
+    files: dict[str, bytes] = {INSTALL_SCRIPT: install_script()}
     for group in groups:
         files[f"{group.folder}/requirements.txt"] = group.text().encode()
         files[f"{group.folder}/wheels/.keep"] = b""

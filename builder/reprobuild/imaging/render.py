@@ -309,7 +309,10 @@ def render_context(spec: RenderSpec) -> dict[str, FileEntry]:
     if spec.online and spec.ca_cert is not None:
         files["ca/ca.pem"] = FileEntry(spec.ca_cert)
     files.update(build_files(spec))
-    files.update((rel, FileEntry(data)) for rel, data in group_files(package_groups(spec)).items())
+    if layered(spec):  # the stages' install script, even where every package is an sdist
+        files.update(
+            (rel, FileEntry(data)) for rel, data in group_files(package_groups(spec)).items()
+        )
     for rel, entry in spec.app_files.items():
         files[f"app/{rel}"] = entry
     for rel, entry in spec.runtime_files.items():
