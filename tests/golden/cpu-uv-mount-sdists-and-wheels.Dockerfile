@@ -40,61 +40,117 @@ RUN --mount=type=bind,source=uv,target=/.reprobuild-uv \
  && rm -rf /.reprobuild-build/venv /.reprobuild-build/src \
       /.reprobuild-build/home /.reprobuild-build/built
 
-# ---- one stage: the image that ships ----
+# ---- packages torch (1 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-torch
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/torch,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b01 (1 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b01
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b01,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b08 (2 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b08
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b08,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=05555e63ef841d94455a5d9ffd5e9b29f99e9bbbfd6ef4b56e9579a391266ac2 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b09 (1 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b09
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b09,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=102dbd42277fb5a2f2ac55548a3e7ea0ddb21b2f2dd4edae6e36f5c9b2f65ae6 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b10 (1 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b10
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b10,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b12 (2 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b12
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b12,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6b63e775e4e48053e7f5e2b603179b859c05b0989a43b921d36159ad4323b69f \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b13 (1 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b13
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b13,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b17 (1 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b17
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b17,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=0d5ab27e0fa2cc72eeb7a0b3fa12dba6f34bbc8df2c7dac705c08aafb18c20d7 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages built: the wheels the wheel-build stage built, installed apart ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-built
+COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    export SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
+ && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
+ && sh /.reprobuild/install.sh -r /.reprobuild/built.txt
+
+# ---- the image that ships ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab
-# The build's time (SOURCE_DATE_EPOCH) in the first step: buildah's layer cache does not look
-# at --timestamp, so a step cached for another epoch would be reused with that epoch's file
-# times. This way every later step's cache is the epoch's own.
+# The layers' time first: buildah's layer cache does not look at --timestamp.
 LABEL org.opencontainers.image.created="2023-11-14T22:13:20Z"
-# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
-# it (no password aging; the account has no password), so the image is the same on any day.
+# The user (no day in /etc/shadow), /app, and the venv's skeleton the package layers fill.
 RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
  && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
  && install -d -o 10001 -g 10001 /app \
- && install -d /opt/reprobuild
-# The wheels built from the lock's sdists, with built.json (each wheel's sha256 beside its
-# sdist's): kept in the image as the record of what was built.
+ && install -d /opt/reprobuild \
+ && python3 -m venv --without-pip /opt/venv
+COPY --from=pkgs-torch /opt/venv/ /opt/venv/
+COPY --from=pkgs-b01 /opt/venv/ /opt/venv/
+COPY --from=pkgs-b08 /opt/venv/ /opt/venv/
+COPY --from=pkgs-b09 /opt/venv/ /opt/venv/
+COPY --from=pkgs-b10 /opt/venv/ /opt/venv/
+COPY --from=pkgs-b12 /opt/venv/ /opt/venv/
+COPY --from=pkgs-b13 /opt/venv/ /opt/venv/
+COPY --from=pkgs-b17 /opt/venv/ /opt/venv/
+# The wheels built from the lock's sdists, with built.json (the record of what was built).
 COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
-# The locked wheels go straight into this stage (RUN --mount: buildah, BuildKit), installed by
-# uv: reprobuild's own pinned uv (sha256 in the step's text), bind-mounted, never in a layer.
-# A tmpfs on /.reprobuild holds the wheelhouse and the lock (bind-mounted from the context)
-# and uv's temp files: none of them reach a layer. uv unpacks each wheel into its cache on the
-# image's own disk and hardlinks the files into the venv; the cache goes in the same step, so
-# the layer holds each file once, the bytes a copy gives (one diff ID for torch's wheels
-# either way). A cache on the tmpfs, copied from, took 1.5 s more for torch's install on a
-# 2-core host and its commit no less (docs/benchmarks.md), and needs the memory for it.
-# uv unpacks and compiles on every CPU, where pip takes one file after another: install and
-# commit of those wheels took 17 s with uv and 38 s with pip there (docs/benchmarks.md).
-# No index, no config file, no network (--offline), no build (--only-binary), every hash
-# checked (--require-hashes). SOURCE_DATE_EPOCH makes it write hash-based .pyc files, the same
-# bytes whatever the worker count; UV_RECORD drops the one file uv writes with the install's
-# wall clock (uv_cache.json) and its RECORD line. buildah's layer cache does not look into
-# mounted files, so the lock's sha256 is part of the step's text: another lock, another step.
-# The .pth puts the in-image runtime on the venv's path and imports its start-up hook at every
-# interpreter start, so determinism holds even without the ENTRYPOINT.
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=wheels,target=/.reprobuild/wheels \
-    --mount=type=bind,source=requirements.lock,target=/.reprobuild/requirements.lock \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export REPROBUILD_LOCK_SHA256=bd72fbe39e3bee48cf8eecac3df2ad40cded1a2a25263b020b634af10fdfde05 REPROBUILD_REQUIREMENTS_SHA256=f1a1d3968f456338dd79db0212fc4348eb0cbe4a6e8c977826245473eb1b6944 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef SOURCE_DATE_EPOCH=1700000000 TMPDIR=/.reprobuild \
-      UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
-      UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never \
-      UV_RECORD="import pathlib, sysconfig; p = pathlib.Path(sysconfig.get_paths()['purelib']); [(r.write_bytes(b''.join(line for line in r.read_bytes().splitlines(True) if not line.startswith(f.parent.name.encode() + b'/uv_cache.json,'))), f.unlink()) for f in sorted(p.glob('*.dist-info/uv_cache.json')) for r in [f.parent / 'RECORD']]" \
-      BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
- && python3 -m venv --without-pip /opt/venv \
- && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
- && /.reprobuild/uv pip install --python /opt/venv/bin/python \
-      --no-index --find-links /.reprobuild/wheels \
-      --require-hashes --only-binary :all: --compile-bytecode \
-      -r /.reprobuild/requirements.lock -r /.reprobuild/built.txt \
- && rm -rf /.reprobuild-uv-cache \
- && /opt/venv/bin/python -I -c "$UV_RECORD" \
- && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
+COPY --from=pkgs-built /opt/venv/ /opt/venv/
 COPY runtime/ /opt/reprobuild/runtime/
 # Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
 # every interpreter, so its modules must load from bytecode. -S: without site the hook does
 # not run here, which would first write timestamp-based .pyc files that compileall keeps.
-RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
+# With the runtime: the .pth that puts it on the venv's path and imports its start-up hook
+# (-B: the packages' .pth files it runs write no bytecode into another layer's folders).
+RUN /opt/venv/bin/python -I -B -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')" \
+ && /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \
     PYTHONUNBUFFERED=1 \

@@ -6,6 +6,7 @@ Refresh after an intended change, then review the diff like code:
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,11 @@ def test_uv_installs_only_a_hermetic_mount_install() -> None:
     text = render_dockerfile(spec(mount_install=True, uv_sha256=UV_SHA256))
     assert f"REPROBUILD_UV_SHA256={UV_SHA256}" in text
     assert "--mount=type=bind,source=uv,target=/.reprobuild/uv" in text
-    assert "pip install --python /opt/venv/bin/python" in text and "PIP_WHEEL" not in text
+    assert "sh /.reprobuild/install.sh --find-links" in text and "PIP_WHEEL" not in text
+    # the stages' install script is in the context, by its sha256 in the steps' text
+    script = render_context(spec(mount_install=True, uv_sha256=UV_SHA256))["groups/install.sh"]
+    assert "pip install --python /opt/venv/bin/python" in script.data.decode()
+    assert f"REPROBUILD_INSTALL_SHA256={hashlib.sha256(script.data).hexdigest()}" in text
 
 
 def test_online_context_carries_the_ca_and_no_wheels_dir() -> None:
@@ -155,3 +160,12 @@ def test_label_values_cannot_break_out_of_the_dockerfile() -> None:
     assert dockerfile_str('a"b$c\\d') == '"a\\"b\\$c\\\\d"'
     with pytest.raises(ReprobuildError):
         dockerfile_str("line\nRUN rm -rf /")
+
+
+def test_a_lock_of_sdists_only_still_gets_the_install_script() -> None:
+    """The built wheels' stage runs the stages' install script too, with no group of wheels."""
+    lock = load_lock(PROJECTS / "sdist" / "uv.lock")
+    layered = spec(lock=lock, build_lock=lock, mount_install=True, uv_sha256=UV_SHA256)
+    files = render_context(layered)
+    assert [f for f in files if f.startswith("groups/")] == ["groups/install.sh"]
+    assert "sh /.reprobuild/install.sh -r /.reprobuild/built.txt" in render_dockerfile(layered)

@@ -34,7 +34,7 @@ from reprobuild.errors import (
     LockfileError,
     ReprobuildError,
 )
-from reprobuild.imaging import plan, sbom
+from reprobuild.imaging import layers, plan, sbom
 from reprobuild.imaging.baseprobe import base_probe
 from reprobuild.imaging.context import clamp_times, write_tree
 from reprobuild.imaging.manifest import BUILT_KEYS, Distribution, Manifest
@@ -47,6 +47,7 @@ from reprobuild.imaging.render import (
     RenderSpec,
     epoch_iso,
     layers_epoch,
+    package_groups,
     render_context,
     render_stamp,
 )
@@ -394,7 +395,10 @@ def _build_image(
     uv = uv_installer(spec, probe)
     if uv is not None:
         spec = replace(spec, uv_sha256=sha256_file(uv))
-    built = replace(spec, epoch=layers_epoch(spec.epoch)) if builder == "buildah" else spec
+    # The engine's BuildKit from an epoch too: its package layers then keep their diff IDs
+    # across commits (reprobuild.imaging.layers), as buildah's do.
+    at_epoch = builder == "buildah" or epoch is not None
+    built = replace(spec, epoch=layers_epoch(spec.epoch)) if at_epoch else spec
     files = render_context(built)
     scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("ctx")) as tmp:
@@ -408,6 +412,7 @@ def _build_image(
         if not online:
             target = Target.from_probe(probe)
             fetch_wheels(spec.lock, target, ctx / "wheels", log=log, bar=bar)
+            layers.link_wheels(package_groups(built), ctx / "wheels", ctx)
             if spec.mount_install:  # a RUN --mount source: its mtimes reach the history
                 # the wheels are links into the cache, at its one fixed time: kept as they are
                 clamp_times(ctx, built.epoch, linked_at=CACHED_MTIME_NS)
@@ -445,7 +450,7 @@ def _build_image(
                         log=log,
                         no_cache=no_cache,
                         network=network,
-                        epoch=epoch,
+                        epoch=built.epoch if epoch is not None else None,
                     )
                 except ReprobuildError:
                     checked()
@@ -460,6 +465,8 @@ def _build_image(
             stamp = Path(tmp) / "stamp"
             stamp.mkdir()
             labels = manifest.labels()
+            if built.epoch != spec.epoch:  # the layers' LABEL named their epoch
+                labels[CREATED_LABEL] = epoch_iso(spec.epoch)
             files = render_stamp(scratch, manifest.to_json(), labels, sbom_json)
             write_tree(files, stamp, epoch=spec.epoch)
             image_id = engine.build(  # classic writes the wall clock: not from an epoch
@@ -647,6 +654,12 @@ def _bud_code_last(
 _IMAGE_ID = re.compile(r"[0-9a-f]{64}")
 
 
+def _by_size(rel: Path) -> bool:
+    """A wheel (``wheels/``, a group's ``groups/NAME/wheels/``) or the uv binary."""
+    in_group = rel.parts[::2][:2] == ("groups", "wheels")
+    return rel.parts[0] == "wheels" or in_group or rel == Path("uv")
+
+
 def _layers_key(ctx: Path, below: str, epoch: int, network: bool, version: str) -> str:
     """What the layers under the code are a function of: the steps' text (the base by digest,
     the lock's and uv's hashes), every file of the context but the code (path, mode, time,
@@ -664,7 +677,7 @@ def _layers_key(ctx: Path, below: str, epoch: int, network: bool, version: str) 
             content = f"link:{os.readlink(path)}"
         elif stat.S_ISDIR(info.st_mode):
             content = "dir"
-        elif rel.parts[0] == "wheels" or rel == Path("uv"):
+        elif _by_size(rel):
             content = f"size:{info.st_size}"
         else:
             content = sha256_file(path)

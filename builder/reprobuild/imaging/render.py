@@ -19,6 +19,13 @@ import jinja2
 
 from reprobuild.bases.refs import ImageRef
 from reprobuild.errors import ReprobuildError
+from reprobuild.imaging.layers import (
+    INSTALL_SCRIPT,
+    Group,
+    group_files,
+    install_script,
+    plan_groups,
+)
 from reprobuild.locks.lockfile import Lock
 from reprobuild_entrypoint import MANIFEST_PATH
 from reprobuild_entrypoint.contract import LABEL_PREFIX
@@ -167,6 +174,17 @@ def _requirements_sha256(spec: RenderSpec) -> str | None:
     return hashlib.sha256(text).hexdigest()
 
 
+def layered(spec: RenderSpec) -> bool:
+    """Whether the venv is built as layers by package (:mod:`reprobuild.imaging.layers`): a
+    hermetic RUN --mount install by uv (buildah, BuildKit from an epoch; a CPU image)."""
+    return spec.mount_install and not spec.online and spec.uv_sha256 is not None
+
+
+def package_groups(spec: RenderSpec) -> tuple[Group, ...]:
+    """The venv's package layers where the image has them, else none."""
+    return plan_groups(spec.lock) if layered(spec) else ()
+
+
 def render_dockerfile(spec: RenderSpec) -> str:
     if not spec.base.digest:
         raise ReprobuildError(f"base {spec.base} is not pinned by digest")
@@ -200,6 +218,10 @@ def render_dockerfile(spec: RenderSpec) -> str:
         build_timeout=spec.build_timeout,
         wheel_count=len(spec.lock.wheel_requirements),
         uv_sha256=spec.uv_sha256 if spec.mount_install and not spec.online else None,
+        layered=layered(spec),
+        groups=package_groups(spec),
+        install_script=INSTALL_SCRIPT,
+        install_sha256=hashlib.sha256(install_script()).hexdigest(),
         uv_record=UV_RECORD,
         built_requirements=BUILT_REQUIREMENTS,
     )
@@ -287,6 +309,10 @@ def render_context(spec: RenderSpec) -> dict[str, FileEntry]:
     if spec.online and spec.ca_cert is not None:
         files["ca/ca.pem"] = FileEntry(spec.ca_cert)
     files.update(build_files(spec))
+    if layered(spec):  # the stages' install script, even where every package is an sdist
+        files.update(
+            (rel, FileEntry(data)) for rel, data in group_files(package_groups(spec)).items()
+        )
     for rel, entry in spec.app_files.items():
         files[f"app/{rel}"] = entry
     for rel, entry in spec.runtime_files.items():

@@ -1,0 +1,210 @@
+"""A one-package bump in a torch-shaped lock (issue 52): what the rebuild costs and what it
+moves, against the cold build in the same run, with the venv as layers by package.
+
+    python benchmarks/layers_bench.py --base REF@sha256:... [--baseline-src DIR] [--out FILE]
+
+The lock: torch 2.13 CPU (the machine's own wheel, /opt/wheels) with its seven dependencies,
+numpy, six, idna, packaging and threadpoolctl, every file from the machine's PyPI mirror
+(/opt/pypi); the bump: fsspec 2026.6.0 to 2026.7.0 (one of torch's dependencies, 0.2 MB).
+Steps, each ``reprobuild image --builder buildah`` ending with the image in the engine:
+
+- ``cold``: the lock, ``--no-cache``;
+- ``bump``: fsspec bumped, the cache on (the cold build's layers held);
+- ``cold-bumped``: the bumped lock again, ``--no-cache``.
+
+For the bump: its time against each cold build's, which of the image's layers keep their diff
+IDs, the bytes of the new layers (their tars, uncompressed), and, pushed with ``docker push``
+to the loopback registry after the cold build's image, the compressed bytes of the blobs the
+registry lacked (what a node holding the old image pulls). ``--baseline-src DIR`` runs
+``cold`` and ``bump`` again with the reprobuild source tree in DIR (e.g. a worktree of the
+commit before the layers by package) and reports the same figures for it. Prints a table and
+writes benchmarks/results/layers-<date>.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE.parent
+REGISTRY = "127.0.0.1:5000"
+TORCH = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+FILES = Path("/opt/pypi/files")
+PINS = {
+    "filelock": "4.0.8",
+    "typing-extensions": "4.16.0",
+    "setuptools": "84.0.0",
+    "sympy": "1.14.0",
+    "mpmath": "1.3.0",
+    "networkx": "3.6.1",
+    "jinja2": "3.1.6",
+    "markupsafe": "3.0.3",
+    "fsspec": "2026.6.0",
+    "numpy": "2.0.2",
+    "six": "1.17.0",
+    "idna": "3.20",
+    "packaging": "26.3",
+    "threadpoolctl": "3.7.0",
+}
+BUMP = ("fsspec", "2026.7.0")
+
+
+def wheel_file(name: str, version: str) -> Path:
+    stem = f"{name.replace('-', '_')}-{version}-"
+    found = sorted(p for p in FILES.iterdir() if p.name.lower().startswith(stem))
+    if not found:
+        sys.exit(f"error: no wheel of {name} {version} in {FILES}")
+    return found[0]
+
+
+def lock_text(bumped: bool) -> str:
+    lines = [f"torch==2.13.0+cpu --hash=sha256:{sha256(TORCH)}"]
+    for name, version in PINS.items():
+        if bumped and name == BUMP[0]:
+            version = BUMP[1]
+        lines.append(f"{name}=={version} --hash=sha256:{sha256(wheel_file(name, version))}")
+    return "\n".join(lines) + "\n"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def make_project(root: Path, base: str) -> None:
+    root.mkdir(parents=True)
+    (root / "reprobuild.yaml").write_text(
+        f"name: bench/layers\nlock: requirements.lock\nbase:\n  cpu: {base}\n"
+        "include:\n  - train.py\ncommand: [python, train.py]\n"
+    )
+    (root / "train.py").write_text("import torch, fsspec\nprint(torch.ones(2).sum().item())\n")
+    (root / "requirements.lock").write_text(lock_text(bumped=False))
+
+
+def build(root: Path, tag: str, src: Path, *, no_cache: bool) -> float:
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{src}/builder:{src}/entrypoint",
+        "SOURCE_DATE_EPOCH": "1700000000",
+        "REPROBUILD_FIND_LINKS": str(TORCH.parent),
+        "REPROBUILD_LOCAL_INDEXES": "/opt/pypi/simple",
+    }
+    argv = [sys.executable, "-m", "reprobuild", "image", str(root), "--builder", "buildah"]
+    argv += ["--tag", tag, "--quiet", *(["--no-cache"] if no_cache else [])]
+    subprocess.run(["sync"], check=True)
+    start = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    took = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit(f"error: {' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
+    return took
+
+
+def layers(client: docker.DockerClient, tag: str) -> list[tuple[str, int]]:
+    """Each layer's diff ID and its tar's size, from a ``docker save``."""
+    image = client.images.get(tag)
+    with tempfile.TemporaryFile() as fh:
+        for chunk in image.save(named=False):
+            fh.write(chunk)
+        fh.seek(0)
+        with tarfile.open(fileobj=fh) as outer:
+            index = outer.extractfile("manifest.json")
+            assert index is not None
+            paths = json.load(index)[0]["Layers"]
+            sizes = [outer.getmember(p).size for p in paths]
+    return list(zip(image.attrs["RootFS"]["Layers"], sizes, strict=True))
+
+
+def pushed(client: docker.DockerClient, tag: str, ref: str) -> dict[str, int]:
+    """Push ``tag`` as ``ref`` to the loopback registry; its manifest's blobs and sizes."""
+    client.images.get(tag).tag(ref)
+    for line in client.images.push(ref, stream=True, decode=True):
+        if "error" in line:
+            sys.exit(f"error: push {ref}: {line['error']}")
+    name, reference = ref.removeprefix(f"{REGISTRY}/").rsplit(":", 1)
+    request = urllib.request.Request(
+        f"http://{REGISTRY}/v2/{name}/manifests/{reference}",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        manifest = json.load(answer)
+    client.images.remove(ref)
+    return {str(b["digest"]): int(b["size"]) for b in manifest["layers"]}
+
+
+def scenario(client: docker.DockerClient, base: str, src: Path, label: str) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:8]
+    with tempfile.TemporaryDirectory(prefix="layers-bench-") as tmp:
+        root = Path(tmp) / "project"
+        make_project(root, base)
+        tags = {step: f"bench/layers:{label}-{step}-{run}" for step in ("cold", "bump", "coldb")}
+        times = {"cold": build(root, tags["cold"], src, no_cache=True)}
+        (root / "requirements.lock").write_text(lock_text(bumped=True))
+        times["bump"] = build(root, tags["bump"], src, no_cache=False)
+        if label == "layered":
+            times["cold-bumped"] = build(root, tags["coldb"], src, no_cache=True)
+        old, new = layers(client, tags["cold"]), layers(client, tags["bump"])
+        repo = f"{REGISTRY}/bench/layers-{run}"
+        blobs_old = pushed(client, tags["cold"], f"{repo}:{label}-old")
+        blobs_new = pushed(client, tags["bump"], f"{repo}:{label}-new")
+        for tag in tags.values():
+            if client.images.list(name=tag):
+                client.images.remove(tag, force=True)
+    held = {d for d, _ in old}
+    fresh = [(d, s) for d, s in new if d not in held]
+    return {
+        "seconds": {k: round(v, 1) for k, v in times.items()},
+        "bump_over_cold": round(times["bump"] / times["cold"], 3),
+        "layers": len(new),
+        "layers_kept": len(new) - len(fresh),
+        "new_layers_bytes": [s for _, s in fresh],
+        "image_bytes": sum(s for _, s in new),
+        "pushed_new_compressed_bytes": sum(s for d, s in blobs_new.items() if d not in blobs_old),
+        "pushed_image_compressed_bytes": sum(blobs_new.values()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="the base, REF@sha256:...")
+    parser.add_argument("--baseline-src", type=Path, help="a reprobuild source tree to compare")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    client = docker.from_env(timeout=900)
+    results = {"layered": scenario(client, args.base, SOURCE, "layered")}
+    if args.baseline_src:
+        results["baseline"] = scenario(client, args.base, args.baseline_src.resolve(), "baseline")
+    for label, r in results.items():
+        mb = sum(r["new_layers_bytes"]) / 1e6
+        print(
+            f"{label}: cold {r['seconds']['cold']} s, bump {r['seconds']['bump']} s "
+            f"({r['bump_over_cold']:.1%} of cold); {r['layers_kept']}/{r['layers']} layers kept; "
+            f"new layers {mb:.1f} MB of {r['image_bytes'] / 1e6:.1f} MB; pushed after the old "
+            f"image {r['pushed_new_compressed_bytes'] / 1e6:.2f} MB of "
+            f"{r['pushed_image_compressed_bytes'] / 1e6:.1f} MB compressed"
+        )
+    out = args.out or HERE / "results" / f"layers-{time.strftime('%Y-%m-%d')}.json"
+    data = {"command": " ".join(sys.argv), "results": results}
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

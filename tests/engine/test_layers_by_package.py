@@ -1,0 +1,134 @@
+"""The venv as layers by package (issue 52), on real builders, with a torch-shaped lock of
+small stand-in wheels (tests/layerimage.py): a one-package bump together with a code change
+re-installs only that package's group, and every other layer keeps its diff ID; no layer
+rewrites another's files (listed from each layer's tar: no whiteout, no file in two layers,
+no folder with two owners or modes); and nothing outside /app, /tmp and the home is writable by
+the user the image runs as, nor is any installer's leftover shipped. On buildah, and on the
+engine's BuildKit where it builds from an epoch (Engine 26 with the containerd store: the
+case ``IMAGE_STORE=containerd scripts/test-debian13`` runs)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from helpers import DATA, MakeTag, run_cli
+from layerimage import BUMPED, Layer, image_layers, overlaps, standin_lock, writable_by
+from reprobuild.backends import buildah
+from reprobuild.backends.engine import Engine
+from reprobuild.imaging.layers import plan_groups
+from reprobuild.imaging.render import UID
+from reprobuild.locks.lockfile import load_lock
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+pytestmark = [pytest.mark.engine, pytest.mark.registry]
+ENV = {"SOURCE_DATE_EPOCH": "1700000000"}
+# What an installer leaves behind, which no layer may ship.
+LEFTOVERS = re.compile(r"(^|/)(\.lock|\.reprobuild[^/]*|uv_cache\.json)$")
+
+
+def _builder(name: str) -> str:
+    if name == "buildah" and not buildah.usable():
+        pytest.skip("buildah is not usable here")
+    if name == "buildkit":
+        possible, why = Engine().buildkit_reproducible()
+        if not possible:
+            pytest.skip(f"the engine's BuildKit builds from no epoch here: {why}")
+    return name
+
+
+def _project(tmp_path: Path) -> Path:
+    root = tmp_path / "layered"
+    shutil.copytree(DATA / "projects" / "tiny", root)
+    (root / "requirements.lock").write_text(standin_lock(tmp_path / "wheels"))
+    (root / "hello.py").write_text("import torch, threadpoolctl\nprint(threadpoolctl.V)\n")
+    return root
+
+
+def _build(root: Path, tag: str, builder: str, base_ref: str) -> str:
+    proc = run_cli(
+        "image", str(root), "--base", base_ref, "--builder", builder, "--tag", tag, env=ENV
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def _venv_names(layer: Layer) -> set[str]:
+    """The distributions whose dist-info a layer holds."""
+    found = set()
+    for m in layer.members:
+        hit = re.fullmatch(r"opt/venv/lib/python[0-9.]+/site-packages/([^/]+)\.dist-info", m.name)
+        if hit:
+            found.add(hit.group(1).rsplit("-", 1)[0].lower())
+    return found
+
+
+@pytest.mark.parametrize("builder", ["buildah", "buildkit"])
+def test_a_bump_moves_only_its_own_group(
+    builder: str, base_ref: str, tmp_path: Path, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    _builder(builder)
+    root = _project(tmp_path)
+    first, second = unique_tag("layers"), unique_tag("layers")
+    _build(root, first, builder, base_ref)
+    before = list(image_layers(docker_client, first))
+
+    # the bump and a code change at once
+    (root / "requirements.lock").write_text(standin_lock(tmp_path / "wheels", bumped=True))
+    (root / "hello.py").write_text((root / "hello.py").read_text() + "print('changed')\n")
+    log = _build(root, second, builder, base_ref)
+    after = list(image_layers(docker_client, second))
+
+    groups = plan_groups(load_lock(root / "requirements.lock"))
+    bumped = next(g for g in groups if BUMPED[0] in {r.name for r in g.requirements})
+    assert len(groups) >= 5, [g.name for g in groups]  # torch, cuda-less buckets...
+    assert {"torch"} <= {g.name for g in groups}
+    # the layers of every group but the bumped one keep their diff IDs
+    old = {layer.diff_id for layer in before}
+    new = [layer for layer in after if layer.diff_id not in old]
+    held = [_venv_names(layer) for layer in after if layer.diff_id in old]
+    assert sum(1 for names in held if names) == len(groups) - 1, held
+    package_layers = [layer for layer in new if _venv_names(layer)]
+    assert len(package_layers) == 1, [sorted(_venv_names(layer)) for layer in new]
+    assert _venv_names(package_layers[0]) == {r.name.replace("-", "_") for r in bumped.requirements}
+    # besides it: the code's layer and the stamp's (manifest and SBOM), nothing else
+    assert len(new) == 3, [sorted(m.name for m in layer.members)[:5] for layer in new]
+    # only the bumped group was installed again (uv names each package it installs)
+    installed = set(re.findall(r"^ \+ ([a-z0-9_.-]+)==", log, re.MULTILINE))
+    assert installed == {r.name for r in bumped.requirements}, installed
+    ran = docker_client.containers.run(second, remove=True)
+    assert ran.strip().splitlines()[-2:] == [b"3.6.0", b"changed"]
+    assert f"{BUMPED[0]}=={BUMPED[1]}+standin" in log
+
+
+@pytest.mark.parametrize("builder", ["buildah", "buildkit"])
+def test_no_layer_rewrites_another_and_nothing_is_left_writable(
+    builder: str, base_ref: str, tmp_path: Path, unique_tag: MakeTag, docker_client: DockerClient
+) -> None:
+    _builder(builder)
+    root = _project(tmp_path)
+    tag = unique_tag("layers")
+    _build(root, tag, builder, base_ref)
+    layers = list(image_layers(docker_client, tag))
+    base = len(docker_client.images.get(base_ref).attrs["RootFS"]["Layers"])
+    assert len(layers) <= 40, len(layers)
+    assert overlaps(layers) == []
+    ours = layers[base:]
+    assert writable_by(ours, UID) == []
+    shipped = [m.name for layer in ours for m in layer.members if LEFTOVERS.search(m.name)]
+    assert shipped == []
+    # the shared places hold each file once, in the layer of the group that ships it
+    names = {m.name for layer in ours for m in layer.members}
+    site = next(n for n in names if n.endswith("/site-packages"))
+    for path in ("nvidia/__init__.py", "backports/__init__.py", "pthpkg-init.pth"):
+        assert f"{site}/{path}" in names, path
+    for script in ("torchrun", "isympy", "pthpkg"):
+        assert f"opt/venv/bin/{script}" in names, script
+    out = docker_client.containers.run(tag, ["torchrun"], entrypoint=[], remove=True)
+    assert out.strip() == b"torch"
