@@ -106,7 +106,8 @@ def test_the_program_sees_aarch64_and_two_runs_are_identical(
     assert report["result"] == "identical"
     for run in report["runs"]:
         assert run["run_record"]["host"]["machine"] == "aarch64"
-    assert out.startswith("identical: 2 runs of `python train.py`"), out
+    assert "\nidentical: 2 runs of `python train.py`" in out, out
+    assert "[1] machine aarch64\n" in out
 
 
 def test_with_the_runtime_off_the_unseeded_program_diverges(
@@ -160,3 +161,16 @@ def test_a_lock_with_no_wheel_for_the_platform_is_one_error_naming_it(  # type: 
     assert "requirements.lock:" in errors[0] and "torch==2.13.0+cpu has no wheel" in errors[0]
     assert "linux aarch64" in errors[0]
     assert not tagged(docker_client, tag)
+
+
+def test_the_index_gives_each_platform_its_own_image(index_base: str, base_ref: str) -> None:
+    from reprobuild.bases.refs import parse_pinned
+    from reprobuild.errors import RegistryError
+    from reprobuild.imaging.platforms import parse_platforms, platform_base
+
+    amd, arm = parse_platforms("linux/amd64,linux/arm64")
+    index = parse_pinned(index_base, what="--base")
+    assert platform_base(index, arm).digest == make_base("arm64").rsplit("@", 1)[1]
+    assert platform_base(index, amd).digest == base_ref.rsplit("@", 1)[1]
+    with pytest.raises(RegistryError, match="single-platform image for linux/amd64"):
+        platform_base(parse_pinned(base_ref, what="--base"), arm)

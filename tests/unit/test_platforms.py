@@ -142,3 +142,20 @@ def test_the_cli_refuses_a_bad_platform_in_one_line(tmp_path: Path) -> None:
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1, proc.stderr
     assert "'linux/sparc'" in lines[0] and "linux/arm64" in lines[0]
+
+
+def test_pip_s_no_matching_distribution_names_the_lock_line_and_the_target() -> None:
+    from reprobuild.locks.wheels import _no_wheel
+
+    lock = load_lock(LOCK)
+    stderr = (
+        "ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu "
+        "(from versions: 2.9.1)\nERROR: No matching distribution found for torch==2.13.0+cpu\n"
+    )
+    found = _no_wheel(lock, stderr, Target("3.11", "aarch64", (2, 36)))
+    assert found is not None
+    assert found.message == (
+        f"{LOCK}:179: torch==2.13.0+cpu has no wheel for CPython 3.11 on linux aarch64 "
+        "(cp311-aarch64-glibc2.36) on the indexes asked"
+    )
+    assert _no_wheel(lock, "ERROR: something else\n", Target("3.11", "aarch64", None)) is None

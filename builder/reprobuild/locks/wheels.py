@@ -376,7 +376,8 @@ def _no_wheel(lock: Lock, stderr: str, target: Target) -> WheelError | None:
     if match is None:
         return None
     name = canonicalize_name(match["req"])
-    line = next((r.line for r in lock.requirements if r.name == name), None)
+    pins = [r for r in lock.requirements if r.name == name]  # one per machine, by markers
+    line = next((r.line for r in pins if r.version == match["ver"]), pins[0].line if pins else 0)
     where = f"{lock.path}:{line}" if line else str(lock.path)
     return WheelError(
         f"{where}: {match['req']}=={match['ver']} has no wheel for CPython "
