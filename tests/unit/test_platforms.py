@@ -159,3 +159,26 @@ def test_pip_s_no_matching_distribution_names_the_lock_line_and_the_target() -> 
         "(cp311-aarch64-glibc2.36) on the indexes asked"
     )
     assert _no_wheel(lock, "ERROR: something else\n", Target("3.11", "aarch64", None)) is None
+
+
+def test_a_single_platform_image_s_k8s_job_selects_nodes_of_its_arch() -> None:
+    import kubernetes_validate
+
+    from helpers import FakeImageEngine
+    from reprobuild.cluster.k8s import KUBERNETES_VERSION, KubeSpec, job
+    from reprobuild.cluster.nodes import JobShape
+    from reprobuild.cluster.pinning import pin_image
+
+    engine = FakeImageEngine("p:cpu-1", ("torch",))
+    engine.attrs["Architecture"] = "arm64"
+    assert pin_image(engine, "p:cpu-1").architecture == "arm64"
+    del engine.attrs["Architecture"]
+    assert pin_image(engine, "p:cpu-1").architecture == ""
+    pushed = "registry.example/team/ddp@sha256:" + "d" * 64
+    shape, command = JobShape(2, 1), ("python", "t.py")
+    arm = job(KubeSpec("ddp", pushed, shape, command, 0, "strict", "p", arch="arm64"))
+    pod = arm["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    kubernetes_validate.validate(arm, KUBERNETES_VERSION, strict=True)
+    unknown = job(KubeSpec("ddp", pushed, shape, command, 0, "strict", "p"))
+    assert "nodeSelector" not in unknown["spec"]["template"]["spec"]
