@@ -182,3 +182,16 @@ def test_a_single_platform_image_s_k8s_job_selects_nodes_of_its_arch() -> None:
     kubernetes_validate.validate(arm, KUBERNETES_VERSION, strict=True)
     unknown = job(KubeSpec("ddp", pushed, shape, command, 0, "strict", "p"))
     assert "nodeSelector" not in unknown["spec"]["template"]["spec"]
+
+
+def test_init_says_which_platforms_a_native_lock_covers() -> None:
+    from reprobuild.imaging.initservices import read_lock
+
+    both = WILD / "rl-replications-19d890d" / "uv.lock"
+    notes = read_lock(both, "3.11", (), ())[3]
+    assert "uv.lock covers linux/amd64 and linux/arm64 (`reprobuild image --platform" in notes[-1]
+    one = WILD / "pyannote-audio-4.0.7" / "uv.lock"
+    said = platforms.coverage_note(one, Selection())
+    assert said is not None and said.startswith("uv.lock covers linux/amd64 only (not linux/arm64:")
+    assert "torchcodec 0.10.0 has no wheel for CPython 3.11 on linux aarch64" in said
+    assert platforms.coverage_note(LOCK, Selection()) is None  # hashes only: the index knows

@@ -15,11 +15,13 @@ from reprobuild.bases.oci import ARCH_ALIASES
 from reprobuild.bases.refs import ImageRef
 from reprobuild.errors import RegistryError, ReprobuildError
 from reprobuild.imaging.render import RenderSpec
+from reprobuild.locks.lockfile import Selection, format_of_file, load_lock
 
 __all__ = [
     "SUPPORTED",
     "BuildPlatform",
     "check_builder",
+    "coverage_note",
     "for_platform",
     "host_platform",
     "parse_platforms",
@@ -187,3 +189,27 @@ def tag_for(tag: str, target: BuildPlatform | None) -> str:
     """The default tag, with ``-ARCH`` for another machine than the host's: an arm64 build
     does not take the amd64 image's tag."""
     return tag if target is None or target.native else f"{tag}-{target.arch}"
+
+
+def coverage_note(path: Path, selection: Selection) -> str | None:
+    """What ``init`` says of a native lock's platforms: those it has a wheel (or sdist) of
+    every package for, as read for ``selection`` on each machine; for a platform it does not
+    cover, the first package that has none. None for a lock that gives hashes only (a
+    requirements file, Pipfile.lock: which files they are is known only to the index)."""
+    if format_of_file(path) not in {"uv", "poetry", "pdm"}:
+        return None
+    covered: list[str] = []
+    lacking: list[str] = []
+    for name, machine in _MACHINES.items():
+        try:
+            load_lock(path, replace(selection, machine=machine))
+        except ReprobuildError as exc:
+            lacking.append(f"not {name}: {exc.message}")
+            continue
+        covered.append(name)
+    if not covered:
+        return None
+    said = f"{path.name} covers {' and '.join(covered)}"
+    if lacking:
+        return f"{said} only ({'; '.join(lacking)})"
+    return f"{said} (`reprobuild image --platform linux/arm64` builds the arm64 image)"
