@@ -545,13 +545,15 @@ def _build_buildah(
     stamp_tag = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
     # another machine's image: every buildah step says its platform (the config's then too)
     foreign = wanted.name if wanted is not None and not wanted.native else None
+    # and its layer cache a name of its own: an amd64 build would evict the arm64 one's
+    kept = f"{spec.variant}-{wanted.arch}" if foreign and wanted else spec.variant
     scratch_id = final_id = ""
     done = False
     try:
         buildah.pull(spec.base, log)
         if no_cache:
-            buildah.forget(spec.name, spec.variant)
-        previous = buildah.image_id(buildah.cache_name(spec.name, spec.variant))
+            buildah.forget(spec.name, kept)
+        previous = buildah.image_id(buildah.cache_name(spec.name, kept))
         with timed(log, "building the image with buildah"):
             scratch_id = _bud_code_last(
                 ctx,
@@ -605,7 +607,7 @@ def _build_buildah(
         done = True
     finally:
         if done:  # the stamped image keeps the layer cache; its run-specific name goes
-            buildah.keep(final_id, spec.name, spec.variant, held=previous, drop=[stamp_tag])
+            buildah.keep(final_id, spec.name, kept, held=previous, drop=[stamp_tag])
         else:
             buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id else [])])
         engine.untag(scratch)
