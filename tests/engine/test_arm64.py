@@ -146,9 +146,12 @@ def test_a_lock_with_no_wheel_for_the_platform_is_one_error_naming_it(  # type: 
     project = tmp_path / "x86-only"
     shutil.copytree(PROJECT, project)
     lock = (project / "requirements.lock").read_text()
-    # torch's x86_64 pin for every machine: no aarch64 wheel has its hashes
+    # torch's x86_64 pin for aarch64 too (the other pin's marker moved to s390x): no aarch64
+    # wheel of torch 2.13.0+cpu exists
     (project / "requirements.lock").write_text(
-        lock.replace(' ; platform_machine == "x86_64"', "").replace('"aarch64"', '"s390x"')
+        lock.replace(
+            '+cpu ; platform_machine == "x86_64"', '+cpu ; platform_machine != "s390x"'
+        ).replace('2.9.1 ; platform_machine == "aarch64"', '2.9.1 ; platform_machine == "s390x"')
     )
     tag = f"reprobuild-test/arm64-bad:{uuid.uuid4().hex[:12]}"
     proc = run_cli(
