@@ -235,6 +235,7 @@ def bud(
     network: bool = True,
     layers: bool = True,
     dockerfile: Path | None = None,
+    platform: str | None = None,
 ) -> str:
     """Build ``context/Dockerfile`` (or ``dockerfile``, wherever it is) into buildah's
     storage as ``tag`` (None: untagged);
@@ -243,10 +244,12 @@ def bud(
     (Docker's format records the build container's ID and hostname); every time from
     ``epoch``; a failed build removes its working containers. An image built FROM an
     untagged one records only its ID in its history, where a tag would record the tag's
-    (run-specific) name."""
+    (run-specific) name. ``platform`` (``linux/arm64``): the image's, where it is not the
+    host's; its RUN steps then run under qemu-user (binfmt_misc)."""
     argv = [
         require(),
         "bud",
+        *(["--platform", platform] if platform else []),
         f"--layers={str(layers).lower()}",
         "--format",
         "oci",

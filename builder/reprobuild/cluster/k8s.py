@@ -65,6 +65,9 @@ class KubeSpec:
     project: str
     env: UserEnv = ()
     """The user's own variables (``--env``), after reprobuild's in every pod."""
+    arch: str = ""
+    """The image's architecture (``amd64``, ``arm64``): a single-platform image is scheduled
+    on nodes of it alone (``nodeSelector: kubernetes.io/arch``); "" unknown, no selector."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -178,6 +181,7 @@ def job(spec: KubeSpec) -> dict[str, Any]:
             "template": {
                 "metadata": {"labels": _labels(spec)},
                 "spec": {
+                    **({"nodeSelector": {"kubernetes.io/arch": spec.arch}} if spec.arch else {}),
                     "subdomain": spec.name,
                     "restartPolicy": "Never",
                     "enableServiceLinks": False,
@@ -262,5 +266,6 @@ def k8s_project(
         determinism=made.config.determinism,
         project=made.config.name,
         env=nodes_spec.env,
+        arch=made.pinned.architecture,
     )
     return render(spec)

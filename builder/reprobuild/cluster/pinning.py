@@ -61,6 +61,8 @@ class PinnedImage:
     """The image's CMD (what a job runs when the project names no command)."""
     workdir: str = ""
     """The image's WorkingDir (a runtime that does not apply it is given it)."""
+    architecture: str = ""
+    """The image's architecture as its config says it (``amd64``, ``arm64``; "" unknown)."""
 
 
 def pinned_reference(name: str | None, image_id: str, repo_digests: list[str]) -> str:
@@ -105,7 +107,10 @@ def pin_image(engine: ImageLookup, ref: str, *, build_command: str | None = None
     config = attrs.get("Config") or {}
     cmd = tuple(str(w) for w in config.get("Cmd") or ())
     workdir = str(config.get("WorkingDir") or "")
-    return PinnedImage(ref, reference, image_id, labels, cmd, workdir)
+    arch = attrs.get("Architecture")
+    return PinnedImage(
+        ref, reference, image_id, labels, cmd, workdir, arch if isinstance(arch, str) else ""
+    )
 
 
 def build_command(directory: Path, *, gpu: bool, variant: str | None = None) -> str:

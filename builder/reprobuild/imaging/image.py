@@ -34,7 +34,7 @@ from reprobuild.errors import (
     LockfileError,
     ReprobuildError,
 )
-from reprobuild.imaging import layers, plan, sbom
+from reprobuild.imaging import layers, plan, platforms, sbom
 from reprobuild.imaging.baseprobe import base_probe
 from reprobuild.imaging.context import clamp_times, write_tree
 from reprobuild.imaging.manifest import BUILT_KEYS, Distribution, Manifest
@@ -262,17 +262,22 @@ def check_base_conflicts(spec: RenderSpec, probe: dict[str, Any]) -> None:
 
 
 def check_installed(lock: Lock, dists: tuple[Distribution, ...]) -> None:
-    """The image's venv must hold exactly what the lock pins: nothing more, nothing else."""
-    pinned = {r.name: r for r in lock.requirements}
+    """The image's venv must hold exactly what the lock pins: nothing more, nothing else. A
+    lock may pin a package twice, each under a marker (one version per machine): the image's
+    is one of them."""
+    pinned: dict[str, list[str]] = {}
+    for r in lock.requirements:
+        pinned.setdefault(r.name, []).append(r.version)
     for dist in dists:
-        req = pinned.get(dist.name)
-        if req is None:
+        versions = pinned.get(dist.name)
+        if versions is None:
             raise ReprobuildError(
                 f"the image holds {dist.name}=={dist.version}, which the lock does not pin"
             )
-        if req.version != dist.version:
+        if dist.version not in versions:
             raise ReprobuildError(
-                f"the image holds {dist.name}=={dist.version} but the lock pins {req.version}"
+                f"the image holds {dist.name}=={dist.version} but the lock pins "
+                f"{' or '.join(versions)}"
             )
     installed = {d.name for d in dists}
     absent = sorted(
@@ -298,10 +303,12 @@ def build_image(
     note: Log | None = None,
     push: str | None = None,
     bar: TextIO | None = None,
+    platform: str | None = None,
 ) -> ImageResult:
     """``note`` gets the lines that are said even with a quiet ``log`` (leftovers removed).
     ``bar``: where to draw the wheel fetch's live progress bar when it is a terminal (else
-    its progress is plain lines through ``log``)."""
+    its progress is plain lines through ``log``). ``platform``: ``--platform``'s value
+    (:mod:`reprobuild.imaging.platforms`); None: the host's."""
     engine = engine or Engine()
     try:
         return _build_image(
@@ -319,6 +326,7 @@ def build_image(
             variant=variant,
             push=push,
             bar=bar,
+            wanted=platforms.target_of(platform),
         )
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
         leftovers.reap(engine, log, mine=True, also=[buildah.Storage()])
@@ -341,7 +349,10 @@ def _build_image(
     variant: str | None,
     push: str | None,
     bar: TextIO | None,
+    wanted: platforms.BuildPlatform | None = None,
 ) -> ImageResult:
+    if builder != "auto":  # a builder asked for by name is checked before any work
+        platforms.check_builder(wanted, builder)
     if builder == "buildah":
         buildah.require()  # before any work: a missing tool is the first thing to hear about
     elif push is not None and builder != "auto":
@@ -351,12 +362,14 @@ def _build_image(
         )
     push = normalize_push(push) if push is not None else None
     planned = plan.plan_build(
-        directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant_name=variant
-    )
+        directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant_name=variant,
+        machine=wanted.machine if wanted else None,
+    )  # fmt: skip
     plan.record_new_base(planned, log)
-    spec = planned.spec
-    final = normalize_tag(tag) if tag else plan.spec_tag(spec, variant)
+    spec = platforms.for_platform(planned.spec, wanted)
+    final = normalize_tag(tag) if tag else platforms.tag_for(plan.spec_tag(spec, variant), wanted)
     asked, builder = builder, choose_builder(engine, builder, log, push=push is not None)
+    platforms.check_builder(wanted, builder)
     # The engine's BuildKit from SOURCE_DATE_EPOCH, scratch and stamp alike, where it can
     # clamp file times: the same inputs then give the same image ID.
     epoch: int | None = None
@@ -436,6 +449,7 @@ def _build_image(
                     log=log,
                     push=push,
                     checked=checked,
+                    wanted=wanted,
                 )
             except ReprobuildError:
                 checked()  # a damaged cached wheel failed the build: that is the one line
@@ -522,6 +536,7 @@ def _build_buildah(
     log: Log,
     push: str | None,
     checked: Callable[[], None],
+    wanted: platforms.BuildPlatform | None = None,
 ) -> ImageResult:
     """Build with buildah, every time from SOURCE_DATE_EPOCH; probe the scratch image in
     buildah's storage (no docker-archive and load of the whole image for that), stamp it
@@ -535,13 +550,17 @@ def _build_buildah(
     sbom.preload()  # while buildah builds
     info = build_info(engine, "buildah", spec)
     stamp_tag = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
+    # another machine's image: every buildah step says its platform (the config's then too)
+    foreign = wanted.name if wanted is not None and not wanted.native else None
+    # and its layer cache a name of its own: an amd64 build would evict the arm64 one's
+    kept = f"{spec.variant}-{wanted.arch}" if foreign and wanted else spec.variant
     scratch_id = final_id = ""
     done = False
     try:
         buildah.pull(spec.base, log)
         if no_cache:
-            buildah.forget(spec.name, spec.variant)
-        previous = buildah.image_id(buildah.cache_name(spec.name, spec.variant))
+            buildah.forget(spec.name, kept)
+        previous = buildah.image_id(buildah.cache_name(spec.name, kept))
         with timed(log, "building the image with buildah"):
             scratch_id = _bud_code_last(
                 ctx,
@@ -550,6 +569,7 @@ def _build_buildah(
                 network=network,
                 version=str(info["builder_version"]),
                 log=log,
+                platform=foreign,
             )
         checked()  # the wheels it used were the cache's, byte for byte
         prober = ProbeCache(buildah.Prober(), buildah.config(scratch_id), app=bool(spec.app_files))
@@ -571,6 +591,7 @@ def _build_buildah(
             log=lambda line: None if line.startswith(_COPY_LOG) else log(line),
             network=False,
             layers=False,
+            platform=foreign,
         )
         digest = None
         if push is not None:
@@ -593,7 +614,7 @@ def _build_buildah(
         done = True
     finally:
         if done:  # the stamped image keeps the layer cache; its run-specific name goes
-            buildah.keep(final_id, spec.name, spec.variant, held=previous, drop=[stamp_tag])
+            buildah.keep(final_id, spec.name, kept, held=previous, drop=[stamp_tag])
         else:
             buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id else [])])
         engine.untag(scratch)
@@ -608,7 +629,14 @@ LAYERS_REUSED = "the layers under the code are those built before from the same 
 
 
 def _bud_code_last(
-    ctx: Path, *, epoch: int, no_cache: bool, network: bool, version: str, log: Log
+    ctx: Path,
+    *,
+    epoch: int,
+    no_cache: bool,
+    network: bool,
+    version: str,
+    log: Log,
+    platform: str | None = None,
 ) -> str:
     """Build ``ctx`` with buildah in two builds: every step but the code's (``Dockerfile``
     without ``COPY app/ /app/``), then ``FROM <that image's ID>`` and the code's step. The
@@ -622,8 +650,9 @@ def _bud_code_last(
     torch image here. A Dockerfile without the code's step last is built whole; so is
     everything with ``no_cache``. Return the image ID."""
     bud = functools.partial(
-        buildah.bud, ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network
-    )
+        buildah.bud, ctx, None, epoch=epoch, log=log, no_cache=no_cache, network=network,
+        platform=platform,
+    )  # fmt: skip
     whole = (ctx / "Dockerfile").read_text()
     if not whole.endswith("\n" + APP_STEP):
         return bud()
@@ -631,7 +660,7 @@ def _bud_code_last(
     record = (
         cache_root()
         / "buildah-layers"
-        / f"v1-{_layers_key(ctx, below_text, epoch, network, version)}"
+        / f"v1-{_layers_key(ctx, below_text, epoch, network, version + (platform or ''))}"
     )
     below: str | None = None
     if not no_cache:

@@ -19,6 +19,7 @@ from reprobuild.bases.catalog import (
 )
 from reprobuild.bases.refs import ImageRef, parse_pinned
 from reprobuild.errors import UnknownBaseError
+from reprobuild.imaging import platforms
 from reprobuild.imaging.backendask import BackendAsker, ask_timeout
 from reprobuild.locks import fetchnet
 from reprobuild.locks.buildlock import compile_build_lock
@@ -32,12 +33,16 @@ from reprobuild.project.init import BaseFacts, Services
 def read_lock(
     path: Path, python: str, extras: tuple[str, ...], groups: tuple[str, ...]
 ) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """Validate the lock for CPython ``python`` on linux x86_64 with these extras/groups."""
-    lock = load_lock(path, Selection(python=python, extras=extras, groups=groups))
+    """Validate the lock for CPython ``python`` on linux x86_64 with these extras/groups; its
+    notes say which platforms a native lock covers (:func:`platforms.coverage_note`)."""
+    selection = Selection(python=python, extras=extras, groups=groups)
+    lock = load_lock(path, selection)
     options = lock.options
     indexes = tuple(u for u in (options.index_url, *options.extra_index_urls) if u)
     names = tuple(r.name for r in lock.requirements)
-    return lock.render(index_options=True), names, indexes, lock.notes
+    covers = platforms.coverage_note(path, selection)
+    notes = (*lock.notes, *((covers,) if covers else ()))
+    return lock.render(index_options=True), names, indexes, notes
 
 
 def build_lock_text(lock: Lock, python: str, uv: str, base: Callable[[], ImageRef]) -> str | None:

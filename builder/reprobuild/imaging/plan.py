@@ -62,9 +62,12 @@ def lock_path_for(config: ProjectConfig, *, gpu: bool) -> Path:
     return lock_path
 
 
-def lock_selection(config: ProjectConfig, lock_path: Path, base_python: str | None) -> Selection:
-    """What a native lock is read for: `select:`'s extras and groups, and the image's CPython
-    (select.python, else the catalog base's, else 3.11). Refuses `select:` choices a lock of
+def lock_selection(
+    config: ProjectConfig, lock_path: Path, base_python: str | None, machine: str | None = None
+) -> Selection:
+    """What a native lock is read for: `select:`'s extras and groups, the image's CPython
+    (select.python, else the catalog base's, else 3.11) and its machine (``--platform``'s:
+    x86_64 unless given). Refuses `select:` choices a lock of
     another format cannot honour, and a select.python the catalog base does not carry."""
     chosen = config.select
     base_xy = ".".join(base_python.split(".")[:2]) if base_python else None
@@ -78,6 +81,7 @@ def lock_selection(config: ProjectConfig, lock_path: Path, base_python: str | No
         )
     return Selection(
         python=chosen.python or base_xy or Selection.python,
+        machine=machine or Selection.machine,
         extras=chosen.extras,
         groups=chosen.groups,
         default_groups=chosen.default_groups,
@@ -99,9 +103,11 @@ def check_base_python(config: ProjectConfig, base_python: str | None, base: str 
         )
 
 
-def read_lock(config: ProjectConfig, lock_path: Path, base_python: str | None) -> Lock:
+def read_lock(
+    config: ProjectConfig, lock_path: Path, base_python: str | None, machine: str | None = None
+) -> Lock:
     """The project's lock read for its selection (:func:`lock_selection`)."""
-    return load_lock(lock_path, lock_selection(config, lock_path, base_python))
+    return load_lock(lock_path, lock_selection(config, lock_path, base_python, machine))
 
 
 def catalog_python(config: ProjectConfig, base: str | None, catalog: Catalog | None) -> str | None:
@@ -189,10 +195,12 @@ def plan_build(
     ca_cert: Path | None = None,
     catalog: Catalog | None = None,
     variant_name: str | None = None,
+    machine: str | None = None,
 ) -> Plan:
     """Everything a render needs, read from the project, its locks and git. A catalog base
     resolves through the project's base lock; one not locked yet is returned as
-    ``new_base`` for the command to record."""
+    ``new_base`` for the command to record. ``machine``: the image's (``--platform``'s),
+    which the lock's markers and wheel tags are read for; x86_64 unless given."""
     config = load_config(directory)
     if variant_name is not None:
         config, gpu = select_variant(config, variant_name, gpu=gpu)
@@ -242,7 +250,7 @@ def plan_build(
         probed = cached_base_probe(base_ref)
         base_python = str(probed["python"].get("version", "")) or None if probed else None
         check_base_python(config, base_python, str(base_ref))
-    lock = read_lock(config, lock_path, base_python)
+    lock = read_lock(config, lock_path, base_python, machine)
     # a requirements file or Pipfile.lock gives hashes only: the sdists among them were found
     # on the index when the build lock was written, which records them (no network here)
     lock = with_located_sdists(lock, config.build_lock, config.root)
@@ -259,7 +267,7 @@ def plan_build(
     check_buildable(lock, tools, cached_source)
     # The sdists the lock builds need their pinned build requirements (one line if missing or
     # stale; render never resolves anything itself).
-    image_python = lock_selection(config, lock_path, base_python).python
+    image_python = lock_selection(config, lock_path, base_python, machine).python
     build_lock = load_build_lock(config.build_lock, lock, image_python, config.root)
     spec = RenderSpec(
         name=config.name,

@@ -13,6 +13,7 @@ import html.parser
 import importlib.metadata
 import json
 import os
+import platform
 import queue
 import re
 import shutil
@@ -251,7 +252,7 @@ def _pip_download(lock: Lock, target: Target, folder: Path, log: Log, show: Show
         files = [p for p in folder.iterdir() if p.is_file()]
         log(progress.summary(len(files), sum(p.stat().st_size for p in files)))
         return
-    mismatch = _hash_mismatch(lock, stderr)
+    mismatch = _hash_mismatch(lock, stderr) or _no_wheel(lock, stderr, target)
     if mismatch:
         raise mismatch
     raise WheelError(
@@ -361,6 +362,29 @@ _MISMATCH_RE = re.compile(
     r"\s+Expected sha256 (?P<want>[0-9a-f]+).*?\n\s+Got\s+(?P<got>[0-9a-f]{64})",
     re.MULTILINE | re.DOTALL,
 )
+
+
+_NO_MATCH_RE = re.compile(
+    r"No matching distribution found for (?P<req>[A-Za-z0-9._-]+)==(?P<ver>\S+)"
+)
+
+
+def _no_wheel(lock: Lock, stderr: str, target: Target) -> WheelError | None:
+    """pip's "no matching distribution" as one line naming the lock's line and the target: a
+    lock that pins no wheel of that package for this platform (pip stops at the first)."""
+    match = _NO_MATCH_RE.search(stderr)
+    if match is None:
+        return None
+    name = canonicalize_name(match["req"])
+    pins = [r for r in lock.requirements if r.name == name]  # one per machine, by markers
+    line = next((r.line for r in pins if r.version == match["ver"]), pins[0].line if pins else 0)
+    where = f"{lock.path}:{line}" if line else str(lock.path)
+    return WheelError(
+        f"{where}: {match['req']}=={match['ver']} has no wheel for CPython "
+        f"{target.python_version} on linux {target.machine} ({target.key}) on the indexes asked",
+        hint="lock that package for this platform (a marker per machine where the pins differ), "
+        "or build for a platform the lock covers",
+    )
 
 
 def _hash_mismatch(lock: Lock, stderr: str) -> WheelError | None:
@@ -576,7 +600,7 @@ def fetch_wheels(
     total every ``every`` seconds (:class:`~reprobuild._util.progress.Transfers`)."""
     folder = wheel_folder(target)
     # A package built from its sdist has no wheel to fetch (fetch_sources brings the sdist).
-    lock = replace(lock, requirements=lock.wheel_requirements)
+    lock = for_target(replace(lock, requirements=lock.wheel_requirements), target)
 
     def show(count: int) -> Transfers:
         return Transfers(log, count=count, bar=bar, every=every)
@@ -592,6 +616,24 @@ def fetch_wheels(
             f"cannot use the wheel cache {str(where)!r}: {exc.strerror or exc}",
             hint="make it writable, or point XDG_CACHE_HOME (or REPROBUILD_CACHE_DIR) elsewhere",
         ) from None
+
+
+def for_target(lock: Lock, target: Target) -> Lock:
+    """``lock`` as pip must fetch it for ``target``. pip evaluates a requirement's marker for
+    the interpreter that runs it, whatever ``--platform`` says: for a target of another machine
+    (``--platform linux/arm64`` on an x86-64 host) the markers are evaluated here, for the
+    target, and pip gets the requirements that hold, without their markers (each one without a
+    wheel is then missing, and named). The host's own machine: ``lock`` as it is."""
+    if target.machine == _host_machine():
+        return lock
+    env = Selection(target.python_version, target.machine, target.glibc or (2, 17))
+    kept = tuple(replace(r, marker=None) for r in lock.requirements if env.marker_holds(r.marker))
+    return replace(lock, requirements=kept)
+
+
+def _host_machine() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
 def _fetch_wheels(

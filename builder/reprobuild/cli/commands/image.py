@@ -37,6 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_text,
         help="also push the image straight to a registry (--builder buildah)",
     )
+    parser.add_argument(
+        "--platform",
+        metavar="OS/ARCH",
+        type=_text,
+        help="the platform to build for: linux/amd64 or linux/arm64 (default: this machine's). "
+        "The lock's markers and wheels are read for it and the base's image for it is used (an "
+        "index pinned by digest gives its entry). Another machine's platform builds with "
+        "buildah, its steps run under qemu-user (binfmt_misc), and the default tag ends in -ARCH",
+    )
     parser.add_argument("--no-cache", action="store_true", help="build without the engine's cache")
     quiet_flag(parser)
     json_flag(parser)
@@ -60,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         note=err,
         variant=args.variant,
         push=args.push,
+        platform=args.platform,
         # the wheel fetch's live bar where stderr is a terminal (never stdout: it carries
         # the tag or the JSON); plain lines through log elsewhere
         bar=None if quiet else sys.stderr,

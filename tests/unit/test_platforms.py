@@ -1,0 +1,197 @@
+"""``reprobuild image --platform`` (issue 53), without an engine: the value read and refused,
+emulation checked through a binfmt_misc folder, the lock's markers and wheels read for the
+machine, the default tag and the builder. The base's platform is checked against a real
+registry in tests/engine/test_arm64.py."""
+
+from __future__ import annotations
+
+import platform as host
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+from reprobuild.errors import LockfileError, ReprobuildError
+from reprobuild.imaging import platforms
+from reprobuild.imaging.image import check_installed
+from reprobuild.imaging.manifest import Distribution
+from reprobuild.imaging.platforms import BuildPlatform, parse_platforms
+from reprobuild.locks.lockfile import load_lock
+from reprobuild.locks.native import Selection
+from reprobuild.locks.wheels import Target, for_target
+
+WILD = Path(__file__).resolve().parents[1] / "data" / "lockfiles" / "wild"
+LOCK = Path(__file__).resolve().parents[1] / "data" / "arm64-torch" / "requirements.lock"
+ARM = BuildPlatform("linux/arm64", "aarch64")
+AMD = BuildPlatform("linux/amd64", "x86_64")
+on_x86 = pytest.mark.skipif(host.machine() != "x86_64", reason="an x86-64 host's view")
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("linux/arm64", (ARM,)),
+        ("linux/aarch64", (ARM,)),
+        ("Linux/ARM64/v8", (ARM,)),
+        ("linux/amd64", (AMD,)),
+        ("linux/x86_64", (AMD,)),
+        ("linux/amd64,linux/arm64", (AMD, ARM)),
+    ],
+)
+def test_platforms_are_read(text: str, want: tuple[BuildPlatform, ...]) -> None:
+    assert parse_platforms(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("arm64", "'arm64'"),
+        ("linux/riscv64", "'linux/riscv64'"),
+        ("windows/amd64", "'windows/amd64'"),
+        ("linux/arm64/v7", "'linux/arm64/v7'"),
+        ("linux/amd64,", "''"),
+        ("", "names no platform"),
+    ],
+)
+def test_a_value_that_is_no_platform_is_one_line_naming_it(text: str, named: str) -> None:
+    with pytest.raises(ReprobuildError) as caught:
+        parse_platforms(text)
+    message = caught.value.message
+    assert named in message and "\n" not in message
+    assert "linux/amd64, linux/arm64" in message
+
+
+def test_a_platform_twice_is_refused() -> None:
+    with pytest.raises(ReprobuildError, match="names linux/arm64 twice"):
+        parse_platforms("linux/arm64,linux/aarch64")
+
+
+@on_x86
+def test_emulation_is_read_from_binfmt_misc(tmp_path: Path) -> None:
+    platforms.require_runnable(AMD, tmp_path)  # native: nothing asked
+    with pytest.raises(ReprobuildError) as caught:
+        platforms.require_runnable(ARM, tmp_path)
+    assert "not registered" in caught.value.message
+    assert "qemu-aarch64.conf" in (caught.value.hint or "")
+    (tmp_path / "qemu-aarch64").write_text("disabled\ninterpreter /usr/bin/qemu-aarch64-static\n")
+    with pytest.raises(ReprobuildError, match="is not enabled"):
+        platforms.require_runnable(ARM, tmp_path)
+    (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu-aarch64-static\n")
+    platforms.require_runnable(ARM, tmp_path)
+
+
+@on_x86
+def test_another_machine_builds_with_buildah_only_and_tags_apart() -> None:
+    platforms.check_builder(ARM, "buildah")
+    platforms.check_builder(AMD, "classic")
+    platforms.check_builder(None, "classic")
+    with pytest.raises(ReprobuildError, match="buildah only, and the builder here is buildkit"):
+        platforms.check_builder(ARM, "buildkit")
+    assert platforms.tag_for("p:cpu-abc", ARM) == "p:cpu-abc-arm64"
+    assert platforms.tag_for("p:cpu-abc", AMD) == "p:cpu-abc"
+    assert platforms.tag_for("p:cpu-abc", None) == "p:cpu-abc"
+
+
+def test_several_platforms_in_one_build_are_refused_for_now() -> None:
+    with pytest.raises(ReprobuildError, match="one platform per build"):
+        platforms.target_of("linux/amd64,linux/arm64")
+
+
+@on_x86
+def test_the_fetch_reads_markers_for_the_target_machine() -> None:
+    lock = load_lock(LOCK)
+    arm = for_target(lock, Target("3.11", "aarch64", (2, 36)))
+    pins = {(r.name, r.version) for r in arm.requirements}
+    assert ("torch", "2.9.1") in pins and ("torch", "2.13.0+cpu") not in pins
+    assert "setuptools" not in {r.name for r in arm.requirements}
+    assert all(r.marker is None for r in arm.requirements)  # pip would read them for the host
+    assert for_target(lock, Target("3.11", "x86_64", (2, 36))) is lock
+
+
+def test_the_image_may_hold_either_of_a_package_s_marked_pins() -> None:
+    lock = load_lock(LOCK)
+    held = [Distribution(r.name, r.version, "lock") for r in lock.requirements]
+    arm = tuple(d for d in held if (d.name, d.version) not in {("torch", "2.13.0+cpu")})
+    check_installed(lock, tuple(d for d in arm if d.name != "setuptools"))
+    with pytest.raises(ReprobuildError, match=r"torch==2.0 but the lock pins 2\.\d.* or 2\."):
+        check_installed(lock, (Distribution("torch", "2.0", "lock"),))
+
+
+def test_a_native_lock_is_read_for_the_machine() -> None:
+    """A public uv.lock (tests/data/lockfiles/wild) forks torch's CUDA wheels by machine."""
+    lock = WILD / "rl-replications-19d890d" / "uv.lock"
+    x86 = {r.name for r in load_lock(lock, Selection(machine="x86_64")).requirements}
+    arm = load_lock(lock, Selection(machine="aarch64")).requirements
+    assert "nvidia-cudnn-cu12" in x86 and "triton" in x86
+    assert not any(r.name.startswith("nvidia-") or r.name == "triton" for r in arm)
+    assert ("torch", "2.5.1") in {(r.name, r.version) for r in arm}
+
+
+def test_a_native_lock_without_a_wheel_for_the_machine_is_one_located_line() -> None:
+    lock = WILD / "pyannote-audio-4.0.7" / "uv.lock"
+    with pytest.raises(LockfileError) as caught:
+        load_lock(lock, Selection(machine="aarch64"))
+    line = str(caught.value)
+    assert "torchcodec 0.10.0 has no wheel for CPython 3.11 on linux aarch64" in line
+    assert line.startswith(f"{lock}:4722: ") and "\n" not in line
+
+
+def test_the_cli_refuses_a_bad_platform_in_one_line(tmp_path: Path) -> None:
+    proc = run_cli("image", str(LOCK.parent), "--platform", "linux/sparc", cwd=tmp_path)
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, proc.stderr
+    assert "'linux/sparc'" in lines[0] and "linux/arm64" in lines[0]
+
+
+def test_pip_s_no_matching_distribution_names_the_lock_line_and_the_target() -> None:
+    from reprobuild.locks.wheels import _no_wheel
+
+    lock = load_lock(LOCK)
+    stderr = (
+        "ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu "
+        "(from versions: 2.9.1)\nERROR: No matching distribution found for torch==2.13.0+cpu\n"
+    )
+    found = _no_wheel(lock, stderr, Target("3.11", "aarch64", (2, 36)))
+    assert found is not None
+    assert found.message == (
+        f"{LOCK}:179: torch==2.13.0+cpu has no wheel for CPython 3.11 on linux aarch64 "
+        "(cp311-aarch64-glibc2.36) on the indexes asked"
+    )
+    assert _no_wheel(lock, "ERROR: something else\n", Target("3.11", "aarch64", None)) is None
+
+
+def test_a_single_platform_image_s_k8s_job_selects_nodes_of_its_arch() -> None:
+    import kubernetes_validate
+
+    from helpers import FakeImageEngine
+    from reprobuild.cluster.k8s import KUBERNETES_VERSION, KubeSpec, job
+    from reprobuild.cluster.nodes import JobShape
+    from reprobuild.cluster.pinning import pin_image
+
+    engine = FakeImageEngine("p:cpu-1", ("torch",))
+    engine.attrs["Architecture"] = "arm64"
+    assert pin_image(engine, "p:cpu-1").architecture == "arm64"
+    del engine.attrs["Architecture"]
+    assert pin_image(engine, "p:cpu-1").architecture == ""
+    pushed = "registry.example/team/ddp@sha256:" + "d" * 64
+    shape, command = JobShape(2, 1), ("python", "t.py")
+    arm = job(KubeSpec("ddp", pushed, shape, command, 0, "strict", "p", arch="arm64"))
+    pod = arm["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    kubernetes_validate.validate(arm, KUBERNETES_VERSION, strict=True)
+    unknown = job(KubeSpec("ddp", pushed, shape, command, 0, "strict", "p"))
+    assert "nodeSelector" not in unknown["spec"]["template"]["spec"]
+
+
+def test_init_says_which_platforms_a_native_lock_covers() -> None:
+    from reprobuild.imaging.initservices import read_lock
+
+    both = WILD / "rl-replications-19d890d" / "uv.lock"
+    notes = read_lock(both, "3.11", (), ())[3]
+    assert "uv.lock covers linux/amd64 and linux/arm64 (`reprobuild image --platform" in notes[-1]
+    one = WILD / "pyannote-audio-4.0.7" / "uv.lock"
+    said = platforms.coverage_note(one, Selection())
+    assert said is not None and said.startswith("uv.lock covers linux/amd64 only (not linux/arm64:")
+    assert "torchcodec 0.10.0 has no wheel for CPython 3.11 on linux aarch64" in said
+    assert platforms.coverage_note(LOCK, Selection()) is None  # hashes only: the index knows
