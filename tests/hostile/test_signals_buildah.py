@@ -49,9 +49,12 @@ pytestmark = [
 
 # (phase, the line that starts it)
 PHASES = {
-    "run-step": r"^STEP 3/\d+: RUN ",
-    "pip-step": r"^STEP 4/\d+: RUN ",
-    "copy-step": r"^STEP 5/\d+: COPY ",
+    # the venv is installed by package group, each group in a stage of its own ("[1/3] STEP
+    # 2/2: RUN" installs the first); the final stage ("[3/3]") then adds the user and copies
+    # each group in
+    "run-step": r"^(\[\d+/\d+\] )?STEP 3/\d+: RUN ",
+    "pip-step": r"^\[1/\d+\] STEP 2/2: RUN ",
+    "copy-step": r"^(\[\d+/\d+\] )?STEP 4/\d+: COPY ",
     "commit-probe": r"^COMMIT$",
     "stamp-build": r"^STEP 2/3: COPY manifest",
     "stamp-commit-load": r"^COMMIT reprobuild-scratch/",
