@@ -32,6 +32,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from reprobuild._util import leftovers
 from reprobuild.errors import LockfileError, ReprobuildError
+from reprobuild.locks.fetchnet import MAX_REDIRECTS as MAX_REDIRECTS
 from reprobuild.locks.hashrecord import RECORD_HINT, hash_for
 from reprobuild.locks.native import Selection, wheel_hashes
 from reprobuild.locks.records import (
@@ -46,7 +47,6 @@ Log = Callable[[str], None]
 
 # The largest wheels there are (CUDA builds of torch, flash-attn) are a few GiB.
 MAX_BYTES = 8 << 30
-MAX_REDIRECTS = 5
 # Seconds a connect or a read may wait: a dead host fails in this, not in minutes.
 TIMEOUT_S = 30.0
 _BLOCK = 1 << 20
