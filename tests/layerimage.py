@@ -101,15 +101,19 @@ STANDINS: tuple[tuple[str, str, dict[str, bytes], tuple[str, ...]], ...] = (
 BUMPED = ("threadpoolctl", "3.6.0", {"threadpoolctl.py": _module("V = '3.6.0'")}, ())
 
 
-def standin_lock(wheels: Path, bumped: bool = False) -> str:
+def standin_lock(wheels: Path, bumped: bool = False, nonce: str = "") -> str:
     """A hashed requirements lock of the stand-ins (threadpoolctl 3.6.0 where ``bumped``),
-    their wheels written to ``wheels``, which the lock names with --find-links."""
+    their wheels written to ``wheels``, which the lock names with --find-links. A ``nonce``
+    goes into every module, so that no build of an earlier run is in a builder's cache for
+    these wheels: a test that asks what a build installed then sees it install."""
     wheels.mkdir(parents=True, exist_ok=True)
     lines = [f"--find-links {wheels}"]
     for name, version, files, scripts in STANDINS:
         if bumped and name == BUMPED[0]:
             name, version, files, scripts = BUMPED
         version += "+standin"  # a version no index has: pip takes these very files
+        if nonce:
+            files = {k: v + f"# {nonce}\n".encode() if v else v for k, v in files.items()}
         wheel = make_wheel(wheels, name, version, files, scripts=scripts)
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         lines.append(f"{name}=={version} --hash=sha256:{digest}")
