@@ -26,6 +26,21 @@ if TYPE_CHECKING:
 collect_ignore_glob = ["data/projects/wild-*"]
 
 
+# Under pytest-xdist (.ci/run: ``-n 2 --dist loadgroup``) every test that drives the engine,
+# buildah or the registry runs on ONE worker, in the suite's order: they share the session's
+# images, and several check the engine's or buildah's whole state before and after (no
+# working container, no tag left), which a build on the other worker would upset. The other
+# worker takes the unit and hostile tests beside them.
+ENGINE_GROUP = "engine"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("engine") or item.get_closest_marker("registry"):
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def runtime_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The temporary directory the in-image runtime gets when a test runs it on the host
