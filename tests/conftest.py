@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,29 @@ collect_ignore_glob = ["data/projects/wild-*"]
 # working container, no tag left), which a build on the other worker would upset. The other
 # worker takes the unit and hostile tests beside them.
 ENGINE_GROUP = "engine"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each xdist worker gets a temporary folder of its own (TMPDIR, for this process and the
+    commands it runs): the hostile tests check that a failed command leaves no folder of
+    reprobuild's in the temporary folder, which a build on the other worker is filling."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    own = Path(tempfile.gettempdir()) / f"rbtests-{worker}-{os.getpid()}"
+    own.mkdir(mode=0o700, exist_ok=True)
+    config.stash[_WORKER_TMP] = own
+    os.environ["TMPDIR"] = str(own)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = config.stash.get(_WORKER_TMP, None)
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+_WORKER_TMP = pytest.StashKey[Path]()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -110,8 +110,13 @@ def _include_fifo_named(root: Path, tmp: Path) -> list[str]:
 
 def _include_socket(root: Path, tmp: Path) -> list[str]:
     sock = socket.socket(socket.AF_UNIX)
-    sock.bind(str(root / "src" / "app.sock"))
-    sock.close()
+    here = Path.cwd()
+    os.chdir(root / "src")  # by a short name: a socket's whole path is at most 107 bytes
+    try:
+        sock.bind("app.sock")
+    finally:
+        os.chdir(here)
+        sock.close()
     return []
 
 

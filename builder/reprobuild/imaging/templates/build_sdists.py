@@ -132,6 +132,10 @@ def run_build(
     home = ROOT / "home" / cwd.name
     home.mkdir(parents=True, exist_ok=True)
     env.update(HOME=str(home), TMPDIR=str(home))
+    # No terminal's width: uv wraps its error report to COLUMNS, which would cut the build's
+    # last words (the exception) across lines that no longer read as one.
+    for var in ("COLUMNS", "LINES"):
+        env.pop(var, None)
 
     # Its own session (process group): a stop reaches what it started too. The user is dropped
     # by Popen itself where it can (3.9+: no Python runs between fork and exec, which matters
