@@ -33,6 +33,8 @@ collect_ignore_glob = ["data/projects/wild-*"]
 # working container, no tag left), which a build on the other worker would upset. The other
 # worker takes the unit and hostile tests beside them.
 ENGINE_GROUP = "engine"
+# A test that asks for one of these reaches the engine, whatever its markers say.
+ENGINE_FIXTURES = frozenset({"docker_client", "base_ref", "unique_tag", "determinism_image"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,7 +63,8 @@ _WORKER_TMP = pytest.StashKey[Path]()
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("engine") or item.get_closest_marker("registry"):
+        marked = item.get_closest_marker("engine") or item.get_closest_marker("registry")
+        if marked or ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
 
 
