@@ -45,7 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not worker:
         return
     own = Path(tempfile.gettempdir()) / f"rbtests-{worker}-{os.getpid()}"
-    own.mkdir(mode=0o700, exist_ok=True)
+    own.mkdir(exist_ok=True)
+    own.chmod(0o1777)  # as /tmp is: a command run as another user may write there too
     config.stash[_WORKER_TMP] = own
     os.environ["TMPDIR"] = str(own)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
