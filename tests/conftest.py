@@ -35,6 +35,8 @@ collect_ignore_glob = ["data/projects/wild-*"]
 ENGINE_GROUP = "engine"
 # A test that asks for one of these reaches the engine, whatever its markers say.
 ENGINE_FIXTURES = frozenset({"docker_client", "base_ref", "unique_tag", "determinism_image"})
+# The worker's own temporary folder, removed when the worker ends.
+_WORKER_TMP = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,9 +58,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     own = config.stash.get(_WORKER_TMP, None)
     if own is not None:
         shutil.rmtree(own, ignore_errors=True)
-
-
-_WORKER_TMP = pytest.StashKey[Path]()
 
 
 @pytest.hookimpl(tryfirst=True)

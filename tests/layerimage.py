@@ -112,7 +112,7 @@ def standin_lock(wheels: Path, bumped: bool = False, nonce: str = "") -> str:
         if bumped and name == BUMPED[0]:
             name, version, files, scripts = BUMPED
         version += "+standin"  # a version no index has: pip takes these very files
-        if nonce:
+        if nonce:  # not into empty files: a namespace's __init__.py stays one file's bytes
             files = {k: v + f"# {nonce}\n".encode() if v else v for k, v in files.items()}
         wheel = make_wheel(wheels, name, version, files, scripts=scripts)
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
