@@ -27,22 +27,30 @@ if TYPE_CHECKING:
 collect_ignore_glob = ["data/projects/wild-*"]
 
 
-# Under pytest-xdist (.ci/run: ``-n 2 --dist loadgroup``) every test that drives the engine,
-# buildah or the registry runs on ONE worker, in the suite's order: they share the session's
-# images, and several check the engine's or buildah's whole state before and after (no
-# working container, no tag left), which a build on the other worker would upset. The other
-# worker takes the unit and hostile tests beside them.
+# Under pytest-xdist (.ci/run: ``-n 2 --dist loadgroup``) each worker may have an engine and a
+# buildah storage of its own (scripts/worker-engines, named in REPROBUILD_TEST_ENGINES). Then
+# the engine tests spread over the workers a module at a time (module fixtures build once),
+# the users of the session's determinism image together, and a worker's checks of the
+# engine's or buildah's whole state (no working container, no tag left) see only its own.
+# Without one engine per worker, every engine test runs on ONE worker, in the suite's order.
 ENGINE_GROUP = "engine"
+ENGINES_VAR = "REPROBUILD_TEST_ENGINES"
+# The session image the most modules share: its users run on one worker, and first (the
+# biggest group starts first, so the others fill the other worker around it).
+DETERMINISM_GROUP = "engine-determinism"
 # A test that asks for one of these reaches the engine, whatever its markers say.
 ENGINE_FIXTURES = frozenset({"docker_client", "base_ref", "unique_tag", "determinism_image"})
 # The worker's own temporary folder, removed when the worker ends.
 _WORKER_TMP = pytest.StashKey[Path]()
+# Whether every worker has an engine of its own.
+_SPREAD = pytest.StashKey[bool]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Each xdist worker gets a temporary folder of its own (TMPDIR, for this process and the
     commands it runs): the hostile tests check that a failed command leaves no folder of
-    reprobuild's in the temporary folder, which a build on the other worker is filling."""
+    reprobuild's in the temporary folder, which a build on the other worker is filling. And,
+    where REPROBUILD_TEST_ENGINES names one per worker, its own engine and buildah storage."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:
         return
@@ -52,6 +60,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_WORKER_TMP] = own
     os.environ["TMPDIR"] = str(own)
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    workers = int(config.workerinput["workercount"])  # type: ignore[attr-defined]
+    config.stash[_SPREAD] = _own_engine(worker, workers)
+
+
+def _own_engine(worker: str, workers: int) -> bool:
+    """Point this worker (gwK) at the K-th entry of REPROBUILD_TEST_ENGINES,
+    ``DOCKER_HOST|CONTAINERS_STORAGE_CONF`` (an empty part keeps what is set); whether every
+    worker has one."""
+    entries = os.environ.get(ENGINES_VAR, "").split()
+    if len(entries) < workers or not worker.startswith("gw"):
+        return False
+    host, _, storage = entries[int(worker[2:])].partition("|")
+    if host:
+        os.environ["DOCKER_HOST"] = host
+    if storage:
+        os.environ["CONTAINERS_STORAGE_CONF"] = storage
+    return True
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -62,10 +87,30 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        marked = item.get_closest_marker("engine") or item.get_closest_marker("registry")
-        if marked or ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
+    spread = config.stash.get(_SPREAD, False)
+    engine = [item for item in items if _reaches_engine(item)]
+    shared = {item.path for item in engine if "determinism_image" in _fixtures(item)}
+    for item in engine:
+        if not spread:
+            group = ENGINE_GROUP
+        elif item.path in shared:
+            group = DETERMINISM_GROUP
+        else:
+            group = f"{ENGINE_GROUP}:{item.path.relative_to(config.rootpath)}"
+        item.add_marker(pytest.mark.xdist_group(group))
+    if spread:  # the biggest group first; the order within each part is kept
+        first = [item for item in engine if item.path in shared]
+        firsts = set(map(id, first))
+        items[:] = first + [item for item in items if id(item) not in firsts]
+
+
+def _fixtures(item: pytest.Item) -> set[str]:
+    return set(getattr(item, "fixturenames", ()))
+
+
+def _reaches_engine(item: pytest.Item) -> bool:
+    marked = item.get_closest_marker("engine") or item.get_closest_marker("registry")
+    return bool(marked or ENGINE_FIXTURES & _fixtures(item))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -160,9 +205,9 @@ def docker_client() -> Iterator[DockerClient]:
 
 @pytest.fixture(scope="session")
 def base_ref(docker_client: DockerClient) -> str:
-    """The test base, pinned by digest in the loopback registry (checked to be there). The
-    engine's copy is left alone: other tests may be using it, and whether it is present must
-    not matter. The pull-by-digest path is covered with a base of its own
+    """The test base, pinned by digest in the loopback registry (checked to be there), and
+    pulled into the engine where it lacks it (never removed: other tests may be using it).
+    The pull-by-digest path is covered with a base of its own
     (test_image_cpu.py::test_base_is_pulled_by_digest_from_the_registry)."""
     ref = os.environ.get("REPROBUILD_TEST_BASE")
     state = STATE_DIR / "base-cpu.ref"
@@ -190,6 +235,16 @@ def base_ref(docker_client: DockerClient) -> str:
             f"{ref} is not in the loopback registry (HTTP {answer.status_code}); "
             "run `scripts/setup`"
         )
+    import docker.errors
+
+    try:  # the engine holds it too, whichever test runs first (a worker's engine starts empty)
+        docker_client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        pulled = subprocess.run(
+            ["docker", "pull", "-q", ref], capture_output=True, text=True, timeout=600, check=False
+        )
+        if pulled.returncode != 0:
+            pytest.fail(f"the engine cannot pull {ref}: {pulled.stderr.strip()[-500:]}")
     return ref
 
 

@@ -32,7 +32,15 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
-QUIET = {"GIT_PYTHON_REFRESH": "quiet", "REPRO_RUN_DIR": "/tmp/run"}
+# MLflow 3.17's telemetry thread unsets _MLFLOW_TELEMETRY_SESSION_ID when it gives up on its
+# endpoint (no route from here) while requests, on the training thread, iterates os.environ
+# for proxies: `KeyError: '_MLFLOW_TELEMETRY_SESSION_ID'` failed a log_metric on a busy host.
+# MLflow's own switch turns the telemetry (and the race) off; nothing here depends on it.
+QUIET = {
+    "GIT_PYTHON_REFRESH": "quiet",
+    "REPRO_RUN_DIR": "/tmp/run",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
 NO_RUN_DIR = "12"  # this seed's run has no REPRO_RUN_DIR: the record goes to the default place
 
 
@@ -269,6 +277,7 @@ def test_verify_mlflow_in_image_mode_tags_both_runs(
 
     with tracking_server(tmp_path / "server", host=_bridge_address(docker_client)) as url:
         env = {**os.environ, "MLFLOW_TRACKING_URI": url, "GIT_PYTHON_REFRESH": "quiet"}
+        env["MLFLOW_DISABLE_TELEMETRY"] = "true"  # (see QUIET)
         report = tmp_path / "report.json"
         args = ("verify", image["tag"], "--network", "--mlflow", "--report", str(report), "-q")
         proc = run_cli(*args, "--", "python", "-c", VERIFIED, env=env, timeout=600)
