@@ -3,29 +3,15 @@
 
 # ---- one stage: the image that ships ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab
-# The build's time (SOURCE_DATE_EPOCH) in the first step: buildah's layer cache does not look
-# at --timestamp, so a step cached for another epoch would be reused with that epoch's file
-# times. This way every later step's cache is the epoch's own.
+# The layers' time first: buildah's layer cache does not look at --timestamp.
 LABEL org.opencontainers.image.created="2023-11-14T22:13:20Z"
-# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
-# it (no password aging; the account has no password), so the image is the same on any day.
+# The user (no day in /etc/shadow: the image is the same on any day), /app.
 RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
  && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
  && install -d -o 10001 -g 10001 /app \
  && install -d /opt/reprobuild
-# The locked wheels go straight into this stage (RUN --mount: buildah, BuildKit). A tmpfs on
-# /.reprobuild holds the wheelhouse and the lock (bind-mounted from the context), pip's temp
-# files and the throwaway pip (or the base's own, where it has no ensurepip): none of them, and
-# no copy of the venv from another stage, ever reach a layer. buildah's layer cache does not
-# look into mounted files, so the lock's sha256 is part of the step's text: another lock, another
-# step. pip is the wheel ensurepip would install, unpacked into the tmpfs and run from there: the
-# pip a bootstrap venv would get, without the seconds ensurepip takes to install it. Where the
-# base has none of 22.3 or newer, a throwaway bootstrap venv (or the base's own pip); a pip older
-# than 22.3 (Debian bullseye's) has no --python and runs in the venv's interpreter from where it
-# lies, installing every pin (which pip it is, read from its version: asking pip itself costs
-# most of a second). SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
-# runtime on the venv's path and imports its start-up hook at every interpreter start, so
-# determinism holds even without the ENTRYPOINT.
+# The locked wheels, hash-checked, into the venv from a tmpfs: no wheel, lock or pip reaches a
+# layer. Then the .pth that runs the runtime's start-up hook in every interpreter.
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=wheels,target=/.reprobuild/wheels \
     --mount=type=bind,source=requirements.lock,target=/.reprobuild/requirements.lock \
@@ -51,9 +37,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
       -r /.reprobuild/requirements.lock \
  && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
 COPY runtime/ /opt/reprobuild/runtime/
-# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
-# every interpreter, so its modules must load from bytecode. -S: without site the hook does
-# not run here, which would first write timestamp-based .pyc files that compileall keeps.
+# The runtime, precompiled as root (the image's user cannot write __pycache__).
 RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \

@@ -2,21 +2,9 @@
 # Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
 
 # ---- the wheel-build stage: the lock's sdists built into wheels on the pinned base itself ----
-# Same CPython, libc and ABI as the image. Its inputs are COPYed, so the layer cache keys on
-# them and on the base digest: the build lock and its wheels (host-fetched, sha256-checked),
-# the sdists (sha256-checked on the host and again here), the build script. Its own
-# SOURCE_DATE_EPOCH (315532800, not the project's) keeps a code-only rebuild on the
-# cached wheels. The build frontend never reaches an index here (--no-index, a dead proxy),
-# and a hermetic build runs with no network at all. Fixed build paths and -ffile-prefix-map
-# keep the build folder out of compiled extensions. The build venv holds the build lock's
-# wheels and nothing else (no pip, no ensurepip setuptools).
-# pip is the wheel ensurepip would install, unpacked and run from where it lies.
-# The sdists build side by side, one per CPU. Each build runs as an unprivileged user (65534,
-# HOME and TMPDIR its own folder): one that writes outside its tree fails, in one line; one
-# that runs past build_timeout (3600 s) is stopped, in one line. The build
-# venv and the unpacked trees are removed once the wheels are in out/, so the RUN's layer holds
-# out/ alone: a second less to commit (2-core host, benchmarks/sdist_bench.py) and less kept
-# in the layer cache.
+# Offline, from hash-checked sdists and a hashed build lock; one build per CPU, each as an
+# unprivileged user, stopped after 3600 s. Only the wheels (out/) stay in the layer.
+# The build venv and the builds: pip, the wheel ensurepip would install, run where it lies.
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS sdist-build
 COPY build/ /.reprobuild-build/
 RUN export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
@@ -44,32 +32,17 @@ RUN export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
 
 # ---- one stage: the image that ships ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab
-# The build's time (SOURCE_DATE_EPOCH) in the first step: buildah's layer cache does not look
-# at --timestamp, so a step cached for another epoch would be reused with that epoch's file
-# times. This way every later step's cache is the epoch's own.
+# The layers' time first: buildah's layer cache does not look at --timestamp.
 LABEL org.opencontainers.image.created="2023-11-14T22:13:20Z"
-# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
-# it (no password aging; the account has no password), so the image is the same on any day.
+# The user (no day in /etc/shadow: the image is the same on any day), /app.
 RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
  && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
  && install -d -o 10001 -g 10001 /app \
  && install -d /opt/reprobuild
-# The wheels built from the lock's sdists, with built.json (each wheel's sha256 beside its
-# sdist's): kept in the image as the record of what was built.
+# The wheels built from the lock's sdists, with built.json (the record of what was built).
 COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
-# The locked wheels go straight into this stage (RUN --mount: buildah, BuildKit). A tmpfs on
-# /.reprobuild holds the wheelhouse and the lock (bind-mounted from the context), pip's temp
-# files and the throwaway pip (or the base's own, where it has no ensurepip): none of them, and
-# no copy of the venv from another stage, ever reach a layer. buildah's layer cache does not
-# look into mounted files, so the lock's sha256 is part of the step's text: another lock, another
-# step. pip is the wheel ensurepip would install, unpacked into the tmpfs and run from there: the
-# pip a bootstrap venv would get, without the seconds ensurepip takes to install it. Where the
-# base has none of 22.3 or newer, a throwaway bootstrap venv (or the base's own pip); a pip older
-# than 22.3 (Debian bullseye's) has no --python and runs in the venv's interpreter from where it
-# lies, installing every pin (which pip it is, read from its version: asking pip itself costs
-# most of a second). SOURCE_DATE_EPOCH makes pip write hash-based .pyc files; the .pth puts the in-image
-# runtime on the venv's path and imports its start-up hook at every interpreter start, so
-# determinism holds even without the ENTRYPOINT.
+# The locked wheels, hash-checked, into the venv from a tmpfs: no wheel, lock or pip reaches a
+# layer. Then the .pth that runs the runtime's start-up hook in every interpreter.
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=wheels,target=/.reprobuild/wheels \
     --mount=type=bind,source=requirements.lock,target=/.reprobuild/requirements.lock \
@@ -97,9 +70,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
       -r /.reprobuild/requirements.lock -r /.reprobuild/built.txt \
  && /opt/venv/bin/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')"
 COPY runtime/ /opt/reprobuild/runtime/
-# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
-# every interpreter, so its modules must load from bytecode. -S: without site the hook does
-# not run here, which would first write timestamp-based .pyc files that compileall keeps.
+# The runtime, precompiled as root (the image's user cannot write __pycache__).
 RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \

@@ -2,21 +2,9 @@
 # Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
 
 # ---- the wheel-build stage: the lock's sdists built into wheels on the pinned base itself ----
-# Same CPython, libc and ABI as the image. Its inputs are COPYed, so the layer cache keys on
-# them and on the base digest: the build lock and its wheels (host-fetched, sha256-checked),
-# the sdists (sha256-checked on the host and again here), the build script. Its own
-# SOURCE_DATE_EPOCH (315532800, not the project's) keeps a code-only rebuild on the
-# cached wheels. The build frontend never reaches an index here (--no-index, a dead proxy),
-# and a hermetic build runs with no network at all. Fixed build paths and -ffile-prefix-map
-# keep the build folder out of compiled extensions. The build venv holds the build lock's
-# wheels and nothing else (no pip, no ensurepip setuptools).
-# pip is the wheel ensurepip would install, unpacked and run from where it lies.
-# The sdists build side by side, one per CPU. Each build runs as an unprivileged user (65534,
-# HOME and TMPDIR its own folder): one that writes outside its tree fails, in one line; one
-# that runs past build_timeout (3600 s) is stopped, in one line. The build
-# venv and the unpacked trees are removed once the wheels are in out/, so the RUN's layer holds
-# out/ alone: a second less to commit (2-core host, benchmarks/sdist_bench.py) and less kept
-# in the layer cache.
+# Offline, from hash-checked sdists and a hashed build lock; one build per CPU, each as an
+# unprivileged user, stopped after 3600 s. Only the wheels (out/) stay in the layer.
+# The build venv and the builds: pip, the wheel ensurepip would install, run where it lies.
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS sdist-build
 COPY build/ /.reprobuild-build/
 RUN export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
@@ -52,17 +40,7 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
     PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])" \
     PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)" \
     BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]"
-# The target venv gets no pip of its own; pip is the wheel ensurepip would install, unpacked
-# and run from where it lies (the pip a bootstrap venv would get, without the seconds
-# ensurepip takes to install it); else a throwaway bootstrap venv, or the base itself where it
-# has no ensurepip (NGC images ship pip but no python3-venv). A pip
-# older than 22.3 (Debian bullseye's, for CPython 3.9) has no --python: it then runs in the
-# venv's own interpreter from where it lies, installing every pin (--ignore-installed: the
-# bootstrap's own packages on its path are not the venv's). Which pip it is comes from its
-# version (PIP_PYTHON_OK): asking pip itself costs most of a second.
-# SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
-# After the install, a .pth puts the in-image runtime on the venv's path and imports its
-# start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
+# The venv, with no pip of its own: pip is the wheel ensurepip would install, run where it lies.
 RUN python3 -m venv --without-pip /opt/venv \
  && { { whl=$(python3 -I -c "$PIP_WHEEL" 2>/dev/null) \
         && python3 -I -m zipfile -e "$whl" /tmp/reprobuild/pip.part \
@@ -71,6 +49,8 @@ RUN python3 -m venv --without-pip /opt/venv \
 COPY requirements.lock /tmp/reprobuild/requirements.lock
 COPY wheels/ /tmp/reprobuild/wheels/
 COPY --from=sdist-build /.reprobuild-build/out/ /tmp/reprobuild/built/
+# The locked wheels, hash-checked (hash-based .pyc files), then the .pth that runs the
+# runtime's start-up hook in every interpreter.
 RUN py=/tmp/reprobuild/bootstrap/bin/python; [ -x "$py" ] || py=python3; \
     install="$py -m pip --python /opt/venv/bin/python install"; \
     if [ -d /tmp/reprobuild/pip ]; then \
@@ -88,8 +68,7 @@ RUN py=/tmp/reprobuild/bootstrap/bin/python; [ -x "$py" ] || py=python3; \
 
 # ---- stage 2: the image that ships ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab
-# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
-# it (no password aging; the account has no password), so the image is the same on any day.
+# The user (no day in /etc/shadow: the image is the same on any day), /app.
 RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
  && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
  && install -d -o 10001 -g 10001 /app \
@@ -97,9 +76,7 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
 COPY runtime/ /opt/reprobuild/runtime/
-# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
-# every interpreter, so its modules must load from bytecode. -S: without site the hook does
-# not run here, which would first write timestamp-based .pyc files that compileall keeps.
+# The runtime, precompiled as root (the image's user cannot write __pycache__).
 RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \

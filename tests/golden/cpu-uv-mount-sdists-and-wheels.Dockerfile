@@ -2,25 +2,9 @@
 # Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
 
 # ---- the wheel-build stage: the lock's sdists built into wheels on the pinned base itself ----
-# Same CPython, libc and ABI as the image. Its inputs are COPYed, so the layer cache keys on
-# them and on the base digest: the build lock and its wheels (host-fetched, sha256-checked),
-# the sdists (sha256-checked on the host and again here), the build script. Its own
-# SOURCE_DATE_EPOCH (315532800, not the project's) keeps a code-only rebuild on the
-# cached wheels. The build frontend never reaches an index here (--no-index, a dead proxy),
-# and a hermetic build runs with no network at all. Fixed build paths and -ffile-prefix-map
-# keep the build folder out of compiled extensions. The build venv holds the build lock's
-# wheels and nothing else (no pip, no ensurepip setuptools).
-# reprobuild's pinned uv (the image's installer, its sha256 in the step's text), bind-mounted
-# and never in a layer, installs that venv (--require-hashes, offline, no config file) and is
-# the build frontend (uv build --wheel --no-build-isolation): the wheels are the bytes pip's
-# frontend gives, and the stage takes a third of pip's time (2-core host: pip's install of
-# the build lock took 2.2 s, uv's 0.5 s; docs/benchmarks.md).
-# The sdists build side by side, one per CPU. Each build runs as an unprivileged user (65534,
-# HOME and TMPDIR its own folder): one that writes outside its tree fails, in one line; one
-# that runs past build_timeout (3600 s) is stopped, in one line. The build
-# venv and the unpacked trees are removed once the wheels are in out/, so the RUN's layer holds
-# out/ alone: a second less to commit (2-core host, benchmarks/sdist_bench.py) and less kept
-# in the layer cache.
+# Offline, from hash-checked sdists and a hashed build lock; one build per CPU, each as an
+# unprivileged user, stopped after 3600 s. Only the wheels (out/) stay in the layer.
+# The build venv and the builds: reprobuild's pinned uv, bind-mounted, never in a layer.
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS sdist-build
 COPY build/ /.reprobuild-build/
 RUN --mount=type=bind,source=uv,target=/.reprobuild-uv \
@@ -144,11 +128,8 @@ COPY --from=pkgs-b17 /opt/venv/ /opt/venv/
 COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
 COPY --from=pkgs-built /opt/venv/ /opt/venv/
 COPY runtime/ /opt/reprobuild/runtime/
-# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
-# every interpreter, so its modules must load from bytecode. -S: without site the hook does
-# not run here, which would first write timestamp-based .pyc files that compileall keeps.
-# With the runtime: the .pth that puts it on the venv's path and imports its start-up hook
-# (-B: the packages' .pth files it runs write no bytecode into another layer's folders).
+# The runtime, precompiled as root (the image's user cannot write __pycache__).
+# With the .pth that runs its start-up hook (-B: no bytecode into another layer's folders).
 RUN /opt/venv/bin/python -I -B -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')" \
  && /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \

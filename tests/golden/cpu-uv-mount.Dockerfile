@@ -32,11 +32,8 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
 COPY --from=pkgs-b11 /opt/venv/ /opt/venv/
 COPY --from=pkgs-b14 /opt/venv/ /opt/venv/
 COPY runtime/ /opt/reprobuild/runtime/
-# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
-# every interpreter, so its modules must load from bytecode. -S: without site the hook does
-# not run here, which would first write timestamp-based .pyc files that compileall keeps.
-# With the runtime: the .pth that puts it on the venv's path and imports its start-up hook
-# (-B: the packages' .pth files it runs write no bytecode into another layer's folders).
+# The runtime, precompiled as root (the image's user cannot write __pycache__).
+# With the .pth that runs its start-up hook (-B: no bytecode into another layer's folders).
 RUN /opt/venv/bin/python -I -B -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], '_reprobuild_runtime.pth').write_text('/opt/reprobuild/runtime\nimport reprobuild_entrypoint._startup\n')" \
  && /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \

@@ -10,19 +10,8 @@ ENV SOURCE_DATE_EPOCH=1700000000 \
     PIP_HOME="import os, pip; print(os.path.dirname(os.path.dirname(pip.__file__)))" \
     PIP_PYTHON_OK="import pip, sys; v = [int(''.join(filter(str.isdigit, p)) or 0) for p in pip.__version__.split('.')[:2]]; sys.exit(v < [22, 3])" \
     PIP_WHEEL="import ensurepip, glob, os, sys, sysconfig; v = ensurepip.version(); w = [p for d in (sysconfig.get_config_var('WHEEL_PKG_DIR') or '/usr/share/python-wheels', os.path.join(os.path.dirname(ensurepip.__file__), '_bundled')) for p in sorted(glob.glob(os.path.join(d, 'pip-' + v + '-*.whl')))]; n = [int(''.join(filter(str.isdigit, p)) or 0) for p in v.split('.')[:2]]; print(w[0]) if w and n >= [22, 3] else sys.exit(1)"
-# The target venv gets no pip of its own; pip is the wheel ensurepip would install, unpacked
-# and run from where it lies (the pip a bootstrap venv would get, without the seconds
-# ensurepip takes to install it); else a throwaway bootstrap venv, or the base itself where it
-# has no ensurepip (NGC images ship pip but no python3-venv). A pip
-# older than 22.3 (Debian bullseye's, for CPython 3.9) has no --python: it then runs in the
-# venv's own interpreter from where it lies, installing every pin (--ignore-installed: the
-# bootstrap's own packages on its path are not the venv's). Which pip it is comes from its
-# version (PIP_PYTHON_OK): asking pip itself costs most of a second.
-# GPU images build on the base's frameworks (NGC's own torch/TensorFlow, CUDA libraries): the
-# venv sees the base's packages, and pip honours the base's PIP_CONSTRAINT as it stands.
-# SOURCE_DATE_EPOCH makes pip write hash-based .pyc files, which carry no timestamps.
-# After the install, a .pth puts the in-image runtime on the venv's path and imports its
-# start-up hook at every interpreter start, so determinism holds even without the ENTRYPOINT.
+# The venv, with no pip of its own: pip is the wheel ensurepip would install, run where it lies.
+# It sees the base's frameworks (NGC's torch or TensorFlow, CUDA); pip keeps its PIP_CONSTRAINT.
 RUN python3 -m venv --system-site-packages --without-pip /opt/venv \
  && { { whl=$(python3 -I -c "$PIP_WHEEL" 2>/dev/null) \
         && python3 -I -m zipfile -e "$whl" /tmp/reprobuild/pip.part \
@@ -30,6 +19,8 @@ RUN python3 -m venv --system-site-packages --without-pip /opt/venv \
       || python3 -m venv /tmp/reprobuild/bootstrap || python3 -m pip --version; }
 COPY requirements.lock /tmp/reprobuild/requirements.lock
 COPY wheels/ /tmp/reprobuild/wheels/
+# The locked wheels, hash-checked (hash-based .pyc files), then the .pth that runs the
+# runtime's start-up hook in every interpreter.
 RUN py=/tmp/reprobuild/bootstrap/bin/python; [ -x "$py" ] || py=python3; \
     install="$py -m pip --python /opt/venv/bin/python install"; \
     if [ -d /tmp/reprobuild/pip ]; then \
@@ -46,17 +37,14 @@ RUN py=/tmp/reprobuild/bootstrap/bin/python; [ -x "$py" ] || py=python3; \
 
 # ---- stage 2: the image that ships ----
 FROM nvcr.io/nvidia/tensorflow@sha256:c83b37d26f19ab00d8a13cf974edd079c3d099918ec3110c304a989d6e2f75d5
-# useradd writes the day of the build into /etc/shadow (last password change, field 3): empty
-# it (no password aging; the account has no password), so the image is the same on any day.
+# The user (no day in /etc/shadow: the image is the same on any day), /app.
 RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh repro \
  && sed -i -E 's/^(repro:[^:]*:)[0-9]*:/\1:/' /etc/shadow \
  && install -d -o 10001 -g 10001 /app \
  && install -d /opt/reprobuild
 COPY --from=deps /opt/venv /opt/venv
 COPY runtime/ /opt/reprobuild/runtime/
-# Precompiled as root: the image user cannot write __pycache__, and the start-up hook runs in
-# every interpreter, so its modules must load from bytecode. -S: without site the hook does
-# not run here, which would first write timestamp-based .pyc files that compileall keeps.
+# The runtime, precompiled as root (the image's user cannot write __pycache__).
 RUN /opt/venv/bin/python -I -S -m compileall -q --invalidation-mode unchecked-hash /opt/reprobuild/runtime
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \
