@@ -18,6 +18,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -198,6 +199,27 @@ def _tar_kind(member: tarfile.TarInfo | None) -> str:
     return "a special file"
 
 
+@dataclass(frozen=True)
+class PushOutcome:
+    """What a push did: the registry's manifest digest, and each layer (by the first 12 hex
+    of its diff ID, as the engine names it) ``sent`` or ``present`` (the registry had it)."""
+
+    digest: str
+    layers: dict[str, str]
+
+
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _layer_done(status: str) -> bool:
+    """A push's last word on a layer: sent, or the registry had it (or mounted it)."""
+    return status in ("Pushed", "Layer already exists") or status.startswith("Mounted from")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
+
+
 class Engine:
     """A connection to one Docker engine (DOCKER_HOST or the local socket)."""
 
@@ -331,6 +353,36 @@ class Engine:
             self.client.images.get(image).tag(repo, tag)
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot tag {image} as {ref}: {_short(exc)}") from None
+
+    def push(self, name: str, tag: str, log: Log = _quiet) -> PushOutcome:
+        """Push ``name:tag`` (tagged on this engine) to its registry. The engine sends only
+        the layers the registry lacks (it asks for each blob first). Returns the registry's
+        manifest digest and what became of each layer, by its short diff ID."""
+        layers: dict[str, str] = {}
+        digest = ""
+        try:
+            stream = self.transfer_client.api.push(name, tag=tag, stream=True, decode=True)
+            for message in stream:
+                if not isinstance(message, dict):
+                    continue
+                if message.get("error"):
+                    raise EngineError(
+                        f"pushing {name}:{tag} failed: {_one_line(str(message['error']))}",
+                        hint="check that the registry answers and that you are logged in "
+                        "to it (`docker login`)",
+                    )
+                aux = message.get("aux")
+                if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
+                    digest = aux["Digest"]
+                layer, status = message.get("id"), message.get("status")
+                if isinstance(layer, str) and isinstance(status, str) and _layer_done(status):
+                    layers[layer] = "sent" if status == "Pushed" else "present"
+                    log(f"  {layer}: {status}")
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"pushing {name}:{tag} failed: {_short(exc)}") from None
+        if not _DIGEST_RE.fullmatch(digest):
+            raise EngineError(f"pushing {name}:{tag}: the engine named no manifest digest")
+        return PushOutcome(digest, layers)
 
     def tags_under(self, prefix: str) -> list[str]:
         """Every tag on the engine that starts with ``prefix`` (e.g. ``reprobuild-scratch/``)."""

@@ -44,6 +44,9 @@ COMMANDS: dict[str, CommandInfo] = {
     "rebuild": _info(
         "rebuild", "build an image again from the inputs its manifest records; same image?"
     ),
+    "push": _info(
+        "push", "push an image built earlier to a registry: only the layers it lacks move"
+    ),
     "inspect": _info("inspect", "print an image's manifest"),
     "sbom": _info("sbom", "print (or write) the CycloneDX SBOM an image carries"),
     "resolve": _info(

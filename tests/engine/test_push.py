@@ -1,0 +1,126 @@
+"""``reprobuild push IMAGE REF`` for real: the tiny project's image pushed to the loopback
+registry through the engine. The first push sends the project's layers (the base's are
+mounted from the repository the base was pulled from), a second push of the same image sends
+nothing, and after a code-only change only the app's layer and the stamp's move; the bytes
+named are the pushed manifest's own sizes. Then `compose` pins the image by the pushed digest.
+A registry nobody answers on is one error line, and the tag the push made is gone again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import requests
+import yaml
+
+from helpers import DATA, REGISTRY, build_json, run_cli
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+pytestmark = [pytest.mark.engine, pytest.mark.registry]
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json, "
+    "application/vnd.docker.distribution.manifest.v2+json"
+)
+
+
+def _push(image: str, ref: str) -> dict[str, Any]:
+    proc = run_cli("push", image, ref, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
+
+
+def _manifest(repository: str, digest: str) -> dict[str, Any]:
+    answer = requests.get(
+        f"http://{REGISTRY}/v2/{repository}/manifests/{digest}",
+        headers={"Accept": MANIFEST_TYPES},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text[:500]
+    document: dict[str, Any] = answer.json()
+    return document
+
+
+def test_push_sends_only_what_the_registry_lacks_and_compose_pins_the_digest(
+    base_ref: str, docker_client: DockerClient, tmp_path: Path, unique_tag: Any
+) -> None:
+    project = tmp_path / "tiny"
+    shutil.copytree(DATA / "projects" / "tiny", project)
+    first_tag, second_tag = unique_tag("push"), unique_tag("push")
+    first = build_json(str(project), "--base", base_ref, "--tag", first_tag, "-q")
+    repository = f"reprobuild-test/push-{uuid.uuid4().hex[:10]}"
+    target = f"{REGISTRY}/{repository}"
+    try:
+        proc = run_cli("push", first_tag, f"{target}:v1")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        digest = proc.stdout.strip().rpartition("@")[2]
+        assert proc.stdout == f"{target}@{digest}\n"
+        summary = proc.stderr.strip().splitlines()[-1]
+        assert summary.startswith(f"pushed {target}@{digest}: "), proc.stderr
+        manifest = _manifest(repository, digest)
+        sizes = [layer["size"] for layer in manifest["layers"]]
+        layers = docker_client.images.get(first["id"]).attrs["RootFS"]["Layers"]
+        assert len(sizes) == len(layers)
+
+        again = _push(first_tag, f"{target}:v1")
+        assert again["digest"] == digest and again["reference"] == f"{target}@{digest}"
+        assert (again["sent_layers"], again["sent_bytes"]) == (0, 0), again
+        assert again["present_bytes"] == sum(sizes)
+
+        # the engine now knows the image by the pushed digest: compose pins it by that
+        out = tmp_path / "compose.yml"
+        proc = run_cli("compose", str(project), "--image", first_tag, "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        images = {s["image"] for s in yaml.safe_load(out.read_text())["services"].values()}
+        assert f"{target}@{digest}" in images, images
+
+        # a code-only change: only the app's layer and the stamp's are new to the registry
+        (project / "hello.py").write_text((project / "hello.py").read_text() + "\n# changed\n")
+        second = build_json(str(project), "--base", base_ref, "--tag", second_tag, "-q")
+        report = _push(second_tag, f"{target}:v2")
+        new_sizes = [layer["size"] for layer in _manifest(repository, report["digest"])["layers"]]
+        old = set(layers)
+        new = docker_client.images.get(second["id"]).attrs["RootFS"]["Layers"]
+        changed = [i for i, layer in enumerate(new) if layer not in old]
+        assert 1 <= len(changed) <= 2, changed
+        assert report["sent_layers"] == len(changed), report
+        assert report["sent_bytes"] == sum(new_sizes[i] for i in changed), report
+        assert report["sent_bytes"] < sum(new_sizes) / 10, report
+    finally:
+        for ref in (f"{target}:v1", f"{target}:v2"):
+            if _has(docker_client, ref):
+                docker_client.images.remove(ref)
+
+
+def _has(docker_client: DockerClient, ref: str) -> bool:
+    import docker.errors
+
+    try:
+        docker_client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def test_a_registry_that_does_not_answer_is_one_line_and_leaves_no_tag(
+    base_ref: str, docker_client: DockerClient, tmp_path: Path, unique_tag: Any
+) -> None:
+    project = tmp_path / "tiny"
+    shutil.copytree(DATA / "projects" / "tiny", project)
+    tag = unique_tag("push")
+    build_json(str(project), "--base", base_ref, "--tag", tag, "-q")
+    dead = f"127.0.0.1:9/reprobuild-test/push-{uuid.uuid4().hex[:10]}:v1"
+    proc = run_cli("push", tag, dead)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and "127.0.0.1:9" in errors[0], proc.stderr
+    assert proc.stdout == ""
+    assert not _has(docker_client, dead)
