@@ -725,7 +725,7 @@ def test_the_code_step_built_apart_gives_the_whole_builds_image(
     whole Dockerfile gives; a changed file under the code (another input) builds them again."""
     from reprobuild.backends import buildah
     from reprobuild.bases.refs import parse_ref
-    from reprobuild.imaging import image
+    from reprobuild.imaging import buildahbuild as image
 
     monkeypatch.setenv("REPROBUILD_CACHE_DIR", str(tmp_path / "cache"))
     buildah.pull(parse_ref(base_ref))
@@ -747,7 +747,7 @@ def test_the_code_step_built_apart_gives_the_whole_builds_image(
 
     def apart(*, no_cache: bool = False) -> tuple[str, list[str]]:
         lines: list[str] = []
-        built = image._bud_code_last(
+        built = image.bud_code_last(
             ctx, epoch=EPOCH, no_cache=no_cache, network=False, version="t", log=lines.append
         )
         made.append(built)

@@ -27,7 +27,7 @@ from helpers import (
     run_cli,
     tar_context,
 )
-from reprobuild.imaging.image import LAYERS_REUSED
+from reprobuild.imaging.buildahbuild import LAYERS_REUSED
 
 if TYPE_CHECKING:
     from docker import DockerClient

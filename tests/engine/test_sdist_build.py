@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from helpers import MakeProject, MakeTag, build_json, run_cli
-from reprobuild.imaging.image import LAYERS_REUSED
+from reprobuild.imaging.buildahbuild import LAYERS_REUSED
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
 ENV = {"SOURCE_DATE_EPOCH": "1700000000"}

@@ -208,7 +208,7 @@ def test_a_push_that_fails_after_the_load_leaves_no_tag(
     monkeypatch: pytest.MonkeyPatch, fault: BaseException
 ) -> None:
     from reprobuild.backends import buildah
-    from reprobuild.imaging import image as build_image
+    from reprobuild.imaging import load as build_image
 
     @contextlib.contextmanager
     def archive_stream(image: str, name: str, **options: object) -> Iterator[Iterator[bytes]]:
@@ -216,11 +216,11 @@ def test_a_push_that_fails_after_the_load_leaves_no_tag(
         raise fault  # buildah's exit status, read after the engine loaded the archive
 
     monkeypatch.setattr(buildah, "archive_stream", archive_stream)
-    monkeypatch.setattr(build_image, "_load_new_layers", lambda *a, **k: False)
+    monkeypatch.setattr(build_image, "load_new_layers", lambda *a, **k: False)
     image = "1" * 64
     engine = _LoadingEngine(f"sha256:{image}", "team/app:v1")
     with pytest.raises(type(fault)):
-        build_image._into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+        build_image.into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
     assert ("load", b"the whole archive") in engine.calls
     assert engine.calls[-1] == ("untag", "team/app:v1")
 
@@ -228,7 +228,7 @@ def test_a_push_that_fails_after_the_load_leaves_no_tag(
     engine = _LoadingEngine(f"sha256:{image}", "team/app:v1")
     engine.load = lambda archive: (_ for _ in ()).throw(EngineError("cannot load"))  # type: ignore[method-assign]
     with pytest.raises(EngineError):
-        build_image._into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+        build_image.into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
     assert not any(call[0] == "untag" for call in engine.calls)
 
 
@@ -236,7 +236,7 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from reprobuild.backends import buildah
-    from reprobuild.imaging import image as build_image
+    from reprobuild.imaging import load as build_image
 
     pushed: list[tuple[str, str]] = []
 
@@ -250,9 +250,9 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     def broken(*args: object, **kwargs: object) -> bool:
         raise EngineError("the engine did not get sha256:0000 under team/app:v1")
 
-    monkeypatch.setattr(build_image, "_load_new_layers", broken)
+    monkeypatch.setattr(build_image, "load_new_layers", broken)
     engine, said = _Engine(), list[str]()
-    build_image._into_engine(engine, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
+    build_image.into_engine(engine, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
     assert said == [
         "loading only the new layers did not work (the engine did not get sha256:0000 under "
         "team/app:v1); loading the whole image"
@@ -263,7 +263,7 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     # an engine that holds the image: only the tag, nothing pushed or loaded
     pushed.clear()
     held = _Engine(holds=True)
-    build_image._into_engine(held, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
+    build_image.into_engine(held, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
     assert pushed == [] and held.calls[-1] == ("tag", "sha256:" + "0" * 64, "team/app:v1")
 
 
@@ -518,12 +518,12 @@ def test_containerd_failed_shortcut_loads_every_layer(monkeypatch: pytest.Monkey
 
 
 def test_containerd_failed_load_puts_the_name_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reprobuild.imaging import image as build_image
+    from reprobuild.imaging import load as build_image
 
     _in_buildah(monkeypatch, NEW)
     engine = _StoreEngine({"team/app:v1": "sha256:" + "9" * 64}, fail=1)
     with pytest.raises(EngineError):
-        build_image._into_engine(engine, NEW.id[7:], "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+        build_image.into_engine(engine, NEW.id[7:], "team/app:v1", print, **BASE)  # type: ignore[arg-type]
     assert engine.image_id("team/app:v1") == "sha256:" + "9" * 64
 
 

@@ -13,7 +13,7 @@ import pytest
 from helpers import run_cli
 from reprobuild.errors import LockfileError, ReprobuildError
 from reprobuild.imaging import platforms
-from reprobuild.imaging.image import check_installed
+from reprobuild.imaging.imageprobe import check_installed
 from reprobuild.imaging.manifest import Distribution
 from reprobuild.imaging.platforms import BuildPlatform, parse_platforms
 from reprobuild.locks.lockfile import load_lock

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from reprobuild.backends.engine import RunResult
-from reprobuild.imaging.image import ProbeCache
+from reprobuild.imaging.imageprobe import ProbeCache
 
 APP = {"created_by": "/bin/sh -c #(nop) COPY dir:0123abcd in /app/ "}
 RUN = {"created_by": "/bin/sh -c python -m compileall /opt/reprobuild/runtime"}

@@ -106,9 +106,10 @@ def test_same_inputs_same_bytes_and_a_serial_from_the_content() -> None:
 def test_the_build_keeps_sboms_by_everything_they_are_made_of(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """image._sbom: the SBOM make_sbom gives, made once per set of inputs; any input that
-    changes (the manifest, the lock, the facts, the epoch) is another SBOM, made anew."""
-    from reprobuild.imaging import image
+    """imageprobe.sbom_document: the SBOM make_sbom gives, made once per set of inputs; any
+    input that changes (the manifest, the lock, the facts, the epoch) is another SBOM, made
+    anew."""
+    from reprobuild.imaging import imageprobe
 
     monkeypatch.setenv("REPROBUILD_CACHE_DIR", str(tmp_path))
     lock = load_lock(LOCK)
@@ -120,9 +121,9 @@ def test_the_build_keeps_sboms_by_everything_they_are_made_of(
         return real(*args)
 
     monkeypatch.setattr(sbom, "make_sbom", counted)
-    first = image._sbom(manifest(), lock, FACTS, 0)
+    first = imageprobe.sbom_document(manifest(), lock, FACTS, 0)
     assert first == real(manifest(), lock, FACTS, 0)
-    assert image._sbom(manifest(), lock, FACTS, 0) == first
+    assert imageprobe.sbom_document(manifest(), lock, FACTS, 0) == first
     assert len(made) == 1 and len(list((tmp_path / "sboms").iterdir())) == 1
     changed_lock = parse_lock_bytes(LOCK.read_bytes().replace(b"six==1.17.0", b"six==1.16.0"), LOCK)
     others = [
@@ -137,7 +138,7 @@ def test_the_build_keeps_sboms_by_everything_they_are_made_of(
         (manifest(), lock, FACTS, 1_700_000_000),
     ]
     for args in others:
-        assert image._sbom(*args) == real(*args) != first
+        assert imageprobe.sbom_document(*args) == real(*args) != first
     assert len(made) == 5
 
 

@@ -1,0 +1,87 @@
+"""The load step of ``reprobuild image``: a buildah image into the engine, keeping its ID;
+only the layers the engine lacks where it holds an earlier build of the same lock."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from reprobuild.backends import buildah, layerload
+from reprobuild.backends.engine import Engine
+from reprobuild.bases.refs import ImageRef
+from reprobuild.errors import EngineError
+from reprobuild.imaging.render import LOCK_LABEL
+
+Log = Callable[[str], None]
+
+
+def into_engine(
+    engine: Engine,
+    image_id: str,
+    name: str,
+    log: Log,
+    *,
+    lock: str,
+    base: ImageRef,
+    previous: str | None = None,
+) -> None:
+    """Load a buildah image into the engine under ``name``, keeping its image ID. Through a
+    docker-archive streamed to the engine's API (:func:`buildah.archive_stream`), not buildah's
+    ``docker-daemon:`` transport: that one always dials /var/run/docker.sock and ignores
+    ``DOCKER_HOST`` (a rootless or remote engine, a second daemon), so the image would land in
+    another engine than the one used.
+
+    An engine that already holds the image (the same ID: the same config, so the same layers
+    by their digests) only gets the tag: a rebuild of an unchanged project skips the archive
+    of the whole image and its load (about 11 s of 13 for a 1.3 GB image here).
+
+    The containerd image store loads an OCI layout instead (:func:`layerload.load_oci`),
+    shipping the layers the previous build (``previous``, buildah's ID) does not share."""
+    if engine.image_store()[1]:
+        before = engine.image_id(name)
+        try:
+            layerload.load_oci(engine, image_id, name, previous, log)
+        except BaseException:
+            # a load that failed half-way must not leave its image under the name: the name
+            # goes back to the image it named before, if any
+            with contextlib.suppress(EngineError):
+                if engine.image_id(name) != before:
+                    engine.untag(name)
+                    if before is not None:
+                        engine.tag(before, name)
+            raise
+        return
+    if engine.image_id(f"sha256:{image_id}") is not None:
+        log(f"the engine already holds sha256:{image_id[:12]}: tagging it {name}")
+        engine.tag(f"sha256:{image_id}", name)
+        return
+    try:
+        if load_new_layers(engine, image_id, name, log, lock=lock, base=base):
+            return
+    except (EngineError, OSError) as exc:
+        log(f"loading only the new layers did not work ({exc}); loading the whole image")
+    try:
+        with buildah.archive_stream(image_id, name) as chunks:
+            engine.load(chunks)
+    except BaseException:
+        # The load names the image as it registers it: a push that failed after the archive
+        # was whole, or Ctrl-C right after the load, must not leave the tag on it.
+        if engine.image_id(name) == f"sha256:{image_id}":
+            engine.untag(name)
+        raise
+
+
+def load_new_layers(
+    engine: Engine, image_id: str, name: str, log: Log, *, lock: str, base: ImageRef
+) -> bool:
+    """Ship only the layers the engine lacks (:mod:`reprobuild.backends.layerload`), when the engine
+    holds an earlier build of the same lock beyond the base: a code-only change. Otherwise
+    (a new lock, a first build) the new layers are most of the image, and the whole archive
+    is the faster way in (plain tar over a local HTTP push is not)."""
+    rootfs = buildah.config(image_id).get("rootfs") or {}
+    diff_ids = [str(d) for d in rootfs.get("diff_ids") or []]
+    chains = engine.layer_chains(LOCK_LABEL, lock)
+    held = layerload.held_prefix(diff_ids, chains)
+    if held <= len(engine.layers(base.by_digest())):
+        return False
+    return layerload.load(engine, image_id, name, diff_ids, held, log)
