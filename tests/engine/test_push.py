@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,13 +49,27 @@ def _manifest(repository: str, digest: str) -> dict[str, Any]:
     return document
 
 
-def test_push_sends_only_what_the_registry_lacks_and_compose_pins_the_digest(
-    base_ref: str, docker_client: DockerClient, tmp_path: Path, unique_tag: Any
-) -> None:
-    project = tmp_path / "tiny"
+@pytest.fixture(scope="module")
+def tiny(
+    base_ref: str, docker_client: DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, str, str]]:
+    """The tiny project, built once: its folder, tag and image ID (removed at the end)."""
+    project = tmp_path_factory.mktemp("push") / "tiny"
     shutil.copytree(DATA / "projects" / "tiny", project)
-    first_tag, second_tag = unique_tag("push"), unique_tag("push")
-    first = build_json(str(project), "--base", base_ref, "--tag", first_tag, "-q")
+    tag = f"reprobuild-test/push:{uuid.uuid4().hex[:12]}"
+    built = build_json(str(project), "--base", base_ref, "--tag", tag, "-q")
+    yield project, tag, str(built["id"])
+    docker_client.images.remove(tag, force=True)
+
+
+def test_push_sends_only_what_the_registry_lacks_and_compose_pins_the_digest(
+    tiny: tuple[Path, str, str], base_ref: str, docker_client: DockerClient, tmp_path: Path,
+    unique_tag: Any,
+) -> None:  # fmt: skip
+    built_from, first_tag, first_id = tiny
+    project = tmp_path / "tiny"  # a copy: its code changes below
+    shutil.copytree(built_from, project)
+    second_tag = unique_tag("push")
     repository = f"reprobuild-test/push-{uuid.uuid4().hex[:10]}"
     target = f"{REGISTRY}/{repository}"
     try:
@@ -66,7 +81,7 @@ def test_push_sends_only_what_the_registry_lacks_and_compose_pins_the_digest(
         assert summary.startswith(f"pushed {target}@{digest}: "), proc.stderr
         manifest = _manifest(repository, digest)
         sizes = [layer["size"] for layer in manifest["layers"]]
-        layers = docker_client.images.get(first["id"]).attrs["RootFS"]["Layers"]
+        layers = docker_client.images.get(first_id).attrs["RootFS"]["Layers"]
         assert len(sizes) == len(layers)
 
         again = _push(first_tag, f"{target}:v1")
@@ -110,12 +125,9 @@ def _has(docker_client: DockerClient, ref: str) -> bool:
 
 
 def test_a_registry_that_does_not_answer_is_one_line_and_leaves_no_tag(
-    base_ref: str, docker_client: DockerClient, tmp_path: Path, unique_tag: Any
+    tiny: tuple[Path, str, str], docker_client: DockerClient
 ) -> None:
-    project = tmp_path / "tiny"
-    shutil.copytree(DATA / "projects" / "tiny", project)
-    tag = unique_tag("push")
-    build_json(str(project), "--base", base_ref, "--tag", tag, "-q")
+    _, tag, _ = tiny
     dead = f"127.0.0.1:9/reprobuild-test/push-{uuid.uuid4().hex[:10]}:v1"
     proc = run_cli("push", tag, dead)
     assert proc.returncode == 1, proc.stderr
