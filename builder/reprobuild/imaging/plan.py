@@ -10,7 +10,7 @@ import subprocess
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -186,6 +186,54 @@ class Plan:
     """What the user should be warned of (a CPython past its upstream end of life)."""
 
 
+@dataclass(frozen=True)
+class _Base:
+    """The base a build is for, with what is known of it before it is pulled."""
+
+    ref: ImageRef
+    entrypoint: tuple[str, ...] | None = None
+    python: str | None = None
+    new_base: LockedBase | None = None
+    notes: tuple[str, ...] = ()
+    locked_versions: dict[str, str] = field(default_factory=dict)
+
+
+def _resolve_base(
+    config: ProjectConfig,
+    base: str | None,
+    base_value: str,
+    *,
+    gpu: bool,
+    catalog: Catalog,
+    where: Callable[[], str],
+) -> _Base:
+    """``--base`` (by digest; the project's own catalog base given so names its CPython), a
+    catalog name (through the project's base lock; one not locked yet is ``new_base``), or the
+    project's base by digest (a bad one named at ``where()``, the line that sets it)."""
+    if base:
+        ref = parse_pinned(base, what="--base")
+        # the project's own catalog base given by digest (rebuild does so): its Python is known
+        own_base = config.base_gpu if gpu else config.base_cpu
+        return _Base(ref, python=catalog_python_by_digest(config, own_base, ref.digest, catalog))
+    if is_catalog_name(base_value):  # the project's lock of that name
+        try:
+            locked, is_new, note = pin(config.root, base_value, catalog)
+        except UnknownBaseError as exc:  # named at the line that sets it
+            raise UnknownBaseError(f"{where()}: {exc.message}", hint=exc.hint) from None
+        return _Base(
+            locked.ref,
+            entrypoint=locked.entrypoint,
+            python=locked.versions.get("python"),
+            new_base=locked if is_new else None,
+            notes=(note,) if note else (),
+            locked_versions=dict(locked.versions),
+        )
+    try:
+        return _Base(parse_pinned(base_value, what=f"base.{variant_of(gpu)}"))
+    except ImageRefError as exc:  # named at the line that sets it
+        raise ImageRefError(f"{where()}: {exc.message}", hint=exc.hint) from None
+
+
 def plan_build(
     directory: Path,
     *,
@@ -212,35 +260,13 @@ def plan_build(
     if not base_value:
         raise ConfigError(config.config_path, f"base.{variant} is not set and no --base was given")
     catalog = catalog or load_catalog()
-    known_entrypoint: tuple[str, ...] | None = None
-    base_python: str | None = None
-    new_base: LockedBase | None = None
-    notes: tuple[str, ...] = ()
-    locked_versions: dict[str, str] = {}
-    if base:
-        base_ref = parse_pinned(base, what="--base")
-        # the project's own catalog base given by digest (rebuild does so): its Python is known
-        own_base = config.base_gpu if gpu else config.base_cpu
-        base_python = catalog_python_by_digest(config, own_base, base_ref.digest, catalog)
-    elif is_catalog_name(base_value):  # the project's lock of that name
-        try:
-            locked, is_new, note = pin(config.root, base_value, catalog)
-        except UnknownBaseError as exc:  # named at the line that sets it
-            raise UnknownBaseError(
-                f"{_base_where(config, variant, variant_name)}: {exc.message}", hint=exc.hint
-            ) from None
-        new_base = locked if is_new else None
-        notes = (note,) if note else ()
-        base_ref, known_entrypoint = locked.ref, locked.entrypoint
-        base_python = locked.versions.get("python")
-        locked_versions = dict(locked.versions)
-    else:
-        try:
-            base_ref = parse_pinned(base_value, what=f"base.{variant}")
-        except ImageRefError as exc:  # named at the line that sets it
-            raise ImageRefError(
-                f"{_base_where(config, variant, variant_name)}: {exc.message}", hint=exc.hint
-            ) from None
+
+    def where() -> str:
+        return _base_where(config, variant, variant_name)
+
+    chosen = _resolve_base(config, base, base_value, gpu=gpu, catalog=catalog, where=where)
+    base_ref, known_entrypoint, base_python = chosen.ref, chosen.entrypoint, chosen.python
+    new_base, notes, locked_versions = chosen.new_base, chosen.notes, chosen.locked_versions
     if ca_cert is not None and not online:
         raise ReprobuildError(
             "--ca-cert is only used with --online (hermetic builds need no network)"
