@@ -59,11 +59,11 @@ BUNDLE = "/shared/bundles/ddp 1"
 IMAGE_PATH = "/opt/venv/bin:/usr/bin:/bin"
 
 
-def spec(the_job: NodesJob, runtime: str, bundle: str = BUNDLE) -> SlurmSpec:
+def spec(the_job: NodesJob, runtime: str, bundle: str = BUNDLE, arch: str = "") -> SlurmSpec:
     """The job's spec for ``runtime`` (oci: with a bundle)."""
     if runtime == "oci":
-        return SlurmSpec(the_job, "ddp", runtime, bundle, IMAGE_PATH)
-    return SlurmSpec(the_job, "ddp", runtime)
+        return SlurmSpec(the_job, "ddp", runtime, bundle, IMAGE_PATH, arch)
+    return SlurmSpec(the_job, "ddp", runtime, arch=arch)
 
 
 def shellcheck_bin() -> Path:
@@ -77,7 +77,9 @@ def shellcheck_bin() -> Path:
 @pytest.mark.parametrize("gpu", [False, True])
 def test_every_script_passes_bash_n_and_shellcheck(tmp_path: Path, runtime: str, gpu: bool) -> None:
     env = tuple(TRICKY_ENV_VALUES.items())
-    text = render(spec(job(shape=JobShape(2, 2, gpu=gpu), env=env), runtime))
+    # with the machine check of an arm64 image (GPU) and of an amd64 one (CPU)
+    the_job = job(shape=JobShape(2, 2, gpu=gpu), env=env)
+    text = render(spec(the_job, runtime, arch="arm64" if gpu else "amd64"))
     script = tmp_path / "job.sbatch"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True)
@@ -333,6 +335,52 @@ def test_a_job_of_the_wrong_size_or_a_bad_path_stops_before_srun(tmp_path: Path)
     )
     assert done.returncode == 2 and "has a ':' or ','" in done.stderr
     assert not list(tmp_path.rglob("RAN"))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_script_says_the_image_s_architecture_and_stops_on_another_machine(
+    tmp_path: Path, runtime: str
+) -> None:
+    """An arm64 image: the header names it, and on an x86_64 node the script stops before srun
+    with one line naming both machines; on an aarch64 node it goes on. An image whose
+    architecture is unknown (or not one of Linux's machines) gets no check."""
+    text = render(spec(job(), runtime, arch="arm64"))
+    assert "- Architecture: the image is linux/arm64: the job's nodes must be aarch64" in text
+    assert "uname -m" not in render(spec(job(), runtime, arch=""))
+    assert "uname -m" not in render(spec(job(), runtime, arch="$(touch PWNED)"))
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho n1\necho n2\n")
+    (bin_dir / "srun").write_text('#!/bin/sh\ntouch "$SLURM_SUBMIT_DIR/RAN"\n')
+    for tool in ("scontrol", "srun", "uname"):
+        if tool == "uname":
+            (bin_dir / tool).write_text('#!/bin/sh\necho "$FAKE_MACHINE"\n')
+        (bin_dir / tool).chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        ["bash", str(script)], env={**env, "FAKE_MACHINE": "x86_64"}, capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "the image is linux/arm64 and node" in errors[0], done.stderr
+    assert "is x86_64: submit the job to aarch64 nodes" in errors[0]
+    assert not (tmp_path / "RAN").exists()
+    done = subprocess.run(
+        ["bash", str(script)], env={**env, "FAKE_MACHINE": "aarch64"}, capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    assert "error: the image is" not in done.stderr
+    # past the check: podman and apptainer reach srun here (pyxis and oci need more of Slurm's
+    # environment and a bundle, which their own tests give)
+    assert (tmp_path / "RAN").exists() or runtime in ("pyxis", "oci"), done.stderr
 
 
 # ---- bad input: one error line, nothing written --------------------------------------------

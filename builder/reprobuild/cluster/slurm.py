@@ -99,6 +99,9 @@ class SlurmSpec:
     """``oci``: the bundle's absolute path (``reprobuild slurm --bundle``)."""
     path: str = ""
     """``oci``: the image's PATH (Slurm gives the container the task's environment)."""
+    arch: str = ""
+    """The image's architecture as its config says it (``amd64``, ``arm64``; "" unknown):
+    the script says it and stops on a node of another machine (``uname -m``)."""
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -254,6 +257,12 @@ def _header(spec: SlurmSpec) -> list[str]:
     ]
     if job.env:
         lines.append(f"- Set by --env on every node: {', '.join(name for name, _ in job.env)}.")
+    machine = MACHINES.get(spec.arch)
+    if machine:
+        lines.append(
+            f"- Architecture: the image is linux/{spec.arch}: the job's nodes must be "
+            f"{machine} (uname -m); the script stops on one that is not."
+        )
     if spec.runtime == "oci":
         lines += ["", *OCI_CONF_NOTE]
     return lines
@@ -468,6 +477,32 @@ def _oci_task(spec: SlurmSpec) -> list[str]:
     ]
 
 
+# An image's architecture (its config's, as OCI names it) -> the machine `uname -m` gives on
+# Linux. Only these literals reach the script; another architecture gets no check.
+MACHINES = {
+    "amd64": "x86_64",
+    "arm64": "aarch64",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+
+
+def _machine_check(arch: str) -> list[str]:
+    """Stop the job on a node whose machine is not the image's (the batch script runs on the
+    job's first node): one line naming both, exit 2, before any container starts."""
+    machine = MACHINES.get(arch)
+    if machine is None:
+        return []
+    return [
+        f'if [ "$(uname -m)" != {machine} ]; then',
+        f'  echo "reprobuild: error: the image is linux/{arch} and node $(hostname) is '
+        f'$(uname -m): submit the job to {machine} nodes" >&2',
+        "  exit 2",
+        "fi",
+    ]
+
+
 def render(spec: SlurmSpec) -> str:
     job = spec.job
     shape = job.shape
@@ -506,6 +541,7 @@ def render(spec: SlurmSpec) -> str:
         "    ;;",
         "esac",
         *(_OCI_PATHS if spec.runtime == "oci" else []),
+        *_machine_check(spec.arch),
         'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST" | LC_ALL=C sort)',
         'if [ "${#hosts[@]}" -ne "$NODES" ]; then',
         '  echo "reprobuild: error: the job has ${#hosts[@]} node(s), not $NODES" >&2',
@@ -594,14 +630,14 @@ def slurm_project(
         what="Slurm job",
     )
     job_name = name if name is not None else default_name(made.config.name)
+    arch = made.pinned.architecture
     if bundle is None:
-        return render(SlurmSpec(made.job, job_name, runtime))
+        return render(SlurmSpec(made.job, job_name, runtime, arch=arch))
     SlurmSpec(made.job, job_name, runtime, str(bundle.absolute()))  # checks before unpacking
     unpacked = oci_bundle.unpack(made.job.image, bundle, log=log)
     log(f"bundle {'kept' if unpacked.reused else 'unpacked'}: {unpacked.path}")
-    return render(
-        SlurmSpec(made.job, job_name, runtime, str(unpacked.path), image_path(unpacked.path))
-    )
+    path = image_path(unpacked.path)
+    return render(SlurmSpec(made.job, job_name, runtime, str(unpacked.path), path, arch))
 
 
 def image_path(bundle: Path) -> str:
