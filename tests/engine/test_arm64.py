@@ -107,6 +107,7 @@ def test_the_program_sees_aarch64_and_two_runs_are_identical(
     for run in report["runs"]:
         assert run["run_record"]["host"]["machine"] == "aarch64"
     assert out.startswith("identical: 2 runs of `python train.py`"), out
+    assert ", linux/arm64 (emulated): " in out.splitlines()[0], out
     assert "[1] machine aarch64\n" in err  # the runs' own lines, as they come
 
 

@@ -57,6 +57,7 @@ def test_deterministic_script_is_identical(image: str, docker_client, tmp_path: 
         f"identical: 2 runs of `python det.py` from {image} (sha256:"
     )
     assert out.splitlines()[0].endswith(": 6 stdout lines and 2 output file(s), bit for bit")
+    assert "), linux/amd64: 6 stdout lines" in out.splitlines()[0]  # the image's platform
     assert out.splitlines()[1] == f"report: {tmp_path / next(tmp_path.glob('report-*')).name}"
     assert report["schema_version"] == 1 and report["kind"] == "reprobuild.verify"
     assert report["result"] == "identical" and report["divergence"] is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -92,6 +93,17 @@ def _run_env(spec: VerifySpec) -> dict[str, str]:
     return env
 
 
+def platform_note(arch: object) -> str:
+    """``, linux/ARCH`` for the summary: the image's architecture (its config's), and
+    ``(emulated)`` where this host's machine is another (qemu-user through binfmt_misc runs
+    it); "" where the config names none."""
+    if not isinstance(arch, str) or not arch.isalnum():
+        return ""
+    machine = platform.machine()
+    host = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+    return f", linux/{arch}{'' if arch == host else ' (emulated)'}"
+
+
 class _DockerLauncher:
     """Runs in fresh containers, through their own connection to the engine (each run holds
     two log streams and a wait open at once)."""
@@ -113,6 +125,7 @@ class _DockerLauncher:
     def prepare(self, work: Path) -> None:
         _ = self._engine.client  # connect now: a missing engine fails before any run starts
         leftovers.reap(self._engine, lambda line: print(line, file=sys.stderr, flush=True))
+        self.where += platform_note(self._engine.inspect(self._image_id).get("Architecture"))
         if self._spec.qemu is not None:
             config = self._engine.inspect(self._image_id).get("Config") or {}
             self._entrypoint = list(config.get("Entrypoint") or ())
