@@ -605,12 +605,14 @@ def test_sitecustomize_ships_as_package_data_in_the_wheel() -> None:
 def test_the_summary_names_the_image_s_platform(monkeypatch: pytest.MonkeyPatch) -> None:
     """verify's summary says which platform the image is for, and that it ran emulated where
     this host is another machine; a config that names none (or names garbage) adds nothing."""
+    import platform
+
     from reprobuild.checks.verify import launchers
 
-    monkeypatch.setattr(launchers.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     assert launchers.platform_note("amd64") == ", linux/amd64"
     assert launchers.platform_note("arm64") == ", linux/arm64 (emulated)"
-    monkeypatch.setattr(launchers.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
     assert launchers.platform_note("arm64") == ", linux/arm64"
     for nothing in ("", None, 64, "arm64; rm -rf /", "linux/arm64"):
         assert launchers.platform_note(nothing) == ""
