@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Protocol
 
+from reprobuild._util.threads import start as start_thread
 from reprobuild_entrypoint.contract import LABEL_PREFIX
 
 OWNER_LABEL = f"{LABEL_PREFIX}owner"
@@ -202,7 +203,7 @@ def reap_soon(
     thread = threading.Thread(
         target=reap, args=(engine, note), kwargs={"also": also}, name="reprobuild-reap"
     )
-    thread.start()
+    start_thread(thread)
     return thread.join
 
 

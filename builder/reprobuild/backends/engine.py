@@ -37,6 +37,7 @@ import docker.utils
 import requests
 
 from reprobuild._util import leftovers
+from reprobuild._util.threads import start as start_thread
 from reprobuild.backends.builders import Builder
 from reprobuild.backends.procstream import run_streamed
 from reprobuild.bases.refs import ImageRef
@@ -176,7 +177,7 @@ def _within(seconds: float, work: Callable[[], _T], message: str, *, hint: str) 
             box["error"] = exc
 
     thread = threading.Thread(target=run, name="reprobuild-engine-wait", daemon=True)
-    thread.start()
+    start_thread(thread)
     thread.join(seconds)
     if thread.is_alive():
         raise EngineError(message, hint=hint)

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild._util import leftovers
+from reprobuild._util.threads import start as start_thread
 from reprobuild.backends import buildah
 from reprobuild.bases.refs import parse_ref
 from reprobuild.errors import EngineError
@@ -305,7 +306,7 @@ def load(
             target=registry.serve_forever, args=(0.05,), name="reprobuild-registry"
         )
         server.daemon = True
-        server.start()
+        start_thread(server)
         try:
             buildah.push(
                 image_id, f"docker://{registry.reference}", tls_verify=False, compress=False

@@ -21,6 +21,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from reprobuild._util import jsonload
+from reprobuild._util.threads import start as start_thread
 from reprobuild.errors import RegistryError
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
@@ -152,7 +153,7 @@ class Watchdog:
     def armed(self) -> Iterator[None]:
         timer = threading.Timer(max(self.remaining(), 0.0), self.fire)
         timer.daemon = True
-        timer.start()
+        start_thread(timer)
         try:
             yield
         finally:

@@ -30,6 +30,7 @@ from packaging.utils import canonicalize_name
 
 from reprobuild import __version__
 from reprobuild._util import jsonload
+from reprobuild._util.threads import start as start_thread
 from reprobuild.bases.refs import parse_ref
 from reprobuild.errors import ReprobuildError
 from reprobuild.imaging.manifest import Manifest
@@ -131,7 +132,7 @@ def preload() -> None:
             except Exception:  # said again by make_sbom's own import
                 return
 
-    threading.Thread(target=load, name="reprobuild-sbom-preload", daemon=True).start()
+    start_thread(threading.Thread(target=load, name="reprobuild-sbom-preload", daemon=True))
 
 
 def make_sbom(manifest: Manifest, lock: Lock, facts: dict[str, Any], epoch: int) -> bytes:

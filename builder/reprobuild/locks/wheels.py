@@ -33,6 +33,7 @@ from packaging.version import InvalidVersion, Version
 from reprobuild._util import jsonload, leftovers
 from reprobuild._util.fsutil import sha256_file, write_atomic
 from reprobuild._util.progress import Parallel, Transfers
+from reprobuild._util.threads import start as start_thread
 from reprobuild.errors import LockfileError, ReprobuildError
 from reprobuild.locks import fetchnet, parfetch
 from reprobuild.locks.lockfile import Lock, Selection
@@ -184,7 +185,7 @@ class WheelCheck:
         self._wheels, self._folder = wheels, folder
         self._error: WheelError | None = None
         self._thread = threading.Thread(target=self._run, name="wheel-check", daemon=True)
-        self._thread.start()
+        start_thread(self._thread)
 
     def _run(self) -> None:
         try:
@@ -333,7 +334,7 @@ def _run_pip(argv: list[str], tmp: Path, progress: Transfers) -> tuple[int, str]
             lines.put(None)
 
         reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
-        reader.start()
+        start_thread(reader)
         try:
             while True:
                 try:

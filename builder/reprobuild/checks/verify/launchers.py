@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reprobuild._util import leftovers
+from reprobuild._util.threads import start as start_thread
 from reprobuild.checks.verify.emulation import (
     EMULATOR_IN_CONTAINER,
     NATIVE,
@@ -211,7 +212,7 @@ class _ProcessRun:
             raise VerifyError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
         self._status: int | None = None
         self._exited = threading.Event()
-        threading.Thread(target=self._watch_exit, daemon=True).start()
+        start_thread(threading.Thread(target=self._watch_exit, daemon=True))
 
     def _watch_exit(self) -> None:
         try:
@@ -334,7 +335,7 @@ def _wait_bounded(handle: Any, seconds: float) -> int | None:
     """``handle.wait()``, or None when it has not returned within ``seconds``."""
     done: list[int] = []
     waiter = threading.Thread(target=lambda: done.append(int(handle.wait())), daemon=True)
-    waiter.start()
+    start_thread(waiter)
     waiter.join(seconds)
     return done[0] if done else None
 

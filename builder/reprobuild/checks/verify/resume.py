@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild._util import fsutil
+from reprobuild._util.threads import start as start_thread
 from reprobuild.checks.streams import SeriesCollector, epoch_of
 from reprobuild.checks.terminal import TerminalLines, printable
 from reprobuild.checks.verify.launchers import _DockerLauncher, _Launcher, _LocalLauncher, _Run
@@ -152,7 +153,7 @@ def _run_leg(handle: _Run, leg: Leg, stop_at: int | None, spec: VerifySpec) -> N
         ),
     ]
     for thread in threads:
-        thread.start()
+        start_thread(thread)
     deadline = time.monotonic() + LEG_TIMEOUT_S
     while (line := _next_line(lines, handle, leg, deadline)) is not None:
         if isinstance(line, Exception):

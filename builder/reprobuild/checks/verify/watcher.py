@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprobuild._util.threads import start as start_thread
 from reprobuild.checks.streams import Divergence, SeriesCollector, StdoutLine, StreamComparator
 from reprobuild.checks.terminal import ShownLine, TerminalLines, printable
 from reprobuild.checks.verify.launchers import _Run
@@ -183,8 +184,8 @@ def _watch(states: list[_RunState], comparator: StreamComparator, log: Log) -> _
         out = threading.Thread(target=_pump_stdout, args=(state, events), daemon=True)
         err = threading.Thread(target=_pump_stderr, args=(state,), daemon=True)
         state.threads = [out, err]
-        out.start()
-        err.start()
+        start_thread(out)
+        start_thread(err)
     watcher = _Watcher(states, comparator, log)
     handlers: dict[str, Callable[[int, Any], None]] = {
         "line": watcher.on_line,
