@@ -97,7 +97,9 @@ def test_push_sends_only_what_the_registry_lacks_and_compose_pins_the_digest(
         assert f"{target}@{digest}" in images, images
 
         # a code-only change: only the app's layer and the stamp's are new to the registry
-        (project / "hello.py").write_text((project / "hello.py").read_text() + "\n# changed\n")
+        # a change of this run's own: an earlier run's layer may be in the registry already
+        change = f"\n# changed {uuid.uuid4().hex}\n"
+        (project / "hello.py").write_text((project / "hello.py").read_text() + change)
         second = build_json(str(project), "--base", base_ref, "--tag", second_tag, "-q")
         report = _push(second_tag, f"{target}:v2")
         new_sizes = [layer["size"] for layer in _manifest(repository, report["digest"])["layers"]]

@@ -84,3 +84,22 @@ def test_a_base_buildah_cannot_build_on_gets_a_hint(
     with pytest.raises(BuildError) as caught:
         buildah.bud(tmp_path, None, epoch=0)
     assert caught.value.hint is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("", 1), ("1", 1), ("2", 2), (" 8 ", 8), ("64", 64)]
+)
+def test_buildah_jobs_come_from_the_environment(value: str, expected: int) -> None:
+    """REPROBUILD_BUILDAH_JOBS: how many stages buildah builds at once (--jobs); 1 by default."""
+    assert buildah.jobs({buildah.JOBS_VAR: value}) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "65", "-1", "two", "2.5", "1e3", "$(id)"])
+def test_a_bad_buildah_jobs_value_is_one_line_naming_it(value: str) -> None:
+    from reprobuild.errors import ReprobuildError
+
+    with pytest.raises(ReprobuildError) as info:
+        buildah.jobs({buildah.JOBS_VAR: value})
+    assert f"REPROBUILD_BUILDAH_JOBS={value!r} is not a whole number from 1 to 64" in str(
+        info.value
+    )

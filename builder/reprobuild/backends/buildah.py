@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from reprobuild.backends import procstream
 from reprobuild.backends.engine import RunResult
 from reprobuild.backends.procstream import run_captured, run_streamed
 from reprobuild.bases.refs import ImageRef
-from reprobuild.errors import BuildError, EngineError
+from reprobuild.errors import BuildError, EngineError, ReprobuildError
 
 Log = Callable[[str], None]
 NETWORK_DEADLINE_S = 900.0  # a pull or a push that takes longer is stopped (overall, not idle)
@@ -261,6 +261,8 @@ def bud(
         "private" if network else "none",
     ]
     argv += ulimits()
+    if (stages := jobs()) > 1:  # 1 is buildah's own default
+        argv += ["--jobs", str(stages)]
     if no_cache:
         argv.append("--no-cache")
     if dockerfile is not None:
@@ -289,6 +291,30 @@ def bud(
                 ) from None
             raise
         return iid.read_text().strip().removeprefix("sha256:")
+
+
+# How many of a Dockerfile's stages buildah builds at once (--jobs): the package groups of a
+# layered venv are stages that need nothing of each other.
+JOBS_VAR = "REPROBUILD_BUILDAH_JOBS"
+MOST_JOBS = 64
+
+
+def jobs(environ: Mapping[str, str] | None = None) -> int:
+    """``REPROBUILD_BUILDAH_JOBS``, else DEFAULT_JOBS; anything but a whole number from 1 to 64
+    is one line naming it. The image is the same whatever it is: each stage's layers depend on
+    its own inputs, and the final stage waits for them all."""
+    raw = (os.environ if environ is None else environ).get(JOBS_VAR, "").strip()
+    if not raw:
+        return DEFAULT_JOBS
+    if not raw.isdigit() or not 1 <= int(raw) <= MOST_JOBS:
+        raise ReprobuildError(
+            f"{JOBS_VAR}={raw[:40]!r} is not a whole number from 1 to {MOST_JOBS}",
+            hint=f"fix or unset {JOBS_VAR}",
+        )
+    return int(raw)
+
+
+DEFAULT_JOBS = 1
 
 
 # The most buildah asks for on its own (define.RLimitDefaultValue in 1.39), and the process

@@ -316,6 +316,7 @@ def _check_asked(
     for the platform or is missing, ``--push`` with another builder; the push target."""
     if builder != "auto":
         platforms.check_builder(wanted, builder)
+    buildah.jobs()  # REPROBUILD_BUILDAH_JOBS, checked before any work (one line where bad)
     if builder == "buildah":
         buildah.require()  # before any work: a missing tool is the first thing to hear about
     elif push is not None and builder != "auto":
