@@ -18,7 +18,6 @@ import contextlib
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import tarfile
@@ -40,7 +39,7 @@ from reprobuild._util import leftovers
 from reprobuild._util.threads import start as start_thread
 from reprobuild.backends.builders import Builder
 from reprobuild.backends.procstream import run_streamed
-from reprobuild.bases.refs import ImageRef
+from reprobuild.bases.refs import DIGEST_RE, ImageRef
 from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
 
 Log = Callable[[str], None]
@@ -207,9 +206,6 @@ class PushOutcome:
 
     digest: str
     layers: dict[str, str]
-
-
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def _layer_done(status: str) -> bool:
@@ -381,7 +377,7 @@ class Engine:
                     log(f"  {layer}: {status}")
         except (docker.errors.DockerException, requests.RequestException) as exc:
             raise EngineError(f"pushing {name}:{tag} failed: {_short(exc)}") from None
-        if not _DIGEST_RE.fullmatch(digest):
+        if not DIGEST_RE.fullmatch(digest):
             raise EngineError(f"pushing {name}:{tag}: the engine named no manifest digest")
         return PushOutcome(digest, layers)
 

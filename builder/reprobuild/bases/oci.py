@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from reprobuild.bases.refs import ImageRef
+from reprobuild.bases.refs import DIGEST_RE, ImageRef
 from reprobuild.errors import RegistryError
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -22,7 +22,6 @@ ACCEPT_MANIFESTS = ", ".join((OCI_INDEX, DOCKER_MANIFEST_LIST, OCI_MANIFEST, DOC
 INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
 MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _PLATFORM_RE = re.compile(r"^([a-z0-9_.-]+)/([a-z0-9_.-]+)(?:/([a-z0-9_.-]+))?$")
 ARCH_ALIASES = {"x86_64": "amd64", "x86-64": "amd64", "aarch64": "arm64"}
 # The variant an architecture means when none is written (containerd's platform matcher).
@@ -126,7 +125,7 @@ def sha256_of(data: bytes) -> str:
 
 
 def check_digest(digest: str, what: str) -> None:
-    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+    if not isinstance(digest, str) or not DIGEST_RE.fullmatch(digest):
         raise RegistryError(
             f"unsupported digest {digest!r} for {what}: "
             "expected sha256: and 64 lowercase hex digits"

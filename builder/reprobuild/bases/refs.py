@@ -16,7 +16,8 @@ DEFAULT_REGISTRY = "docker.io"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _PATH_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+# A content digest as registries and manifests write it.
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _HOST_RE = re.compile(
     r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?))*"
     r"(?::[0-9]{1,5})?$"
@@ -96,7 +97,7 @@ def parse_ref(text: str) -> ImageRef:
     digest: str | None = None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
-        if not _DIGEST_RE.fullmatch(digest):
+        if not DIGEST_RE.fullmatch(digest):
             raise ImageRefError(
                 f"invalid digest {digest!r} in image reference {text!r}: "
                 "expected sha256: followed by 64 lowercase hex digits"

@@ -262,13 +262,11 @@ def _build_image(
         engine, note, also=[buildah.Storage(note)] if builder == "buildah" else []
     )
     engine.ensure_base(spec.base, log)
-    spec = replace(
-        spec,
-        base_entrypoint=base_entrypoint(engine, spec),
-        # RUN --mount: buildah, and BuildKit where it builds from the epoch (Engine 20.10's
-        # BuildKit would take it too, but its image is not reproducible either way)
-        mount_install=builder == "buildah" or from_epoch,
-    )
+    # RUN --mount and the layers at an epoch of their own: buildah, and BuildKit where it
+    # builds from the epoch (Engine 20.10's BuildKit would take --mount too, but its image is
+    # not reproducible either way)
+    at_epoch = builder == "buildah" or from_epoch
+    spec = replace(spec, base_entrypoint=base_entrypoint(engine, spec), mount_install=at_epoch)
     probe = base_probe(engine, spec.base)
     plan.check_base_python(planned.config, str(probe["python"].get("version", "")), str(spec.base))
     check_base_conflicts(spec, probe)
@@ -281,7 +279,6 @@ def _build_image(
     # from the project's epoch, sets the image's time and its created label. The engine's
     # BuildKit from an epoch too: its package layers then keep their diff IDs across commits
     # (reprobuild.imaging.layers), as buildah's do.
-    at_epoch = builder == "buildah" or from_epoch
     built = replace(spec, epoch=layers_epoch(spec.epoch)) if at_epoch else spec
     scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("ctx")) as tmp:
