@@ -41,6 +41,7 @@ from reprobuild.cluster.nodes import DEFAULT_JOB_ID, JOB_ID_VAR, program_args
 from reprobuild.cluster.pinning import ImageLookup
 from reprobuild.cluster.userenv import UserEnv, merged, parse_env
 from reprobuild.errors import ImageRefError, ReprobuildError, UsageError
+from reprobuild.imaging.platforms import MACHINES
 from reprobuild.imaging.render import ENTRYPOINT
 from reprobuild_entrypoint.contract import OUT_DIR, OUTPUT_DIR_VAR, RECORD_DIR, RUN_DIR_VAR
 from reprobuild_entrypoint.settings import RANK_SEED_SCHEME
@@ -477,20 +478,10 @@ def _oci_task(spec: SlurmSpec) -> list[str]:
     ]
 
 
-# An image's architecture (its config's, as OCI names it) -> the machine `uname -m` gives on
-# Linux. Only these literals reach the script; another architecture gets no check.
-MACHINES = {
-    "amd64": "x86_64",
-    "arm64": "aarch64",
-    "ppc64le": "ppc64le",
-    "s390x": "s390x",
-    "riscv64": "riscv64",
-}
-
-
 def _machine_check(arch: str) -> list[str]:
     """Stop the job on a node whose machine is not the image's (the batch script runs on the
-    job's first node): one line naming both, exit 2, before any container starts."""
+    job's first node): one line naming both, exit 2, before any container starts. Only the
+    literals of :data:`MACHINES` reach the script; another architecture gets no check."""
     machine = MACHINES.get(arch)
     if machine is None:
         return []

@@ -18,6 +18,7 @@ from reprobuild.imaging.render import RenderSpec
 from reprobuild.locks.lockfile import Selection, format_of_file, load_lock
 
 __all__ = [
+    "MACHINES",
     "SUPPORTED",
     "BuildPlatform",
     "check_builder",
@@ -35,6 +36,15 @@ __all__ = [
 # tags' and the lock markers' name) each one means.
 _MACHINES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 SUPPORTED = tuple(_MACHINES)
+# An image's architecture (its config's, as OCI names it) -> the machine Linux's `uname -m`
+# gives: wider than what reprobuild builds for, since a job file may name any image.
+MACHINES = {
+    "amd64": "x86_64",
+    "arm64": "aarch64",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # How a host gets arm64 emulation (scripts/setup-binfmt does this).
 ENABLE_HINT = (
@@ -64,7 +74,7 @@ class BuildPlatform:
 
 def _host_machine() -> str:
     machine = host.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return MACHINES.get(machine, machine)  # (some systems say amd64 or arm64)
 
 
 def host_platform() -> BuildPlatform:

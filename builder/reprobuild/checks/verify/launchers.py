@@ -26,6 +26,7 @@ from reprobuild.checks.verify.emulation import (
 )
 from reprobuild.checks.verify.spec import VerifySpec
 from reprobuild.errors import VerifyError, signal_exit_code
+from reprobuild.imaging.platforms import MACHINES
 from reprobuild_entrypoint.contract import (
     EMULATOR_VAR,
     IMAGE_VAR,
@@ -100,9 +101,8 @@ def platform_note(arch: object) -> str:
     it); "" where the config names none."""
     if not isinstance(arch, str) or not arch.isalnum():
         return ""
-    machine = platform.machine()
-    host = {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
-    return f", linux/{arch}{'' if arch == host else ' (emulated)'}"
+    emulated = MACHINES.get(arch, arch) != MACHINES.get(platform.machine(), platform.machine())
+    return f", linux/{arch}{' (emulated)' if emulated else ''}"
 
 
 class _DockerLauncher:
