@@ -131,6 +131,7 @@ def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]
     cudnn = torch.backends.cudnn
     cudnn.benchmark = False
     cudnn.deterministic = True
+    entry["cudnn_benchmark_held"] = _hold_cudnn_benchmark_off(torch, entry)
     entry.update(
         seed=seed,
         deterministic_algorithms=bool(torch.are_deterministic_algorithms_enabled()),
@@ -160,6 +161,55 @@ def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]
         from reprobuild_entrypoint import excepthook
 
         excepthook.install(launched=launched)
+
+
+def _hold_cudnn_benchmark_off(torch: ModuleType, entry: dict[str, Any]) -> str:
+    """Keep ``torch.backends.cudnn.benchmark`` off when the program turns it on after import.
+
+    ``cudnn.benchmark = True`` is a line in many training scripts. With it, cuDNN times its
+    candidate algorithms in each process and keeps the fastest; with ``deterministic = True``
+    too it picks among the deterministic ones, which still differ from each other in their
+    bits. Measured on one H200 (``scripts/gpu-proof``, 2026-11-29, torch 2.11.0+cu130, cuDNN
+    9.19): the small CNN that sets it gave two runs under the runtime 1 float32 ulp apart at
+    step 3; with the switch held off, identical. Nothing else keeps it off: unlike TF32
+    (``NVIDIA_TF32_OVERRIDE``) it has no environment variable.
+
+    Both ways in are held: the ``cudnn.benchmark`` attribute (its setter was captured from
+    ``torch._C`` when torch defined the module) and ``torch._C._set_cudnn_benchmark``, which
+    ``cudnn.flags(benchmark=True)`` and ``set_flags`` call. The first refusal prints one line;
+    ``entry`` (the run record's torch settings) counts them: ``cudnn_benchmark_refused``.
+    ``REPRO_DETERMINISM=off`` leaves the switch to the program.
+    """
+    core = getattr(torch, "_C", None)
+    original = getattr(core, "_set_cudnn_benchmark", None)
+    if original is None:
+        return "not held (this torch has no _set_cudnn_benchmark)"
+    if getattr(original, "__reprobuild__", False):
+        return "held off"
+    entry["cudnn_benchmark_refused"] = 0
+
+    def _set_cudnn_benchmark(value: Any) -> Any:
+        if value:
+            entry["cudnn_benchmark_refused"] += 1
+            if entry["cudnn_benchmark_refused"] == 1:
+                _say(
+                    "cudnn.benchmark = True is held off: cuDNN would pick its algorithms by "
+                    "timing them, and runs would differ in their bits "
+                    "(REPRO_DETERMINISM=off allows it)"
+                )
+            value = False
+        return original(value)
+
+    _set_cudnn_benchmark.__doc__ = original.__doc__
+    _set_cudnn_benchmark.__wrapped__ = original  # type: ignore[attr-defined]
+    _set_cudnn_benchmark.__reprobuild__ = True  # type: ignore[attr-defined]
+    setattr(core, "_set_cudnn_benchmark", _set_cudnn_benchmark)  # noqa: B010
+    prop = type(torch.backends.cudnn).__dict__.get("benchmark")
+    if getattr(prop, "setter", None) is original:
+        prop.setter = _set_cudnn_benchmark  # type: ignore[union-attr]
+    elif prop is not None:
+        return "held through torch._C only (cudnn.benchmark has no setter of torch's kind)"
+    return "held off"
 
 
 def _settle_vml(torch: ModuleType) -> str:

@@ -267,6 +267,10 @@ def _at_exit(frameworks: dict[str, dict[str, Any]]) -> None:
         except Exception as exc:
             entry["deterministic_algorithms_at_exit"] = f"unknown ({type(exc).__name__})"
         try:
+            entry["cudnn_benchmark_at_exit"] = bool(torch.backends.cudnn.benchmark)
+        except Exception as exc:
+            entry["cudnn_benchmark_at_exit"] = f"unknown ({type(exc).__name__})"
+        try:
             cudnn = torch.backends.cudnn
             entry["cudnn_version"] = cudnn.version() if cudnn.is_available() else None
         except Exception as exc:

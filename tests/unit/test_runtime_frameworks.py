@@ -240,6 +240,51 @@ def test_torch_untouched_under_off(site_dir: Path) -> None:
     assert output(run(site_dir, source, env)) is False
 
 
+BENCHMARK_ON = """
+    import json, torch
+    cudnn = torch.backends.cudnn
+    cudnn.benchmark = True  # the line many training scripts carry
+    attribute = cudnn.benchmark
+    with cudnn.flags(enabled=True, benchmark=True, deterministic=True):
+        inside_flags = cudnn.benchmark
+    torch._C._set_cudnn_benchmark(True)
+    from reprobuild_entrypoint import frameworks
+    entry = frameworks.RECORD.get("torch", {})
+    print(json.dumps({
+        "attribute": attribute,
+        "inside_flags": inside_flags,
+        "core": torch._C._get_cudnn_benchmark(),
+        "refused": entry.get("cudnn_benchmark_refused"),
+        "held": entry.get("cudnn_benchmark_held"),
+    }))
+"""
+
+
+def test_a_program_turning_cudnn_benchmark_on_is_held_off(site_dir: Path) -> None:
+    """cuDNN's benchmark mode picks algorithms by timing them, per process: on an H200 two runs
+    of a script with ``cudnn.benchmark = True`` differed by an ulp under the runtime. Every way
+    in is held off in strict and warn, with one line on stderr; ``off`` leaves it alone."""
+    for mode in ("strict", "warn"):
+        env = {**container_env(REPRO_DETERMINISM=mode), "REPRO_QUIET": ""}
+        result = run(site_dir, BENCHMARK_ON, env)
+        assert output(result) == {
+            "attribute": False,
+            "inside_flags": False,
+            "core": False,
+            "refused": 3,
+            "held": "held off",
+        }, mode
+        lines = [line for line in result.stderr.splitlines() if "cudnn.benchmark" in line]
+        assert lines == [
+            "reprobuild: cudnn.benchmark = True is held off: cuDNN would pick its algorithms by "
+            "timing them, and runs would differ in their bits (REPRO_DETERMINISM=off allows it)"
+        ], result.stderr
+    off = output(run(site_dir, BENCHMARK_ON, container_env(REPRO_DETERMINISM="off")))
+    assert off == {
+        "attribute": True, "inside_flags": True, "core": True, "refused": None, "held": None
+    }  # fmt: skip
+
+
 NONDETERMINISTIC_OP = """
     import torch
     x = torch.ones(1, 1, 2, 2)
@@ -323,4 +368,6 @@ def test_records_through_the_entrypoint(site_dir: Path, tmp_path: Path) -> None:
     assert torch_entry["deterministic_algorithms"] is True
     assert torch_entry["deterministic_algorithms_at_exit"] is True
     assert torch_entry["cudnn_version"] is None  # CPU build: asked at exit, answered None
+    assert torch_entry["cudnn_benchmark_at_exit"] is False
+    assert torch_entry["cudnn_benchmark_refused"] == 0
     assert settings["startup"]["pid"] == settings["pid"] and settings["errors"] == []
