@@ -5,8 +5,11 @@ after its one error line: tests/hostile/test_verify_hostile.py, SIGINT to verify
 
 from __future__ import annotations
 
+import importlib
 import signal
+import sys
 import threading
+import time
 
 import pytest
 
@@ -56,3 +59,45 @@ def test_the_started_thread_keeps_the_stop_signals_blocked() -> None:
     )
     thread.join(10)
     assert masks[0] >= STOP_SIGNALS
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_inside_a_library_s_thread_start_is_raised_after_it(signum: int) -> None:
+    """Threads that libraries start (a ThreadPoolExecutor's workers) go through a plain
+    ``Thread.start()``: the CLI's handler, answering there, raises the signal again once start
+    has returned, and the thread runs whole."""
+    cli = importlib.import_module("reprobuild.cli.main")  # the package exports main()
+
+    ran = threading.Event()
+    thread = threading.Thread(target=ran.set, daemon=True)
+    started = thread._started  # type: ignore[attr-defined]
+    answered: list[bool] = []
+
+    class StartedSignalledInWait:
+        """The thread's start handshake, with the signal answered inside start()'s wait."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            handler = cli._on_signal if signum != signal.SIGINT else cli._on_sigint
+            handler(signum, sys._getframe())  # as if the signal came here: no raise
+            answered.append(True)
+            return started.wait(timeout)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(started, name)
+
+    thread._started = StartedSignalledInWait()  # type: ignore[attr-defined]
+    wanted = cli.Stopped if signum != signal.SIGINT else KeyboardInterrupt
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signum, cli._on_signal if signum != signal.SIGINT else cli._on_sigint)
+    try:
+        try:
+            thread.start()
+        except wanted:
+            pytest.fail("the handler raised inside Thread.start(): the thread is half-started")
+        assert answered == [True]
+        with pytest.raises(wanted):
+            time.sleep(10)  # the signal, sent again to this thread once start() returned
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert ran.wait(10)  # the thread ran whole

@@ -99,7 +99,7 @@ class Stopped(KeyboardInterrupt):
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    if _in_finalizer(frame):  # a raise there would be dropped ("Exception ignored")
+    if _unsafe(frame):
         _raise_later(signum)
         return
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut the clean-up
@@ -107,9 +107,33 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signum)
 
 
-def _in_finalizer(frame: FrameType | None) -> bool:
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C as Python's own handler answers it (KeyboardInterrupt), but not where a raise
+    would be dropped or would leave a thread half-started (:func:`_unsafe`)."""
+    if _unsafe(frame):
+        _raise_later(signum)
+        return
+    raise KeyboardInterrupt
+
+
+_THREAD_START = threading.Thread.start.__code__
+
+
+def _unsafe(frame: FrameType | None) -> bool:
+    """Whether a raise at ``frame`` would go wrong, so the signal is raised again once the main
+    thread has left it:
+
+    - in a finalizer (``__del__``, a weakref callback), Python drops it ("Exception ignored")
+      and the command runs on;
+    - in ``Thread.start()``, which waits for the new thread to say it runs, the thread is left
+      half-started, and the command's exit prints "Exception ignored in thread started by ...
+      KeyError" after its one error line. The product's own threads start with the signals
+      held back (:mod:`reprobuild._util.threads`); this covers the threads libraries start
+      (a ThreadPoolExecutor's workers, say)."""
     while frame is not None:
         code = frame.f_code
+        if code is _THREAD_START:
+            return True
         if code.co_name in ("__del__", "_on_unraisable") or code.co_filename == weakref.__file__:
             return True
         frame = frame.f_back
@@ -121,7 +145,7 @@ def _trip_when_safe(signum: int, main: int) -> None:
 
     for _ in range(4000):  # at most about 2 s: a finalizer that long is the program's own loop
         time.sleep(0.0005)
-        if not _in_finalizer(sys._current_frames().get(main)):
+        if not _unsafe(sys._current_frames().get(main)):
             break
     signal.pthread_kill(main, signum)  # a real signal: it also ends a wait the main thread is in
 
@@ -154,6 +178,8 @@ def _install_signal_handlers() -> None:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(sig) == signal.SIG_DFL:
                 signal.signal(sig, _on_signal)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_sigint)
     except ValueError:  # not the main thread (main() called from a test's thread)
         return
     sys.unraisablehook = functools.partial(_on_unraisable, sys.unraisablehook)
