@@ -80,7 +80,7 @@ def test_a_stop_signal_inside_a_library_s_thread_start_is_raised_after_it(signum
             handler = cli._on_signal if signum != signal.SIGINT else cli._on_sigint
             handler(signum, sys._getframe())  # as if the signal came here: no raise
             answered.append(True)
-            return started.wait(timeout)
+            return bool(started.wait(timeout))
 
         def __getattr__(self, name: str) -> object:
             return getattr(started, name)
