@@ -7,6 +7,7 @@ The classic builder still works and its manifest says it is not reproducible."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import docker.errors
 import pytest
 
 from helpers import (
@@ -94,12 +96,24 @@ def new_layers(
 
 
 def test_same_inputs_same_image_on_any_day(
-    project: MakeProject, base_ref: str, unique_tag: MakeTag, docker_client: DockerClient
+    project: MakeProject,
+    base_ref: str,
+    unique_tag: MakeTag,
+    docker_client: DockerClient,
+    request: pytest.FixtureRequest,
 ) -> None:
     root = project("tiny")
     containers_before = buildah_containers()
     run_id = uuid.uuid4().hex[:12]
-    pushed = [f"{REGISTRY}/reprobuild-test/repro-{run_id}:{n}" for n in ("one", "two")]
+    repository = f"{REGISTRY}/reprobuild-test/repro-{run_id}"
+    pushed = [f"{repository}:{n}" for n in ("one", "two")]
+
+    def untag_pushed() -> None:  # --push tags the image with each REF on the engine, as docker
+        for ref in pushed:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_client.images.remove(ref)
+
+    request.addfinalizer(untag_pushed)
     tags = [unique_tag("repro"), unique_tag("repro"), unique_tag("repro")]
     first, second = (
         build_json(str(root), "--base", base_ref, "--builder", "buildah", "--no-cache",
@@ -122,6 +136,18 @@ def test_same_inputs_same_image_on_any_day(
     assert {docker_client.images.get(t).id for t in tags} == {ids[0]}
     assert first["digest"] == second["digest"]
     assert [registry_digest(ref) for ref in pushed] == [first["digest"]] * 2
+    # --push reports what moved (the first may find its layers there: the same inputs on an
+    # earlier run gave the same blobs), and nothing for the same image again
+    report = first["push"]
+    assert report["reference"] == f"{repository}@{first['digest']}"
+    assert report["layers"] == len(docker_client.images.get(tags[0]).attrs["RootFS"]["Layers"])
+    assert report["sent_bytes"] + report["present_bytes"] > 0, report
+    assert (second["push"]["sent_layers"], second["push"]["sent_bytes"]) == (0, 0), second
+    assert second["push"]["present_bytes"] == report["sent_bytes"] + report["present_bytes"]
+    # and the engine knows the image by its pushed digest (compose, k8s and slurm pin by it)
+    digests = docker_client.images.get(tags[0]).attrs["RepoDigests"]
+    assert f"{repository}@{first['digest']}" in digests, digests
+    untag_pushed()
 
     build = first["manifest"]["build"]
     from uv import find_uv_bin

@@ -1,5 +1,5 @@
 """The build and stamp steps of ``reprobuild image`` with buildah: the layers under the code
-kept by their inputs, the code's step, the probe in buildah's storage, the stamp, the push."""
+kept by their inputs, the code's step, the probe in buildah's storage, the stamp, the load."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from reprobuild._util.fsutil import sha256_file, write_atomic
 from reprobuild._util.progress import timed
 from reprobuild.backends import buildah
 from reprobuild.backends.engine import Engine
-from reprobuild.bases.refs import parse_ref
 from reprobuild.imaging import platforms, sbom
 from reprobuild.imaging.context import write_tree
 from reprobuild.imaging.imageprobe import ProbeCache, image_manifest
@@ -57,14 +56,13 @@ def build_with_buildah(
     no_cache: bool,
     network: bool,
     log: Log,
-    push: str | None,
     checked: Callable[[], None],
     wanted: platforms.BuildPlatform | None = None,
 ) -> ImageResult:
     """Build with buildah, every time from SOURCE_DATE_EPOCH; probe the scratch image in
     buildah's storage (no docker-archive and load of the whole image for that), stamp it
     (with buildah too: a classic stamp would add the wall clock back), load the result
-    under ``final`` and, with ``push``, push it. The scratch
+    under ``final`` (``--push`` is the engine's, after: :mod:`reprobuild.imaging.push`). The scratch
     image stays untagged in buildah (the stamp's history would record a tag's name), so no
     run-specific name reaches the image. The run's names are removed from buildah's storage
     and the scratch tag from the engine, whatever happens. A build that worked leaves its
@@ -116,13 +114,6 @@ def build_with_buildah(
             layers=False,
             platform=foreign,
         )
-        digest = None
-        if push is not None:
-            log(f"pushing {push}")
-            pushed = parse_ref(push)
-            digest = buildah.push(
-                final_id, f"docker://{push}", tls_verify=not buildah.insecure(pushed), log=log
-            )
         # Into the engine last: the tag appears only once everything else worked.
         with timed(log, f"loading {final} into the engine"):
             into_engine(
@@ -142,7 +133,7 @@ def build_with_buildah(
             buildah.remove_images([stamp_tag, *([scratch_id] if scratch_id else [])])
         engine.untag(scratch)
     image_id = engine.image_id(final) or f"sha256:{final_id}"
-    return ImageResult(final, image_id, manifest, pushed=push, digest=digest)
+    return ImageResult(final, image_id, manifest)
 
 
 # The Dockerfile's last step where the project has code (templates/Dockerfile.j2).

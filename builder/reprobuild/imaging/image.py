@@ -28,6 +28,7 @@ from reprobuild.imaging.baseprobe import base_probe
 from reprobuild.imaging.buildahbuild import build_with_buildah
 from reprobuild.imaging.context import write_tree
 from reprobuild.imaging.imageprobe import image_manifest
+from reprobuild.imaging.push import push_image, registry_manifest
 from reprobuild.imaging.render import (
     CREATED_LABEL,
     ENTRYPOINT,
@@ -63,7 +64,7 @@ def choose_builder(engine: Engine, builder: Builder, note: Log, *, push: bool = 
     else the engine's BuildKit where :meth:`Engine.buildkit_reproducible` says it clamps file
     times (Engine 26 with the containerd image store; there it is the slower of the two, its
     clamped archive costing more than buildah's whole build: docs, Benchmarks), unless the
-    image is to be pushed (buildah pushes); else what the engine offers (buildx, else
+    image is to be pushed (`--push` builds with buildah); else what the engine offers (buildx, else
     classic), which is not reproducible. The choice and why are said in the build log (and
     recorded in the manifest's ``build``). An engine builder asked for by name must be there
     (:meth:`Engine.resolve_builder`)."""
@@ -289,13 +290,14 @@ def _build_image(
         reaped()
         if builder == "buildah":
             try:
-                return build_with_buildah(
+                result = build_with_buildah(
                     engine, spec, built.epoch, ctx, scratch, final, no_cache=no_cache,
-                    network=network, log=log, push=push, checked=checked, wanted=wanted,
+                    network=network, log=log, checked=checked, wanted=wanted,
                 )  # fmt: skip
             except ReprobuildError:
                 checked()  # a damaged cached wheel failed the build: that is the one line
                 raise
+            return result if push is None else _push(engine, result, push, log)
         try:
             return _build_with_engine(
                 engine, spec, built.epoch, ctx, scratch, final, builder=builder,
@@ -304,6 +306,21 @@ def _build_image(
             )  # fmt: skip
         finally:
             engine.untag(scratch)
+
+
+def _push(engine: Engine, result: ImageResult, ref: str, log: Log) -> ImageResult:
+    """``--push``: the built image, from the engine, as ``reprobuild push`` sends it. The
+    engine sends only the layers the registry lacks and then knows the image by its pushed
+    digest, which compose, k8s and slurm pin it by. A failed push leaves the image built and
+    tagged, and says how to push it again."""
+    log(f"pushing {ref}")
+    try:
+        report = push_image(engine, result.image, ref, read_manifest=registry_manifest, log=log)
+    except ReprobuildError as exc:
+        again = f"the image is built as {result.image}: `reprobuild push {result.image} {ref}`"
+        exc.hint = f"{exc.hint}; {again}" if exc.hint else again
+        raise
+    return replace(result, pushed=ref, push=report)
 
 
 def _check_asked(

@@ -9,6 +9,7 @@ from reprobuild.backends import buildah
 from reprobuild.backends.builders import REPRODUCIBLE, Builder
 from reprobuild.backends.engine import Engine
 from reprobuild.imaging.manifest import Manifest
+from reprobuild.imaging.push import PushReport
 from reprobuild.imaging.render import RenderSpec
 
 
@@ -17,9 +18,14 @@ class ImageResult:
     image: str
     id: str
     manifest: Manifest
-    # ``--push REF``: the reference pushed and the registry's manifest digest for it.
+    # ``--push REF``: the reference pushed, and what the push did (the registry's manifest
+    # digest, the layers and bytes sent), as ``reprobuild push`` reports it.
     pushed: str | None = None
-    digest: str | None = None
+    push: PushReport | None = None
+
+    @property
+    def digest(self) -> str | None:
+        return self.push.digest if self.push is not None else None
 
     def to_dict(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -27,9 +33,10 @@ class ImageResult:
             "id": self.id,
             "manifest": self.manifest.to_dict(),
         }
-        if self.pushed:
+        if self.pushed and self.push is not None:
             data["pushed"] = self.pushed
-            data["digest"] = self.digest
+            data["digest"] = self.push.digest
+            data["push"] = self.push.to_dict()
         return data
 
 

@@ -35,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--push",
         metavar="REGISTRY/NAME[:TAG]",
         type=_text,
-        help="also push the image straight to a registry (--builder buildah)",
+        help="then push it to a registry (--builder buildah), as `reprobuild push` does: only "
+        "the layers the registry lacks move; the layers and bytes sent go to stderr, and "
+        "compose, k8s and slurm pin the image by its pushed digest",
     )
     parser.add_argument(
         "--platform",
@@ -76,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
-    else:
-        print(result.image)
+        return 0
+    if result.push is not None and not args.quiet:
+        err(result.push.summary())
+    print(result.image)
     return 0
