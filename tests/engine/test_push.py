@@ -142,3 +142,23 @@ def test_a_registry_that_does_not_answer_is_one_line_and_leaves_no_tag(
     assert len(errors) == 1 and "127.0.0.1:9" in errors[0], proc.stderr
     assert proc.stdout == ""
     assert not _has(docker_client, dead)
+
+
+def test_image_push_to_a_registry_that_does_not_answer_leaves_no_tag(
+    tiny: tuple[Path, str, str], base_ref: str, docker_client: DockerClient, unique_tag: Any
+) -> None:
+    """`image --push`: the tag appears only once the push worked. A failed push is one error
+    line, and neither the image's tag nor the push target's is left on the engine; the
+    layers stay in buildah's cache for the next try."""
+    project, _, built_id = tiny
+    tag = unique_tag("push-dead")
+    dead = f"127.0.0.1:9/reprobuild-test/push-{uuid.uuid4().hex[:10]}:v1"
+    proc = run_cli("image", str(project), "--base", base_ref, "--tag", tag, "--push", dead)
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "127.0.0.1:9" in errors[0], proc.stderr
+    assert proc.stdout == ""
+    assert not _has(docker_client, tag) and not _has(docker_client, dead)
+    # the next try builds nothing: the same image as the module's
+    again = build_json(str(project), "--base", base_ref, "--tag", tag, "-q")
+    assert again["id"] == built_id

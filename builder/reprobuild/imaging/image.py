@@ -3,6 +3,7 @@ so a failure at any step leaves nothing under the requested tag."""
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import tempfile
 import uuid
@@ -289,6 +290,7 @@ def _build_image(
         network = online or bool(spec.apt)
         reaped()
         if builder == "buildah":
+            held = engine.image_id(final) if push is not None else None
             try:
                 result = build_with_buildah(
                     engine, spec, built.epoch, ctx, scratch, final, no_cache=no_cache,
@@ -297,7 +299,7 @@ def _build_image(
             except ReprobuildError:
                 checked()  # a damaged cached wheel failed the build: that is the one line
                 raise
-            return result if push is None else _push(engine, result, push, log)
+            return result if push is None else _push(engine, result, push, held, log)
         try:
             return _build_with_engine(
                 engine, spec, built.epoch, ctx, scratch, final, builder=builder,
@@ -308,17 +310,22 @@ def _build_image(
             engine.untag(scratch)
 
 
-def _push(engine: Engine, result: ImageResult, ref: str, log: Log) -> ImageResult:
+def _push(engine: Engine, result: ImageResult, ref: str, held: str | None, log: Log) -> ImageResult:
     """``--push``: the built image, from the engine, as ``reprobuild push`` sends it. The
     engine sends only the layers the registry lacks and then knows the image by its pushed
-    digest, which compose, k8s and slurm pin it by. A failed push leaves the image built and
-    tagged, and says how to push it again."""
+    digest, which compose, k8s and slurm pin it by. As when buildah pushed before the load,
+    the tag appears only once the push worked: a failed push gives the tag back to the image
+    it named before (``held``), or removes it. The layers stay in buildah's cache, so running
+    the command again builds nothing."""
     log(f"pushing {ref}")
     try:
         report = push_image(engine, result.image, ref, read_manifest=registry_manifest, log=log)
-    except ReprobuildError as exc:
-        again = f"the image is built as {result.image}: `reprobuild push {result.image} {ref}`"
-        exc.hint = f"{exc.hint}; {again}" if exc.hint else again
+    except BaseException:
+        with contextlib.suppress(ReprobuildError):
+            if engine.image_id(result.image) != held:
+                engine.untag(result.image)
+                if held is not None:
+                    engine.tag(held, result.image)
         raise
     return replace(result, pushed=ref, push=report)
 
