@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild._util import leftovers
+from reprobuild._util.envnum import env_count
 from reprobuild.backends import procstream
 from reprobuild.backends.engine import RunResult
 from reprobuild.backends.procstream import run_captured, run_streamed
 from reprobuild.bases.refs import ImageRef
-from reprobuild.errors import BuildError, EngineError, ReprobuildError
+from reprobuild.errors import BuildError, EngineError
 
 Log = Callable[[str], None]
 NETWORK_DEADLINE_S = 900.0  # a pull or a push that takes longer is stopped (overall, not idle)
@@ -303,15 +304,7 @@ def jobs(environ: Mapping[str, str] | None = None) -> int:
     """``REPROBUILD_BUILDAH_JOBS``, else DEFAULT_JOBS; anything but a whole number from 1 to 64
     is one line naming it. The image is the same whatever it is: each stage's layers depend on
     its own inputs, and the final stage waits for them all."""
-    raw = (os.environ if environ is None else environ).get(JOBS_VAR, "").strip()
-    if not raw:
-        return DEFAULT_JOBS
-    if not raw.isdigit() or not 1 <= int(raw) <= MOST_JOBS:
-        raise ReprobuildError(
-            f"{JOBS_VAR}={raw[:40]!r} is not a whole number from 1 to {MOST_JOBS}",
-            hint=f"fix or unset {JOBS_VAR}",
-        )
-    return int(raw)
+    return env_count(JOBS_VAR, DEFAULT_JOBS, most=MOST_JOBS, environ=environ)
 
 
 DEFAULT_JOBS = 1

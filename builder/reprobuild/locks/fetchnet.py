@@ -44,7 +44,7 @@ from urllib.parse import urljoin, urlsplit
 
 from packaging.utils import canonicalize_name
 
-from reprobuild._util.envnum import env_seconds
+from reprobuild._util.envnum import env_count, env_seconds
 from reprobuild._util.resolver import tool_error
 from reprobuild.errors import ReprobuildError
 from reprobuild.locks.records import index_url_problem
@@ -234,15 +234,9 @@ def _network_reason(exc: BaseException, timeout: float) -> str | None:
 def fetch_threads(environ: Mapping[str, str] | None = None) -> int:
     """``REPROBUILD_FETCH_THREADS``: how many files are fetched at once (default 8); anything
     but a whole number from 1 to 64 is one line naming it."""
-    raw = (os.environ if environ is None else environ).get(THREADS_VAR, "").strip()
-    if not raw:
-        return DEFAULT_THREADS
-    if not raw.isdigit() or not 1 <= int(raw) <= MOST_THREADS:
-        raise FetchSetupError(
-            f"{THREADS_VAR}={raw[:40]!r} is not a whole number from 1 to {MOST_THREADS}",
-            hint=f"fix or unset {THREADS_VAR}",
-        )
-    return int(raw)
+    return env_count(
+        THREADS_VAR, DEFAULT_THREADS, most=MOST_THREADS, error=FetchSetupError, environ=environ
+    )
 
 
 class _IndexRedirects(urllib.request.HTTPRedirectHandler):
