@@ -3,7 +3,6 @@ so a failure at any step leaves nothing under the requested tag."""
 
 from __future__ import annotations
 
-import contextlib
 import platform
 import tempfile
 import uuid
@@ -29,6 +28,7 @@ from reprobuild.imaging.baseprobe import base_probe
 from reprobuild.imaging.buildahbuild import build_with_buildah
 from reprobuild.imaging.context import write_tree
 from reprobuild.imaging.imageprobe import image_manifest
+from reprobuild.imaging.load import give_tag_back
 from reprobuild.imaging.push import push_image, registry_manifest
 from reprobuild.imaging.render import (
     CREATED_LABEL,
@@ -321,11 +321,7 @@ def _push(engine: Engine, result: ImageResult, ref: str, held: str | None, log: 
     try:
         report = push_image(engine, result.image, ref, read_manifest=registry_manifest, log=log)
     except BaseException:
-        with contextlib.suppress(ReprobuildError):
-            if engine.image_id(result.image) != held:
-                engine.untag(result.image)
-                if held is not None:
-                    engine.tag(held, result.image)
+        give_tag_back(engine, result.image, held)
         raise
     return replace(result, pushed=ref, push=report)
 

@@ -42,13 +42,8 @@ def into_engine(
         try:
             layerload.load_oci(engine, image_id, name, previous, log)
         except BaseException:
-            # a load that failed half-way must not leave its image under the name: the name
-            # goes back to the image it named before, if any
-            with contextlib.suppress(EngineError):
-                if engine.image_id(name) != before:
-                    engine.untag(name)
-                    if before is not None:
-                        engine.tag(before, name)
+            # a load that failed half-way must not leave its image under the name
+            give_tag_back(engine, name, before)
             raise
         return
     if engine.image_id(f"sha256:{image_id}") is not None:
@@ -69,6 +64,17 @@ def into_engine(
         if engine.image_id(name) == f"sha256:{image_id}":
             engine.untag(name)
         raise
+
+
+def give_tag_back(engine: Engine, name: str, before: str | None) -> None:
+    """After a step that failed: ``name`` goes back to the image it named before (``before``,
+    an image ID), or is removed where it named none. Best effort: the step's own error is
+    the one to report."""
+    with contextlib.suppress(EngineError):
+        if engine.image_id(name) != before:
+            engine.untag(name)
+            if before is not None:
+                engine.tag(before, name)
 
 
 def load_new_layers(
