@@ -15,6 +15,7 @@ torch's aarch64 wheel, about 100 MB, from PyPI; the arm64 base takes about 4 min
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -25,9 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
+import requests
 
-from helpers import DATA, run_cli
+from helpers import DATA, REGISTRY, run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry, pytest.mark.heavy, pytest.mark.emulated]
 
@@ -178,3 +181,59 @@ def test_the_index_gives_each_platform_its_own_image(index_base: str, base_ref: 
     assert platform_base(index, amd).digest == base_ref.rsplit("@", 1)[1]
     with pytest.raises(RegistryError, match="single-platform image for linux/amd64"):
         platform_base(parse_pinned(base_ref, what="--base"), arm)
+
+
+def test_both_platforms_under_one_index_digest(  # type: ignore[no-untyped-def]
+    arm_image: dict[str, Any], index_base: str, docker_client, tmp_path: Path
+) -> None:
+    """``--platform linux/amd64,linux/arm64 --push``: each platform's image built as
+    ``--platform P`` alone builds it (the arm64 one is arm_image's very image) and pushed as
+    TAG-ARCH, then one OCI index of both at TAG. Again: the same index digest, and nothing
+    sent. A node pulls its own platform's image through the index's digest."""
+    project = tmp_path / "arm64-torch"
+    shutil.copytree(PROJECT, project)
+    stem = uuid.uuid4().hex[:12]
+    name = f"{REGISTRY}/reprobuild-test/arm64-index"
+    tag = f"reprobuild-test/arm64-index:{stem}"
+    made = [tag, f"{tag}-arm64", f"{name}:{stem}-amd64", f"{name}:{stem}-arm64"]
+
+    def build() -> dict[str, Any]:
+        proc = run_cli(
+            "image", "--json", str(project), "--base", index_base,
+            "--platform", "linux/amd64,linux/arm64", "--push", f"{name}:{stem}", "--tag", tag,
+            timeout=EMULATED_TIMEOUT_S,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result: dict[str, Any] = json.loads(proc.stdout)
+        return result
+
+    try:
+        first = build()
+        assert first["image"] == f"{name}@{first['digest']}"
+        amd, arm = first["platforms"]
+        assert (amd["platform"], arm["platform"]) == ("linux/amd64", "linux/arm64")
+        assert arm["id"] == arm_image["id"]  # the image --platform linux/arm64 builds
+        assert (amd["image"], arm["image"]) == (tag, f"{tag}-arm64")
+        answer = requests.get(
+            f"http://{REGISTRY}/v2/reprobuild-test/arm64-index/manifests/{stem}",
+            headers={"Accept": "application/vnd.oci.image.index.v1+json"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text[:300]
+        assert answer.headers["Docker-Content-Digest"] == first["digest"]
+        entries = answer.json()["manifests"]
+        assert [e["digest"] for e in entries] == [amd["digest"], arm["digest"]]
+        assert [e["platform"]["architecture"] for e in entries] == ["amd64", "arm64"]
+
+        second = build()
+        assert second["digest"] == first["digest"]
+        assert [p["push"]["sent_layers"] for p in second["platforms"]] == [0, 0]
+
+        for platform, arch in (("linux/arm64", "arm64"), ("linux/amd64", "amd64")):
+            pulled = docker_client.images.pull(first["image"], platform=platform)
+            assert pulled.attrs["Architecture"] == arch
+            docker_client.images.remove(first["image"], force=True)
+    finally:
+        for ref in made:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_client.images.remove(ref, force=True)

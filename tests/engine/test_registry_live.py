@@ -194,3 +194,47 @@ def test_resolve_multiarch_index_built_on_the_registry(
 
     with pytest.raises(RegistryError, match="available: linux/amd64"):
         client.resolve(f"{REGISTRY}/{REPO}:{index_tag}", platform="linux/arm64")
+
+
+def test_an_index_put_by_the_client_is_pulled_by_its_digest(
+    pushed: Pushed, client: RegistryClient, engine: docker.DockerClient
+) -> None:
+    """``image --platform A,B --push``'s last step for real: the OCI index of a pushed image
+    (a Docker schema 2 manifest from the graph-driver store) put by ``put_manifest``. The
+    registry takes it under the same digest, and the engine pulls the image through it."""
+    from reprobuild.bases.refs import parse_ref
+    from reprobuild.imaging.platformindex import index_document
+
+    ref = parse_ref(f"{REGISTRY}/{REPO}")
+    body, media_type, _ = client.get_manifest(ref, pushed.digest)
+    platform = {"architecture": "amd64", "os": "linux"}
+    index = index_document([(media_type, pushed.digest, len(body), platform)])
+    tag = f"{pushed.tag}-put"
+    digest = client.put_manifest(ref, tag, index, OCI_INDEX)
+    assert digest == "sha256:" + hashlib.sha256(index).hexdigest()
+    assert client.get_manifest(ref, tag) == (index, OCI_INDEX, digest)
+    assert client.put_manifest(ref, tag, index, OCI_INDEX) == digest  # again: the same
+    pulled = engine.images.pull(f"{REGISTRY}/{REPO}@{digest}")
+    try:
+        assert pulled.id == engine.images.get(pushed.name).id
+        assert f"{REGISTRY}/{REPO}@{digest}" in pulled.attrs["RepoDigests"]
+    finally:
+        engine.images.remove(f"{REGISTRY}/{REPO}@{digest}", force=True)
+
+
+def test_a_manifest_the_registry_refuses_is_one_error(
+    registry_up: str, client: RegistryClient
+) -> None:
+    from reprobuild.bases.refs import parse_ref
+
+    missing = "sha256:" + "0" * 64
+    index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": [{"mediaType": OCI_MANIFEST, "digest": missing, "size": 10}],
+        }
+    ).encode()
+    with pytest.raises(RegistryError) as err:
+        client.put_manifest(parse_ref(f"{registry_up}/{REPO}"), "refused", index, OCI_INDEX)
+    assert "HTTP 400" in err.value.message and "\n" not in err.value.message

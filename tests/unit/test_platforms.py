@@ -92,9 +92,21 @@ def test_another_machine_builds_with_buildah_only_and_tags_apart() -> None:
     assert platforms.tag_for("p:cpu-abc", None) == "p:cpu-abc"
 
 
-def test_several_platforms_in_one_build_are_refused_for_now() -> None:
-    with pytest.raises(ReprobuildError, match="one platform per build"):
-        platforms.target_of("linux/amd64,linux/arm64")
+def test_the_platforms_asked_for_are_checked_runnable_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(platforms, "require_runnable", lambda target: seen.append(target.name))
+    assert platforms.targets_of(None) == ()
+    assert platforms.targets_of("linux/amd64,linux/arm64") == (AMD, ARM)
+    assert seen == ["linux/amd64", "linux/arm64"]
+
+
+def test_an_image_is_rebuilt_for_its_own_machine() -> None:
+    assert platforms.platform_named(None) is None
+    assert platforms.platform_named(host.machine()) is None  # this host's: no --platform
+    other = "aarch64" if host.machine() == "x86_64" else "x86_64"
+    assert platforms.platform_named(other) in platforms.SUPPORTED
+    with pytest.raises(ReprobuildError, match="for riscv64, which reprobuild does not build"):
+        platforms.platform_named("riscv64")
 
 
 @on_x86

@@ -249,6 +249,26 @@ class RegistryClient:
             )
         return body, media_type, expected
 
+    def put_manifest(self, ref: ImageRef, reference: str, body: bytes, media_type: str) -> str:
+        """PUT a manifest (an image index, say) under a tag of ``ref``'s repository: its
+        digest, the body's own sha256, which the registry's ``Docker-Content-Digest`` must
+        name too. Anonymous, as every request here: a registry that wants a login for pushing
+        is one error saying so."""
+        url = self._url(ref, "manifests", reference)
+        headers = {"Content-Type": media_type}
+        resp = self._request("PUT", ref, url, headers, stream=True, data=body, access="pull,push")
+        with resp:
+            self._raise_for_status(resp, ref, url, reference)
+            said = resp.headers.get("Docker-Content-Digest")
+        digest = sha256_of(body)
+        if said is not None and said != digest:
+            raise RegistryError(
+                f"{url}: the registry took the manifest as {said}, but its bytes are {digest}; "
+                "refusing it",
+                hint="the registry, or something between it and you, altered the manifest",
+            )
+        return digest
+
     def get_blob(self, ref: ImageRef, digest: str, *, max_bytes: int = MAX_CONFIG_BYTES) -> bytes:
         """GET a (small: config) blob by digest, at most ``max_bytes``, checked against it."""
         check_digest(digest, f"a blob of {ref}")
@@ -458,6 +478,7 @@ class RegistryClient:
         stream: bool = False,
         params: Mapping[str, str] | None = None,
         base: str,
+        data: bytes | None = None,
     ) -> requests.Response:
         remaining = self._watchdog.remaining()
         if remaining <= 0:
@@ -472,6 +493,7 @@ class RegistryClient:
                     url,
                     headers={**self._headers, **headers},
                     params=params,
+                    data=data,
                     timeout=(wait, self.timeout),
                     allow_redirects=True,
                     stream=stream,
@@ -501,6 +523,8 @@ class RegistryClient:
         headers: Mapping[str, str],
         *,
         stream: bool = False,
+        data: bytes | None = None,
+        access: str = "pull",
     ) -> requests.Response:
         base = self.registry_url(ref.registry)
         target = (base, ref.api_repository)
@@ -509,7 +533,7 @@ class RegistryClient:
         first = dict(headers)
         if sent_token is not None:
             first["Authorization"] = f"Bearer {sent_token}"
-        resp = self._send(method, url, first, stream=stream, base=base)
+        resp = self._send(method, url, first, stream=stream, base=base, data=data)
         if resp.status_code != 401:
             return resp
 
@@ -527,14 +551,19 @@ class RegistryClient:
         realm = bearer.params.get("realm", "")
         if not realm.startswith(("https://", "http://")):
             raise RegistryError(f"{url} answered HTTP 401 with a Bearer challenge without a realm")
-        scope = bearer.params.get("scope") or f"repository:{ref.api_repository}:pull"
+        scope = bearer.params.get("scope") or f"repository:{ref.api_repository}:{access}"
         key = (realm, scope)
         if sent_token is not None and self._tokens.get(key) == sent_token:
             del self._tokens[key]  # the registry no longer takes it (expired): fetch anew
         token = self._token(realm, bearer.params.get("service"), scope, key)
         self._auth_for[target] = key
         retry = self._send(
-            method, url, {**headers, "Authorization": f"Bearer {token}"}, stream=stream, base=base
+            method,
+            url,
+            {**headers, "Authorization": f"Bearer {token}"},
+            stream=stream,
+            base=base,
+            data=data,
         )
         if retry.status_code == 401:
             message = self._error_message(retry, url)

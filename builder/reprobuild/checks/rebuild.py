@@ -34,6 +34,8 @@ from reprobuild.bases.refs import parse_ref
 from reprobuild.checks.imageinfo import read_image
 from reprobuild.errors import EngineError, RebuildInputError, ReprobuildError, shorten
 from reprobuild.imaging.plan import git_revision, plan_build
+from reprobuild.imaging.platforms import platform_named
+from reprobuild.imaging.result import ImageResult
 
 Log = Callable[[str], None]
 # The builders whose reproducible builds the check rebuilds, with the same builder.
@@ -238,7 +240,8 @@ def rebuild(
     gpu = manifest.variant == "gpu"
     builder: Builder = "buildkit" if manifest.build.get("builder") == "buildkit" else "buildah"
     with _epoch_env(epoch):
-        spec = plan_build(directory, gpu=gpu, base=manifest.base_ref).spec
+        machine = manifest.machine or None  # the image's: an arm64 image is rebuilt for arm64
+        spec = plan_build(directory, gpu=gpu, base=manifest.base_ref, machine=machine).spec
         recorded_sha = manifest.lock_sha256
         if re.fullmatch(r"[0-9a-f]{64}", recorded_sha):
             recorded_sha = recorded_sha[:12] + "..."
@@ -268,8 +271,9 @@ def rebuild(
         try:
             result = build_image(
                 directory, gpu=gpu, tag=tag, base=manifest.base_ref, builder=builder,
-                engine=engine, log=log, no_cache=True,
+                engine=engine, log=log, no_cache=True, platform=platform_named(machine),
             )  # fmt: skip
+            assert isinstance(result, ImageResult)  # one platform: one image
             if result.id == recorded_id:
                 report = RebuildReport(image, recorded_id, result.id)
             else:

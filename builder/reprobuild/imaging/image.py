@@ -8,6 +8,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,17 +19,19 @@ from reprobuild.backends import buildah
 from reprobuild.backends.builders import Builder
 from reprobuild.backends.engine import Engine
 from reprobuild.bases.refs import parse_ref
+from reprobuild.bases.registry import RegistryClient
 from reprobuild.errors import (
     ImageRefError,
     LockfileError,
     ReprobuildError,
 )
-from reprobuild.imaging import fetchstep, plan, platforms
+from reprobuild.imaging import fetchstep, plan, platformindex, platforms
 from reprobuild.imaging.baseprobe import base_probe
 from reprobuild.imaging.buildahbuild import build_with_buildah
 from reprobuild.imaging.context import write_tree
 from reprobuild.imaging.imageprobe import image_manifest
 from reprobuild.imaging.load import give_tag_back
+from reprobuild.imaging.platformindex import IndexResult
 from reprobuild.imaging.push import push_image, registry_manifest
 from reprobuild.imaging.render import (
     CREATED_LABEL,
@@ -201,33 +204,113 @@ def build_image(
     push: str | None = None,
     bar: TextIO | None = None,
     platform: str | None = None,
-) -> ImageResult:
+) -> ImageResult | IndexResult:
     """``note`` gets the lines that are said even with a quiet ``log`` (leftovers removed).
     ``bar``: where to draw the wheel fetch's live progress bar when it is a terminal (else
     its progress is plain lines through ``log``). ``platform``: ``--platform``'s value
-    (:mod:`reprobuild.imaging.platforms`); None: the host's."""
+    (:mod:`reprobuild.imaging.platforms`); None: the host's. Several platforms give an
+    :class:`IndexResult` (:mod:`reprobuild.imaging.platformindex`)."""
     engine = engine or Engine()
-    try:
-        return _build_image(
-            directory,
-            gpu=gpu,
-            tag=tag,
-            base=base,
-            online=online,
-            ca_cert=ca_cert,
-            builder=builder,
-            no_cache=no_cache,
-            engine=engine,
-            log=log,
-            note=note or log,
-            variant=variant,
-            push=push,
-            bar=bar,
-            wanted=platforms.target_of(platform),
+    targets = platforms.targets_of(platform)
+    one = partial(
+        _build_image,
+        directory,
+        gpu=gpu,
+        base=base,
+        online=online,
+        ca_cert=ca_cert,
+        builder=builder,
+        no_cache=no_cache,
+        engine=engine,
+        log=log,
+        note=note or log,
+        variant=variant,
+        bar=bar,
+    )
+
+    def check(wanted: platforms.BuildPlatform, push: str) -> str:
+        _, _, spec = _checked_plan(
+            directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant=variant,
+            builder=builder, push=push, wanted=wanted,
+        )  # fmt: skip
+        return platforms.tag_for(
+            normalize_tag(tag) if tag else plan.spec_tag(spec, variant), wanted
         )
+
+    try:
+        if len(targets) > 1:
+            return _build_index(one, check, targets, push=push, engine=engine, log=log)
+        return one(tag=tag, push=push, wanted=targets[0] if targets else None)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
         leftovers.reap(engine, log, mine=True, also=[buildah.Storage()])
         raise
+
+
+def _build_index(
+    one: Callable[..., ImageResult],
+    check: Callable[[platforms.BuildPlatform, str], str],
+    targets: tuple[platforms.BuildPlatform, ...],
+    *,
+    push: str | None,
+    engine: Engine,
+    log: Log,
+) -> IndexResult:
+    """Several platforms: each built and pushed as ``one`` builds it, then the index of them
+    put at ``push``. What can be refused is refused before the first build: ``check`` runs
+    ``one``'s own checks (the builder, the push target, the platform's lock coverage and
+    base) for every platform first, and names each platform's engine tag. A failure later
+    gives back the engine tags this run moved."""
+    names = ",".join(t.name for t in targets)
+    if push is None:
+        raise ReprobuildError(
+            f"--platform {names}: an image index of several platforms lives in a registry, "
+            "and no --push was given",
+            hint="add --push REGISTRY/NAME[:TAG], or build one platform per run "
+            + " and ".join(f"(--platform {t.name})" for t in targets),
+        )
+    push = normalize_push(push)
+    finals = {wanted: check(wanted, push) for wanted in targets}
+    # the engine tags this run may move (each platform's, and the one its push makes) -> the
+    # image each named before
+    moved = {
+        name: engine.image_id(name)
+        for wanted in targets
+        for name in (finals[wanted], platformindex.platform_ref(push, wanted))
+    }
+
+    def build_one(wanted: platforms.BuildPlatform, ref: str) -> ImageResult:
+        return one(tag=finals[wanted], push=ref, wanted=wanted)
+
+    try:
+        return platformindex.build_index(
+            targets, push, build_one, engine=engine, registry=RegistryClient, log=log
+        )
+    except BaseException:
+        for name, before in moved.items():
+            give_tag_back(engine, name, before)
+        raise
+
+
+def _checked_plan(
+    directory: Path,
+    *,
+    gpu: bool,
+    base: str | None,
+    online: bool,
+    ca_cert: Path | None,
+    variant: str | None,
+    builder: Builder,
+    push: str | None,
+    wanted: platforms.BuildPlatform | None,
+) -> tuple[str | None, plan.Plan, RenderSpec]:
+    """What is checked before any work: the builder asked for, the push target, the plan, and
+    the base's image for the platform. The push target normalized, the plan, its spec."""
+    push = _check_asked(builder, push, wanted)
+    planned = plan.plan_build(
+        directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant_name=variant,
+        machine=wanted.machine if wanted else None,
+    )  # fmt: skip
+    return push, planned, platforms.for_platform(planned.spec, wanted)
 
 
 def _build_image(
@@ -248,13 +331,11 @@ def _build_image(
     bar: TextIO | None,
     wanted: platforms.BuildPlatform | None = None,
 ) -> ImageResult:
-    push = _check_asked(builder, push, wanted)
-    planned = plan.plan_build(
-        directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant_name=variant,
-        machine=wanted.machine if wanted else None,
+    push, planned, spec = _checked_plan(
+        directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant=variant,
+        builder=builder, push=push, wanted=wanted,
     )  # fmt: skip
     plan.record_new_base(planned, log)
-    spec = platforms.for_platform(planned.spec, wanted)
     final = normalize_tag(tag) if tag else platforms.tag_for(plan.spec_tag(spec, variant), wanted)
     builder, from_epoch = _pick_builder(engine, builder, push, wanted, log)
     # One note for all of it: the engine's leftovers and buildah's (reaped first: a dead

@@ -27,9 +27,10 @@ __all__ = [
     "host_platform",
     "parse_platforms",
     "platform_base",
+    "platform_named",
     "require_runnable",
     "tag_for",
-    "target_of",
+    "targets_of",
 ]
 
 # The platforms reprobuild builds for, and the machine (``platform.machine()``, the wheel
@@ -75,6 +76,20 @@ class BuildPlatform:
 def _host_machine() -> str:
     machine = host.machine().lower()
     return MACHINES.get(machine, machine)  # (some systems say amd64 or arm64)
+
+
+def platform_named(machine: str | None) -> str | None:
+    """``--platform``'s value for an image of ``machine`` (``aarch64`` -> ``linux/arm64``):
+    None for this host's own machine, or a machine given as none."""
+    if not machine or machine == _host_machine():
+        return None
+    for name, its in _MACHINES.items():
+        if its == machine:
+            return name
+    raise ReprobuildError(
+        f"the image is for {machine}, which reprobuild does not build for; it builds for "
+        f"{', '.join(_MACHINES.values())}"
+    )
 
 
 def host_platform() -> BuildPlatform:
@@ -148,20 +163,14 @@ def platform_base(base: ImageRef, target: BuildPlatform) -> ImageRef:
     return resolved.ref.with_digest(resolved.platform_digest)
 
 
-def target_of(text: str | None) -> BuildPlatform | None:
-    """``--platform``'s one platform (None: not given, the host's), checked runnable here. Several
-    platforms at once are not built yet: one line saying so."""
+def targets_of(text: str | None) -> tuple[BuildPlatform, ...]:
+    """``--platform``'s platforms (none: not given, the host's), each checked runnable here."""
     if text is None:
-        return None
+        return ()
     targets = parse_platforms(text)
-    if len(targets) > 1:
-        raise ReprobuildError(
-            f"--platform {text!r}: one platform per build for now; an image index of several "
-            "is not built yet",
-            hint=" and ".join(f"--platform {t.name}" for t in targets) + ", each in its own build",
-        )
-    require_runnable(targets[0])
-    return targets[0]
+    for target in targets:
+        require_runnable(target)
+    return targets
 
 
 def check_builder(target: BuildPlatform | None, builder: str) -> None:

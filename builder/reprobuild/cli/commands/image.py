@@ -46,7 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the platform to build for: linux/amd64 or linux/arm64 (default: this machine's). "
         "The lock's markers and wheels are read for it and the base's image for it is used (an "
         "index pinned by digest gives its entry). Another machine's platform builds with "
-        "buildah, its steps run under qemu-user (binfmt_misc), and the default tag ends in -ARCH",
+        "buildah, its steps run under qemu-user (binfmt_misc), and the default tag ends in "
+        "-ARCH. Several, comma-separated, with --push NAME:TAG: each platform's image is built "
+        "and pushed as NAME:TAG-ARCH, then an OCI image index of them is put at NAME:TAG, "
+        "whose one digest is printed",
     )
     parser.add_argument("--no-cache", action="store_true", help="build without the engine's cache")
     quiet_flag(parser)
@@ -55,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from reprobuild.imaging.image import build_image
+    from reprobuild.imaging.platformindex import IndexResult
 
     quiet = args.quiet or args.json
     log = (lambda _: None) if quiet else err
@@ -79,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
         return 0
-    if result.push is not None and not args.quiet:
-        err(result.push.summary())
+    report = result if isinstance(result, IndexResult) else result.push
+    if report is not None and not args.quiet:
+        err(report.summary())
     print(result.image)
     return 0
