@@ -324,3 +324,40 @@ def test_default_tag_tells_two_selections_of_one_lock_apart() -> None:
     }
     assert len(tags) == 4
     assert all(t.startswith(plain + "-") and len(t) == len(plain) + 9 for t in tags)
+
+
+def test_platforms_give_an_entry_per_variant_and_platform(
+    project: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    proj = project("matrix")
+    plain = matrix_of(capsys, str(proj))["include"]
+    both = matrix_of(capsys, str(proj), "--platform", "linux/amd64,linux/arm64")["include"]
+    assert len(both) == 2 * len(plain)
+    for i, entry in enumerate(plain):
+        amd, arm = both[2 * i], both[2 * i + 1]
+        assert (amd["platform"], arm["platform"]) == ("linux/amd64", "linux/arm64")
+        assert amd["tag"] == entry["tag"] and arm["tag"] == entry["tag"] + "-arm64"
+        assert {k: v for k, v in amd.items() if k != "platform"} == entry
+    trials = matrix_of(capsys, str(proj), "--platform", "linux/arm64", "--trials", "2")
+    assert [(e["platform"], e["trial"]) for e in trials["include"][:2]] == [
+        ("linux/arm64", 0),
+        ("linux/arm64", 1),
+    ]
+
+
+def test_a_lock_that_does_not_cover_a_platform_fails_the_matrix_naming_the_package(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wild = REPO / "tests" / "data" / "lockfiles" / "wild" / "pyannote-audio-4.0.7"
+    (tmp_path / "uv.lock").write_bytes((wild / "uv.lock").read_bytes())
+    (tmp_path / "pyproject.toml").write_bytes((wild / "pyproject.toml").read_bytes())
+    (tmp_path / "reprobuild.yaml").write_text(
+        "name: team/audio\nlock: uv.lock\nbase:\n  cpu: python-3.11-slim-bookworm\n"
+    )
+    assert matrix_of(capsys, str(tmp_path), "--platform", "linux/amd64")["include"]
+    code, out, err = cli(capsys, "matrix", str(tmp_path), "--platform", "linux/amd64,linux/arm64")
+    assert (code, out) == (1, "")
+    [line] = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert "torchcodec 0.10.0 has no wheel for CPython 3.11 on linux aarch64" in line
+    code, out, err = cli(capsys, "matrix", str(tmp_path), "--platform", "linux/sparc")
+    assert code != 0 and "not a platform reprobuild builds for" in err

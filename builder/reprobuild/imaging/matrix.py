@@ -16,6 +16,7 @@ from reprobuild.bases.catalog import Catalog, is_catalog_name, load_catalog
 from reprobuild.bases.refs import parse_pinned
 from reprobuild.errors import ConfigError, ReprobuildError, UsageError
 from reprobuild.imaging.plan import catalog_python, default_tag, read_lock
+from reprobuild.imaging.platforms import BuildPlatform, parse_platforms, tag_for
 from reprobuild.project.config import ProjectConfig, Variant
 from reprobuild_entrypoint.contract import SEED_VAR, TRIAL_VAR
 from reprobuild_entrypoint.settings import SEED_MAX
@@ -44,20 +45,28 @@ def check_base(config: ProjectConfig, variant: Variant, catalog: Catalog) -> Non
 
 
 def entry(
-    config: ProjectConfig, variant: Variant, catalog: Catalog | None = None
+    config: ProjectConfig,
+    variant: Variant,
+    catalog: Catalog | None = None,
+    target: BuildPlatform | None = None,
 ) -> dict[str, Any]:
     """One matrix entry. Reads (and so validates) the variant's lock for its hash, and checks
-    its base as ``image`` would."""
+    its base as ``image`` would. ``target``: the entry of one platform (``--platform``), its
+    lock read for that machine (one that does not cover it is an error naming the package),
+    its tag the one ``image --platform`` gives."""
     catalog = catalog or load_catalog()
     check_base(config, variant, catalog)
-    lock = read_lock(config, variant.lock, catalog_python(config, variant.base, catalog))
+    python = catalog_python(config, variant.base, catalog)
+    lock = read_lock(config, variant.lock, python, target.machine if target else None)
+    tag = default_tag(config.name, variant.name, lock.sha256, lock.choice)
     return {
         "variant": variant.name,
         "gpu": variant.gpu,
         "runs-on": list(variant.runner),
         "lock": variant.lock.relative_to(config.root).as_posix(),
         "base": variant.base,
-        "tag": default_tag(config.name, variant.name, lock.sha256, lock.choice),
+        **({"platform": target.name} if target else {}),
+        "tag": tag_for(tag, target),
     }
 
 
@@ -66,9 +75,15 @@ MAX_TRIALS = 1000
 
 
 def matrix(
-    config: ProjectConfig, *, trials: int | None = None, seed: int | None = None
+    config: ProjectConfig,
+    *,
+    trials: int | None = None,
+    seed: int | None = None,
+    platforms: str | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """The GitHub Actions matrix of every variant, in the order the config lists them.
+    ``platforms``: ``--platform``'s value; an entry per variant and platform, each naming its
+    ``platform`` (the value of ``image --platform`` that builds it).
 
     ``trials``: a run matrix instead, one entry per variant and trial ``k`` in ``0..trials-1``
     of the experiment seed (``seed``, else the project's), each with the ``env`` that runs it
@@ -86,8 +101,9 @@ def matrix(
         raise UsageError(f"--seed {seed}: use a whole number from 0 to {SEED_MAX}")
     if seed is not None and trials is None:
         raise UsageError("--seed applies to trials: give --trials N too")
+    targets: tuple[BuildPlatform | None, ...] = parse_platforms(platforms) if platforms else (None,)
     catalog = load_catalog()
-    builds = [entry(config, v, catalog) for v in variants]
+    builds = [entry(config, v, catalog, t) for v in variants for t in targets]
     if trials is None:
         return {"include": builds}
     experiment = config.seed if seed is None else seed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reprobuild.cli.options import _int, directory
+from reprobuild.cli.options import _int, _text, directory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "REPRO_TRIAL that run it and the derived run seed",
     )
     parser.add_argument(
+        "--platform",
+        metavar="OS/ARCH[,...]",
+        type=_text,
+        help="an entry per variant and platform (linux/amd64, linux/arm64; comma-separated), "
+        "each with the platform that `image --platform` builds and that platform's default "
+        "tag; a lock that does not cover a platform is an error naming the package",
+    )
+    parser.add_argument(
         "--seed",
         type=_int,
         metavar="S",
@@ -39,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from reprobuild.imaging.matrix import dumps, matrix
     from reprobuild.project.config import load_config
 
-    document = matrix(load_config(args.directory), trials=args.trials, seed=args.seed)
+    document = matrix(
+        load_config(args.directory), trials=args.trials, seed=args.seed, platforms=args.platform
+    )
     print(dumps(document, args.format))
     return 0
