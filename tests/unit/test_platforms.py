@@ -207,3 +207,54 @@ def test_init_says_which_platforms_a_native_lock_covers() -> None:
     assert said is not None and said.startswith("uv.lock covers linux/amd64 only (not linux/arm64:")
     assert "torchcodec 0.10.0 has no wheel for CPython 3.11 on linux aarch64" in said
     assert platforms.coverage_note(LOCK, Selection()) is None  # hashes only: the index knows
+
+
+def test_an_index_digest_is_pinned_by_the_platform_image_the_engine_holds() -> None:
+    """``image --platform A,B --push`` prints REGISTRY/NAME@sha256:<index>: compose, k8s and
+    slurm take it. The engine holds the platforms' images by their own digests (it pushed
+    them), not the index: the job files name the index, read from this host's image."""
+    from helpers import FakeImageEngine
+    from reprobuild.cluster.pinning import pin_image
+    from reprobuild.cluster.slurm import SlurmSpec, render
+    from reprobuild.errors import ImageNotBuiltError
+
+    name = "127.0.0.1:5000/team/ddp"
+    index, amd, arm = (f"{name}@sha256:{c * 64}" for c in "abc")
+    host = platforms.host_platform().name
+    other = "linux/arm64" if host == "linux/amd64" else "linux/amd64"
+    entries = [(other, arm.rsplit("@", 1)[1]), (host, amd.rsplit("@", 1)[1])]
+    engine = FakeImageEngine(amd, ("torch",))  # the host's image; the other's is not here
+    engine.attrs["Architecture"] = "amd64"
+    asked: list[str] = []
+
+    def read_index(ref: object) -> list[tuple[str, str]]:
+        asked.append(str(getattr(ref, "digest", "")))
+        return entries
+
+    from reprobuild.cluster import pinning
+
+    pinned = pinning.pin_index(engine, index, read_index)
+    assert pinned is not None and asked == ["sha256:" + "a" * 64]
+    assert (pinned.reference, pinned.requested) == (index, index)
+    assert pinned.architecture == ""  # any of its platforms: no node selector
+    assert pinned.platforms == (other, host)
+    assert pinned.labels["io.reprobuild.variant"] == "cpu"
+    # nothing of the index on the engine: one line that says how to get it
+    bare = FakeImageEngine("p:cpu-1", ("torch",))
+    with pytest.raises(ReprobuildError, match="is an image index, and none of its images"):
+        pinning.pin_index(bare, index, read_index)
+    assert pinning.pin_index(bare, index, lambda ref: None) is None  # a single image
+    assert pinning.pin_index(bare, "p:cpu-1", read_index) is None  # no digest: not asked
+    # a digest no registry answers for (none listens on port 1): not built, as before
+    with pytest.raises(ImageNotBuiltError):
+        pin_image(bare, "127.0.0.1:1/team/ddp@sha256:" + "e" * 64)
+    from reprobuild.cluster.job import NodesJob
+    from reprobuild.cluster.nodes import JobShape
+
+    job = NodesJob(
+        image=index, shape=JobShape(2, 1), command=("python", "t.py"), seed=0,
+        determinism="strict", project="p", workdir="/app",
+    )  # fmt: skip
+    script = render(SlurmSpec(job, "ddp", platforms=pinned.platforms))
+    assert f"the image is an index of {other} and {host}: each node runs" in script
+    assert 'uname -m)" !=' not in script  # no machine check: any of its machines

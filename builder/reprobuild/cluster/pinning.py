@@ -9,14 +9,15 @@ label) for what a multi-node job needs (torch).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from reprobuild.bases.refs import parse_ref
-from reprobuild.errors import ImageNotBuiltError, ImageRefError, ReprobuildError
+from reprobuild.bases.refs import ImageRef, parse_ref
+from reprobuild.errors import ImageNotBuiltError, ImageRefError, RegistryError, ReprobuildError
 from reprobuild.imaging.plan import project_tag, variant_of
 from reprobuild.project.config import ProjectConfig
 from reprobuild_entrypoint.contract import LABEL_PREFIX
@@ -62,7 +63,10 @@ class PinnedImage:
     workdir: str = ""
     """The image's WorkingDir (a runtime that does not apply it is given it)."""
     architecture: str = ""
-    """The image's architecture as its config says it (``amd64``, ``arm64``; "" unknown)."""
+    """The image's architecture as its config says it (``amd64``, ``arm64``; "" unknown, or
+    an image index's several)."""
+    platforms: tuple[str, ...] = ()
+    """An image index's platforms (``linux/amd64``, ``linux/arm64``); () a single image."""
 
 
 def pinned_reference(name: str | None, image_id: str, repo_digests: list[str]) -> str:
@@ -94,11 +98,75 @@ def _repository(name: str) -> tuple[str, str]:
     return ref.registry, ref.repository
 
 
+IndexReader = Callable[[ImageRef], "list[tuple[str, str]] | None"]
+"""An image reference's index in its registry: (platform, manifest digest) per entry; None
+where the reference names a single image."""
+
+
+def registry_index(ref: ImageRef) -> list[tuple[str, str]] | None:
+    """The entries of the index ``ref`` (``REGISTRY/NAME@sha256:...``) names, read from its
+    registry (every body checked against its digest)."""
+    from reprobuild.bases.oci import INDEX_TYPES, platform_of
+    from reprobuild.bases.registry import RegistryClient
+
+    assert ref.digest is not None
+    with RegistryClient() as client:
+        body, media_type, _ = client.get_manifest(ref, ref.digest)
+    if media_type not in INDEX_TYPES:
+        return None
+    document = json.loads(body)
+    entries: list[tuple[str, str]] = []
+    for entry in document.get("manifests") or []:
+        platform = platform_of(entry) if isinstance(entry, dict) else None
+        if platform is not None and isinstance(entry.get("digest"), str):
+            entries.append((f"{platform.os}/{platform.architecture}", entry["digest"]))
+    return entries
+
+
+def pin_index(
+    engine: ImageLookup, ref: str, read_index: IndexReader = registry_index
+) -> PinnedImage | None:
+    """``ref`` is ``REGISTRY/NAME@sha256:<index digest>`` (what ``image --platform A,B
+    --push`` prints), absent from the engine, which holds its platforms' images: the image
+    pinned by the index's digest, read from this host's platform's image (else the first the
+    engine holds). None where ``ref`` names no index."""
+    parsed = parse_ref(ref)
+    if parsed.digest is None or not parsed.explicit_registry:
+        return None
+    try:
+        entries = read_index(parsed)
+    except (RegistryError, ValueError):  # no registry answers for it: the engine's word stands
+        return None
+    if not entries:
+        return None
+    from reprobuild.imaging.platforms import host_platform
+
+    host = host_platform().name
+    held = [
+        (platform, f"{parsed.name}@{digest}")
+        for platform, digest in sorted(entries, key=lambda e: e[0] != host)
+        if engine.image_id(f"{parsed.name}@{digest}") is not None
+    ]
+    if not held:
+        raise ReprobuildError(
+            f"{ref} is an image index, and none of its images is on this engine",
+            hint=f"docker pull {ref}",
+        )
+    local = held[0][1]
+    image = pin_image(engine, local)
+    names = tuple(platform for platform, _ in entries)
+    return replace(image, requested=ref, reference=ref, architecture="", platforms=names)
+
+
 def pin_image(engine: ImageLookup, ref: str, *, build_command: str | None = None) -> PinnedImage:
-    """Look ``ref`` (a tag or an image ID) up on the engine and pin it."""
+    """Look ``ref`` (a tag or an image ID) up on the engine and pin it. An image index's
+    ``REGISTRY/NAME@sha256:<digest>`` is pinned by :func:`pin_index`."""
     # an image ID (full or short, as docker accepts it) names no repository
     name = None if IMAGE_ID_RE.fullmatch(ref) else parse_ref(ref).name
     if engine.image_id(ref) is None:
+        index = pin_index(engine, ref) if name is not None else None
+        if index is not None:
+            return index
         raise ImageNotBuiltError(ref, build_command)
     attrs = engine.inspect(ref)
     image_id = str(attrs.get("Id", ""))

@@ -103,6 +103,8 @@ class SlurmSpec:
     arch: str = ""
     """The image's architecture as its config says it (``amd64``, ``arm64``; "" unknown):
     the script says it and stops on a node of another machine (``uname -m``)."""
+    platforms: tuple[str, ...] = ()
+    """An image index's platforms: the script says them; each node pulls its own."""
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -259,7 +261,12 @@ def _header(spec: SlurmSpec) -> list[str]:
     if job.env:
         lines.append(f"- Set by --env on every node: {', '.join(name for name, _ in job.env)}.")
     machine = MACHINES.get(spec.arch)
-    if machine:
+    if spec.platforms:
+        lines.append(
+            f"- Architecture: the image is an index of {' and '.join(spec.platforms)}: each "
+            "node runs the image of its own machine."
+        )
+    elif machine:
         lines.append(
             f"- Architecture: the image is linux/{spec.arch}: the job's nodes must be "
             f"{machine} (uname -m); the script stops on one that is not."
@@ -621,9 +628,15 @@ def slurm_project(
         what="Slurm job",
     )
     job_name = name if name is not None else default_name(made.config.name)
-    arch = made.pinned.architecture
+    arch, platforms = made.pinned.architecture, made.pinned.platforms
     if bundle is None:
-        return render(SlurmSpec(made.job, job_name, runtime, arch=arch))
+        return render(SlurmSpec(made.job, job_name, runtime, arch=arch, platforms=platforms))
+    if platforms:
+        raise SlurmOptionError(
+            f"--bundle unpacks one image, and {made.job.image} is an index of "
+            f"{', '.join(platforms)}",
+            hint="give --image the platform's own image (NAME:TAG-ARCH, as pushed)",
+        )
     SlurmSpec(made.job, job_name, runtime, str(bundle.absolute()))  # checks before unpacking
     unpacked = oci_bundle.unpack(made.job.image, bundle, log=log)
     log(f"bundle {'kept' if unpacked.reused else 'unpacked'}: {unpacked.path}")
