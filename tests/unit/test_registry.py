@@ -57,6 +57,7 @@ class FakeRegistry:
     manifests: dict[tuple[str, str], tuple[bytes, str]] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
     corrupt: set[str] = field(default_factory=set)  # digests served with altered bytes
+    put_digest: str | None = None  # the digest a PUT answers with (None: the body's)
     token_requests: list[dict[str, list[str]]] = field(default_factory=list)
     requests: list[tuple[str, str, int]] = field(default_factory=list)  # method, path, status
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -116,6 +117,32 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._serve(head=False)
+
+    def do_PUT(self) -> None:
+        """A manifest PUT, behind the same auth as reads; ``put_digest`` lies when set."""
+        fake = self.server.fake
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        match = re.fullmatch(r"/v2/(?P<repo>.+)/manifests/(?P<ref>[^/]+)", self.path)
+        if match is None:
+            self._error(404, "NOT_FOUND", head=False)
+            return
+        if fake.auth == "basic":
+            challenge = 'Basic realm="fake registry, basic"'
+            self._error(401, "UNAUTHORIZED", head=False, **{"WWW-Authenticate": challenge})
+            return
+        if fake.auth == "bearer" and self.headers.get("Authorization") != f"Bearer {fake.token}":
+            challenge = (
+                f'Bearer realm="http://{fake.host}/token",service="{fake.service}",'
+                f'scope="repository:{match["repo"]}:pull,push"'
+            )
+            self._error(401, "UNAUTHORIZED", head=False, **{"WWW-Authenticate": challenge})
+            return
+        media_type = self.headers.get("Content-Type", "")
+        with fake.lock:
+            fake.manifests[(match["repo"], match["ref"])] = (body, media_type)
+            fake.manifests[(match["repo"], _digest(body))] = (body, media_type)
+        said = fake.put_digest or _digest(body)
+        self._send(201, b"", {"Docker-Content-Digest": said})
 
     def _send(
         self,
@@ -595,3 +622,33 @@ def test_parse_challenges_several_escapes_and_token68() -> None:
 def test_parse_challenges_never_loops_on_garbage(header: str) -> None:
     challenges = parse_challenges(header)
     assert all(c.scheme for c in challenges)
+
+
+def test_put_manifest_stores_it_under_the_tag_and_returns_its_digest(
+    images: Images, client: RegistryClient
+) -> None:
+    index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}).encode()
+    ref = parse_ref(f"{images.fake.host}/team/model")
+    digest = client.put_manifest(ref, "v1", index, OCI_INDEX)
+    assert digest == _digest(index)
+    assert client.get_manifest(ref, "v1") == (index, OCI_INDEX, digest)
+    [scope] = images.fake.token_requests[-1]["scope"]
+    assert scope == "repository:team/model:pull,push"
+
+
+def test_put_manifest_the_registry_names_otherwise_is_refused(
+    images: Images, client: RegistryClient
+) -> None:
+    images.fake.put_digest = "sha256:" + "9" * 64
+    with pytest.raises(RegistryError, match="took the manifest as sha256:9999"):
+        client.put_manifest(parse_ref(f"{images.fake.host}/team/model"), "v1", b"{}", OCI_INDEX)
+
+
+def test_put_manifest_to_a_registry_that_wants_a_login_says_so(
+    images: Images, client: RegistryClient
+) -> None:
+    images.fake.auth = "basic"
+    with pytest.raises(RegistryError) as err:
+        client.put_manifest(parse_ref(f"{images.fake.host}/team/model"), "v1", b"{}", OCI_INDEX)
+    assert "wants a login to push to" in err.value.message
+    assert "imagetools create" in str(err.value.hint)

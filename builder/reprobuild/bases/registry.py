@@ -256,7 +256,19 @@ class RegistryClient:
         is one error saying so."""
         url = self._url(ref, "manifests", reference)
         headers = {"Content-Type": media_type}
-        resp = self._request("PUT", ref, url, headers, stream=True, data=body, access="pull,push")
+        try:
+            resp = self._request(
+                "PUT", ref, url, headers, stream=True, data=body, access="pull,push"
+            )
+        except RegistryError as exc:
+            if "HTTP 401" not in exc.message and "anonymous token" not in exc.message:
+                raise
+            raise RegistryError(
+                f"{ref.registry} wants a login to push to {ref.name}, and reprobuild puts "
+                "manifests anonymously only",
+                hint="push each platform with --platform P --push, then join them with "
+                "`docker buildx imagetools create` or `crane index append`",
+            ) from None
         with resp:
             self._raise_for_status(resp, ref, url, reference)
             said = resp.headers.get("Docker-Content-Digest")
