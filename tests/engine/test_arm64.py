@@ -29,6 +29,7 @@ from typing import Any
 import docker
 import pytest
 import requests
+import yaml
 
 from helpers import DATA, REGISTRY, run_cli
 
@@ -228,6 +229,15 @@ def test_both_platforms_under_one_index_digest(  # type: ignore[no-untyped-def]
         second = build()
         assert second["digest"] == first["digest"]
         assert [p["push"]["sent_layers"] for p in second["platforms"]] == [0, 0]
+
+        # a Kubernetes job of the index: named by its digest, no node selector (each node
+        # pulls its own machine's image)
+        proc = run_cli("k8s", str(project), "--nodes", "2", "--image", first["image"])
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        job = next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "Job")
+        pod = job["spec"]["template"]["spec"]
+        assert {c["image"] for c in pod["containers"]} == {first["image"]}
+        assert "nodeSelector" not in pod
 
         for platform, arch in (("linux/arm64", "arm64"), ("linux/amd64", "amd64")):
             pulled = docker_client.images.pull(first["image"], platform=platform)
