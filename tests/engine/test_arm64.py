@@ -247,3 +247,31 @@ def test_both_platforms_under_one_index_digest(  # type: ignore[no-untyped-def]
         for ref in made:
             with contextlib.suppress(docker.errors.ImageNotFound):
                 docker_client.images.remove(ref, force=True)
+
+
+def test_both_platforms_on_a_base_without_arm64_is_one_error_before_any_build(  # type: ignore[no-untyped-def]
+    base_ref: str, docker_client, tmp_path: Path
+) -> None:
+    project = tmp_path / "arm64-torch"
+    shutil.copytree(PROJECT, project)
+    stem = uuid.uuid4().hex[:12]
+    tag = f"reprobuild-test/arm64-index-bad:{stem}"
+    push = f"{REGISTRY}/reprobuild-test/arm64-index-bad:{stem}"
+    started = time.monotonic()
+    proc = run_cli(
+        "image", str(project), "--base", base_ref, "--platform", "linux/amd64,linux/arm64",
+        "--push", push, "--tag", tag, timeout=EMULATED_TIMEOUT_S,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert (
+        "--platform linux/arm64" in errors[0]
+        and "single-platform image for linux/amd64" in errors[0]
+    )
+    assert time.monotonic() - started < 120  # refused before the amd64 image was built
+    assert not tagged(docker_client, tag) and not tagged(docker_client, f"{push}-amd64")
+    answer = requests.get(
+        f"http://{REGISTRY}/v2/reprobuild-test/arm64-index-bad/tags/list", timeout=30
+    )
+    assert answer.status_code == 404  # nothing pushed: the repository does not exist
