@@ -231,4 +231,8 @@ def coverage_note(path: Path, selection: Selection) -> str | None:
     said = f"{path.name} covers {' and '.join(covered)}"
     if lacking:
         return f"{said} only ({'; '.join(lacking)})"
-    return f"{said} (`reprobuild image --platform linux/arm64` builds the arm64 image)"
+    return (
+        f"{said} (`reprobuild image --platform linux/arm64` builds the arm64 image; "
+        "`--platform linux/amd64,linux/arm64 --push REGISTRY/NAME:TAG` both, under one index "
+        "digest)"
+    )
