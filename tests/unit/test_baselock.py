@@ -15,7 +15,7 @@ from reprobuild.bases.catalog import Catalog, load_catalog
 from reprobuild.bases.refs import parse_ref
 from reprobuild.cli import main
 from reprobuild.errors import CatalogError
-from reprobuild.imaging.plan import plan_build, record_new_base
+from reprobuild.imaging.plan import plan_build, record_base_platform, record_new_base
 from reprobuild.imaging.render import RenderSpec
 from reprobuild.project.config import ProjectConfig
 
@@ -134,6 +134,13 @@ def test_unknown_catalog_name_is_not_recorded(fresh: Path) -> None:
             '{"schema_version": 1, "bases": {"x": {"ref": "python@sha256:' + "ab" * 32 + '"}}}',
             "lacks its platform",
         ),
+        (
+            '{"schema_version": 1, "bases": {"x": {"ref": "python@sha256:'
+            + "ab" * 32
+            + '", "platform": "linux/amd64", "entrypoint": null, '
+            + '"platforms": {"linux/arm64": "latest"}}}}',
+            "platforms must map OS/ARCH to sha256:<64 hex>",
+        ),
     ],
 )
 def test_a_damaged_lock_is_refused_with_its_path(fresh: Path, text: str, pattern: str) -> None:
@@ -142,6 +149,31 @@ def test_a_damaged_lock_is_refused_with_its_path(fresh: Path, text: str, pattern
         make_spec(fresh)
     assert str(baselock.lock_path(fresh)) in info.value.message
     assert info.value.hint and "version control" in info.value.hint
+
+
+def test_a_platform_built_for_records_its_image_once(fresh: Path) -> None:
+    """``image --platform linux/arm64`` on a catalog base (an index): the index's arm64
+    image, by its own digest, in the base lock beside the index digest; once."""
+    plan = plan_build(fresh)
+    record_new_base(plan, lambda _: None)
+    assert plan.base_name == NAME
+    before = baselock.lock_path(fresh).read_text()
+    assert '"platforms"' not in before  # a lock without platforms reads as before
+    arm = "sha256:" + "a1" * 32
+    notes: list[str] = []
+    record_base_platform(plan, "linux/arm64", arm, notes.append)
+    assert len(notes) == 1 and "recorded its linux/arm64 image" in notes[0]
+    locked = baselock.load_base_lock(fresh).bases[NAME]
+    assert locked.platforms == {"linux/arm64": arm}
+    assert locked.ref == load_catalog().get(NAME).ref  # the index stays the pin
+    notes.clear()
+    record_base_platform(plan, "linux/arm64", arm, notes.append)  # again: silent, unchanged
+    assert notes == []
+    with pytest.raises(CatalogError, match=r"records sha256:a1a1.* for linux/arm64, and its index"):
+        record_base_platform(plan, "linux/arm64", "sha256:" + "b2" * 32, notes.append)
+    assert baselock.load_base_lock(fresh).bases[NAME].platforms == {"linux/arm64": arm}
+    # a base given by digest is not the project's to record
+    assert plan_build(fresh, base=str(locked.ref)).base_name is None
 
 
 # ------------------------------------------------------------------------------ the CLI

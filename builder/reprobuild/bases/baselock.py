@@ -13,6 +13,7 @@ committed with the project.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from reprobuild._util import jsonload
 from reprobuild._util.boundedread import read_small_file
 from reprobuild._util.fsutil import write_atomic
 from reprobuild.bases.catalog import BaseEntry, Catalog, is_catalog_name
-from reprobuild.bases.refs import ImageRef, parse_pinned
+from reprobuild.bases.refs import DIGEST_RE, ImageRef, parse_pinned
 from reprobuild.errors import CatalogError, ImageRefError, WriteError, shorten
 from reprobuild.project.config import ProjectConfig
 
@@ -35,13 +36,17 @@ Status = Literal["locked", "catalog-differs", "not-in-catalog", "unlocked"]
 UseStatus = Status | Literal["pinned-in-config"]
 
 
+LOCK_HINT = "restore it from version control, or delete it to re-record from the catalog"
+_PLATFORM_RE = re.compile(r"[a-z0-9_.-]+/[a-z0-9_.-]+(?:/[a-z0-9_.-]+)?")
+
+
 class _LockJSONError(CatalogError):
     """A lock file that is not (bounded, valid) JSON: say how to get a good one back."""
 
     def __init__(self, message: str) -> None:
         super().__init__(
             message,
-            hint="restore it from version control, or delete it to re-record from the catalog",
+            hint=LOCK_HINT,
         )
 
 
@@ -55,6 +60,12 @@ class LockedBase:
     entrypoint: tuple[str, ...] | None
     versions: Mapping[str, str] = field(default_factory=dict)
     locked_by: str = __version__
+    platforms: Mapping[str, str] = field(default_factory=dict)
+    """The image of each platform it was built for (``linux/arm64`` -> that platform's own
+    manifest digest, when ``ref`` is an index): recorded by ``image --platform``."""
+
+    def with_platform(self, platform: str, digest: str) -> LockedBase:
+        return replace(self, platforms={**self.platforms, platform: digest})
 
     @classmethod
     def from_entry(cls, entry: BaseEntry) -> LockedBase:
@@ -73,6 +84,7 @@ class LockedBase:
             "entrypoint": None if self.entrypoint is None else list(self.entrypoint),
             "versions": dict(sorted(self.versions.items())),
             "locked_by": self.locked_by,
+            **({"platforms": dict(sorted(self.platforms.items()))} if self.platforms else {}),
         }
 
 
@@ -196,6 +208,19 @@ def _locked_base(name: str, raw: dict[str, Any], bad: _Bad) -> LockedBase:
     platform = raw.get("platform")
     if not isinstance(platform, str) or not platform:
         raise bad(f"base {shorten(name, 60)} lacks its platform", name)
+    platforms = raw.get("platforms", {})
+    if not isinstance(platforms, dict) or not all(
+        isinstance(k, str)
+        and _PLATFORM_RE.fullmatch(k)
+        and isinstance(v, str)
+        and DIGEST_RE.fullmatch(v)
+        for k, v in platforms.items()
+    ):
+        raise bad(
+            f"base {shorten(name, 60)} platforms must map OS/ARCH to sha256:<64 hex>",
+            "platforms",
+            name,
+        )
     return LockedBase(
         name=name,
         ref=ref,
@@ -203,6 +228,7 @@ def _locked_base(name: str, raw: dict[str, Any], bad: _Bad) -> LockedBase:
         entrypoint=None if entrypoint is None else tuple(entrypoint),
         versions=versions,
         locked_by=str(raw.get("locked_by", "unknown")),
+        platforms=platforms,
     )
 
 
@@ -240,6 +266,28 @@ def pin(root: Path, name: str, catalog: Catalog) -> tuple[LockedBase, bool, str 
             )
         return locked, False, note
     return LockedBase.from_entry(catalog.get(name)), True, None
+
+
+def record_platform(root: Path, name: str, platform: str, digest: str) -> str | None:
+    """Record the image ``name``'s locked index gives ``platform`` (its own manifest digest),
+    once: the note to show, or None when the lock has it already. A locked base the project
+    does not have, or another digest recorded for the platform, is an error: the lock was
+    edited, or the base moved under it."""
+    lock = load_base_lock(root)
+    locked = lock.bases.get(name)
+    if locked is None:
+        raise CatalogError(f"{lock_path(root)}: base {name!r} is not locked", hint=LOCK_HINT)
+    held = locked.platforms.get(platform)
+    if held == digest:
+        return None
+    if held is not None:
+        raise CatalogError(
+            f"{lock_path(root)}: base {name!r} records {held} for {platform}, and its index "
+            f"{locked.ref.by_digest()} now gives {digest}",
+            hint=LOCK_HINT,
+        )
+    write_base_lock(root, lock.with_base(locked.with_platform(platform, digest)))
+    return f"{name}: recorded its {platform} image {digest} in {lock_path(root)}; commit it"
 
 
 def record(root: Path, base: LockedBase) -> str:

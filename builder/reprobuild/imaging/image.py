@@ -229,7 +229,7 @@ def build_image(
     )
 
     def check(wanted: platforms.BuildPlatform, push: str) -> str:
-        _, _, spec = _checked_plan(
+        _, _, (spec, _) = _checked_plan(
             directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant=variant,
             builder=builder, push=push, wanted=wanted,
         )  # fmt: skip
@@ -302,9 +302,10 @@ def _checked_plan(
     builder: Builder,
     push: str | None,
     wanted: platforms.BuildPlatform | None,
-) -> tuple[str | None, plan.Plan, RenderSpec]:
+) -> tuple[str | None, plan.Plan, tuple[RenderSpec, str | None]]:
     """What is checked before any work: the builder asked for, the push target, the plan, and
-    the base's image for the platform. The push target normalized, the plan, its spec."""
+    the base's image for the platform. The push target normalized, the plan, its spec for the
+    platform and the platform's base digest (:func:`platforms.for_platform`)."""
     push = _check_asked(builder, push, wanted)
     planned = plan.plan_build(
         directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant_name=variant,
@@ -331,11 +332,13 @@ def _build_image(
     bar: TextIO | None,
     wanted: platforms.BuildPlatform | None = None,
 ) -> ImageResult:
-    push, planned, spec = _checked_plan(
+    push, planned, (spec, base_digest) = _checked_plan(
         directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant=variant,
         builder=builder, push=push, wanted=wanted,
     )  # fmt: skip
     plan.record_new_base(planned, log)
+    if wanted is not None and base_digest is not None:
+        plan.record_base_platform(planned, wanted.name, base_digest, log)
     final = normalize_tag(tag) if tag else platforms.tag_for(plan.spec_tag(spec, variant), wanted)
     builder, from_epoch = _pick_builder(engine, builder, push, wanted, log)
     # One note for all of it: the engine's leftovers and buildah's (reaped first: a dead

@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from reprobuild import __version__
-from reprobuild.bases.baselock import LockedBase, pin, record
+from reprobuild.bases.baselock import LockedBase, pin, record, record_platform
 from reprobuild.bases.baselock import lock_path as lock_path_of
 from reprobuild.bases.catalog import (
     Catalog,
@@ -184,6 +184,8 @@ class Plan:
     """What the user should hear (a locked base the catalog has moved past)."""
     warnings: tuple[str, ...] = ()
     """What the user should be warned of (a CPython past its upstream end of life)."""
+    base_name: str | None = None
+    """The catalog name the base is locked under, where the project names one (no --base)."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +331,7 @@ def plan_build(
         new_base=new_base,
         notes=notes,
         warnings=(warning,) if warning else (),
+        base_name=base_value if base is None and is_catalog_name(base_value) else None,
     )
 
 
@@ -355,6 +358,25 @@ def cached_source(source: SourceArchive) -> Path | None:
     """Where the host's cache keeps a fetched sdist (``fetch_sources``'s name), if it does."""
     cached = cache_root() / "sources" / f"{source.hex}-{source.filename}"
     return cached if cached.is_file() else None
+
+
+def record_base_platform(
+    plan: Plan, platform: str, digest: str, log: Callable[[str], None]
+) -> None:
+    """A catalog base built for ``platform``: its image for it (``digest``) in the project's
+    base lock, once (:func:`reprobuild.bases.baselock.record_platform`)."""
+    if plan.base_name is None:
+        return
+    try:
+        note = record_platform(plan.config.root, plan.base_name, platform, digest)
+    except OSError as exc:
+        raise ConfigError(
+            lock_path_of(plan.config.root),
+            f"cannot record base {plan.base_name!r}'s {platform} image: {exc.strerror or exc}",
+            hint="make the project writable once, or build with --base REF@DIGEST",
+        ) from None
+    if note is not None:
+        log(f"note: {note}")
 
 
 def record_new_base(plan: Plan, log: Callable[[str], None]) -> None:

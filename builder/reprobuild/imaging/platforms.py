@@ -185,23 +185,24 @@ def check_builder(target: BuildPlatform | None, builder: str) -> None:
     )
 
 
-def for_platform(spec: RenderSpec, target: BuildPlatform | None) -> RenderSpec:
+def for_platform(spec: RenderSpec, target: BuildPlatform | None) -> tuple[RenderSpec, str | None]:
     """``spec`` for ``target``: its base checked to have the platform (an index, or a
     single-platform image of it) and, for another machine than the host's, pinned to that
     platform's own manifest digest (the engine and buildah then pull that very image). An
-    sdist build stage is refused there: its build lock is resolved for x86_64."""
+    sdist build stage is refused there: its build lock is resolved for x86_64. With the
+    platform's manifest digest (None: no ``--platform``, nothing asked of the registry)."""
     if target is None:
-        return spec
+        return spec, None
     base = platform_base(spec.base, target)
     if target.native:
-        return spec
+        return spec, base.digest
     if spec.build_lock is not None:
         raise ReprobuildError(
             f"--platform {target.name}: the lock builds packages from source, and the build "
             f"lock ({spec.build_lock.path.name}) is resolved for x86_64 only",
             hint="lock wheels for those packages, or build for the host's platform",
         )
-    return replace(spec, base=base)
+    return replace(spec, base=base), base.digest
 
 
 def tag_for(tag: str, target: BuildPlatform | None) -> str:
