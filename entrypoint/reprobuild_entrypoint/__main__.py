@@ -157,7 +157,7 @@ def summary(
         if settings.rank is not None:
             seed += f" (rank {settings.rank}: seed {settings.rank_seed})"
         parts = [seed, f"mode {settings.mode}", f"threads {settings.threads}"]
-        level = envplan.level_name(settings.cpu)
+        level = envplan.level_name(settings.cpu, envplan.this_machine())
         if level is not None:
             parts.append(f"cpu portable ({level})")
         if gpu is not None:
@@ -172,6 +172,17 @@ def summary(
     if record is not None:
         parts.append(f"record {record}")
     return "reprobuild: " + ", ".join(parts)
+
+
+def _record_cpu(cpu: dict[str, Any], found: dict[str, object]) -> None:
+    """What :func:`cpulevel.detect` read, into the record's ``host.cpu``; on aarch64 also the
+    features the kernels dispatch on and the SVE vector length, which its one level does not
+    tell."""
+    cpu.update(
+        level=found.get("level"), vendor=found.get("vendor"), flags_source=found.get("source")
+    )
+    if found.get("machine") == "aarch64":
+        cpu.update(features=found.get("flags"), sve_vector_bits=found.get("sve_vector_bits"))
 
 
 def main(argv: Sequence[str]) -> int:
@@ -220,11 +231,7 @@ def main(argv: Sequence[str]) -> int:
         probed = hostinfo.gpu_info() if run_dir_text else None
         host = runrecord.host_info(gpu.host if gpu.host is not None else probed)
         if cpu_found is not None:
-            host["cpu"].update(
-                level=cpu_found.get("level"),
-                vendor=cpu_found.get("vendor"),
-                flags_source=cpu_found.get("source"),
-            )
+            _record_cpu(host["cpu"], cpu_found)
         record = runrecord.run_record(
             run_id=run_id,
             started=started,

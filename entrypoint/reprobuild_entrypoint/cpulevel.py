@@ -18,6 +18,14 @@ itself (a few bytes of machine code run through ctypes), because that is what th
 read and what an emulator (``qemu-x86_64 -cpu Nehalem``) answers for the CPU it emulates;
 ``/proc/cpuinfo`` (the host's, even under qemu-user) is the fallback where code cannot be
 mapped executable. Standard library only; ctypes and mmap are imported only when asked.
+
+On aarch64 (issue 53) there is one level, ``armv8-a``: Advanced SIMD (NEON), which every
+aarch64 CPU has. A portable run pins ATen, oneDNN, NumPy and OpenBLAS to it
+(:data:`~reprobuild_entrypoint.envplan.PINS`). The features the kernels dispatch on (half
+precision, dot product, SVE and its vector length, BF16, I8MM) are read with
+``getauxval(AT_HWCAP/AT_HWCAP2)`` and ``prctl(PR_SVE_GET_VL)``, which is what the libraries read
+and what qemu-user answers for the CPU it emulates (``QEMU_CPU``); ``/proc/cpuinfo`` under
+qemu-user is the host's x86 file, so its ``Features`` line is only the fallback.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Mapping
 
-from reprobuild_entrypoint.envplan import level_name
+from reprobuild_entrypoint.envplan import AARCH64_LEVELS, level_name, normal_machine, this_machine
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -165,13 +173,131 @@ _PAGES: list[object] = []
 
 CPUINFO = "/proc/cpuinfo"
 X86_64 = ("x86_64", "amd64")
+AARCH64 = ("aarch64", "arm64")
+
+AT_HWCAP = 16
+AT_HWCAP2 = 26
+PR_SVE_GET_VL = 51
+_SVE_VL_LEN_MASK = 0xFFFF
+
+# Linux arm64 uapi/asm/hwcap.h: bit -> the feature's /proc/cpuinfo name; only the features
+# ATen, oneDNN, OpenBLAS and NumPy dispatch on.
+_HWCAP_BITS = {
+    0: "fp",
+    1: "asimd",
+    9: "fphp",
+    10: "asimdhp",
+    12: "asimdrdm",
+    20: "asimddp",
+    22: "sve",
+    23: "asimdfhm",
+}
+_HWCAP2_BITS = {
+    1: "sve2",
+    9: "svei8mm",
+    12: "svebf16",
+    13: "i8mm",
+    14: "bf16",
+    23: "sme",
+}
+AARCH64_FEATURES = frozenset(_HWCAP_BITS.values()) | frozenset(_HWCAP2_BITS.values())
+"""The aarch64 features a run record lists (:func:`detect`)."""
+
+_AARCH64_LEVEL_FEATURES = {"armv8-a": ("fp", "asimd")}
+"""What each aarch64 level needs: ``armv8-a`` is floating point and Advanced SIMD (NEON),
+mandatory in every Armv8-A CPU that runs Linux."""
+
+
+def features_from_hwcap(hwcap: int, hwcap2: int) -> frozenset[str]:
+    """/proc/cpuinfo-style feature names from ``getauxval(AT_HWCAP)`` and ``(AT_HWCAP2)``.
+    Pure, for tests."""
+    names = {name for bit, name in _HWCAP_BITS.items() if hwcap >> bit & 1}
+    names.update(name for bit, name in _HWCAP2_BITS.items() if hwcap2 >> bit & 1)
+    return frozenset(names)
+
+
+def parse_cpuinfo_features(text: str) -> frozenset[str]:
+    """The ``Features`` of the first processor in an aarch64 /proc/cpuinfo text (empty for an
+    x86 file, which is what qemu-user shows)."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "Features":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def sve_vector_bits(prctl_result: int) -> int | None:
+    """The SVE vector length in bits from ``prctl(PR_SVE_GET_VL)``; None when it failed (no
+    SVE: -1). The low 16 bits are the length in bytes, the rest flags."""
+    if prctl_result < 0:
+        return None
+    return (prctl_result & _SVE_VL_LEN_MASK) * 8
+
+
+def aarch64_level_of(features: set[str] | frozenset[str]) -> str | None:
+    """``armv8-a`` when ``features`` has floating point and Advanced SIMD, else None."""
+    found = None
+    for level in AARCH64_LEVELS:
+        if not all(name in features for name in _AARCH64_LEVEL_FEATURES[level]):
+            break
+        found = level
+    return found
+
+
+def _read_hwcap() -> tuple[int, int, int]:
+    """``getauxval(AT_HWCAP)``, ``getauxval(AT_HWCAP2)`` and ``prctl(PR_SVE_GET_VL)`` through
+    ctypes. Raises OSError (or AttributeError) where libc has no such function."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    getauxval = libc.getauxval
+    getauxval.restype = ctypes.c_ulong
+    getauxval.argtypes = [ctypes.c_ulong]
+    prctl = libc.prctl
+    prctl.restype = ctypes.c_int
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    hwcap = int(getauxval(AT_HWCAP))
+    hwcap2 = int(getauxval(AT_HWCAP2))
+    sve = int(prctl(PR_SVE_GET_VL, 0, 0, 0, 0)) if hwcap >> 22 & 1 else -1
+    return hwcap, hwcap2, sve
+
+
+def detect_aarch64(cpuinfo: str = CPUINFO) -> dict[str, object]:
+    """:func:`detect` on aarch64: ``{"level", "flags", "source", "vendor", "machine",
+    "sve_vector_bits"}``; ``flags`` are the :data:`AARCH64_FEATURES` the CPU has."""
+    sve_bits: int | None = None
+    try:
+        hwcap, hwcap2, sve = _read_hwcap()
+        features = features_from_hwcap(hwcap, hwcap2)
+        sve_bits = sve_vector_bits(sve)
+        source = "getauxval"
+    except (OSError, AttributeError, TypeError, ValueError) as exc:
+        try:
+            with open(cpuinfo, "rb") as fh:
+                features = parse_cpuinfo_features(fh.read().decode("utf-8", "replace"))
+        except OSError:
+            features = frozenset()
+        source = f"{cpuinfo} (getauxval unavailable: {type(exc).__name__})"
+        if not features:
+            source = "unreadable"
+    return {
+        "level": aarch64_level_of(features),
+        "flags": sorted(features & AARCH64_FEATURES),
+        "source": source,
+        "vendor": None,
+        "machine": "aarch64",
+        "sve_vector_bits": sve_bits,
+    }
 
 
 def detect(cpuinfo: str = CPUINFO) -> dict[str, object]:
     """The CPU's flags relevant to the levels, its level and where they were read:
     ``{"level", "flags", "source", "vendor"}``. Never raises; ``level`` is None off x86-64 or
-    when nothing could be read."""
+    when nothing could be read. On aarch64 (:func:`detect_aarch64`) the level is ``armv8-a`` and
+    ``machine`` and ``sve_vector_bits`` are added."""
     machine = platform.machine().lower()
+    if machine in AARCH64:
+        return detect_aarch64(cpuinfo)
     if machine not in X86_64:
         return {
             "level": None,
@@ -202,14 +328,24 @@ def detect(cpuinfo: str = CPUINFO) -> dict[str, object]:
 
 def check(level: str, found: Mapping[str, object]) -> str | None:
     """None when a CPU with ``found`` (from :func:`detect`) runs code of ``level``; else the one
-    line that says why not, naming both."""
+    line that says why not, naming both. A level of the other machine (``x86-64-v2`` on aarch64,
+    ``armv8-a`` on x86-64) is refused whatever the CPU."""
     have = found.get("level")
     machine = found.get("machine")
-    if isinstance(machine, str) and machine not in X86_64:
+    if not isinstance(machine, str):
+        machine = "x86_64"  # detect() names the machine everywhere but on x86-64
+    machine = normal_machine(machine)
+    level_machine = "aarch64" if level in AARCH64_LEVELS else "x86_64"
+    if machine != level_machine:
+        baseline = level_name("portable", machine) if machine in ("x86_64", "aarch64") else None
+        this = f"{machine} ({have})" if isinstance(have, str) else machine
+        instead = f"REPRO_CPU=portable ({baseline}) or " if baseline else ""
         return (
-            f"this run is pinned to CPU level {level} (REPRO_CPU), but this machine is "
-            f"{machine}, not x86-64: use REPRO_CPU=native"
+            f"this run is pinned to CPU level {level} (REPRO_CPU), a level of {level_machine}, "
+            f"but this machine is {this}: use {instead}REPRO_CPU=native"
         )
+    if level_machine == "aarch64":
+        return None  # one level, which every aarch64 CPU has
     if not isinstance(have, str) or have not in LEVELS:
         return None  # unknown: the libraries' own checks decide
     if LEVELS.index(have) >= LEVELS.index(level):
@@ -227,7 +363,7 @@ def resolve(settings: Settings) -> tuple[str | None, dict[str, object] | None]:
     """For a portable run: ``(refusal, found)``, the line of :func:`check` (None when the CPU
     runs the pinned level) and what :func:`detect` read. A native run reads nothing:
     ``(None, None)``."""
-    level = level_name(settings.cpu)
+    level = level_name(settings.cpu, this_machine())
     if level is None or settings.mode == "off":
         return None, None
     found = detect()

@@ -53,9 +53,16 @@ Choices, with reasons:
   :data:`PINS` for its level, which replace ``MKL_CBWR`` with
   ``COMPATIBLE``; what has no variable (oneDNN and NNPACK in torch, MKL's float32 sqrt) is
   switched by the import hook (:mod:`~reprobuild_entrypoint.frameworks`).
+- The machine (issue 53): ``portable`` is the baseline of the machine the image is for
+  (``x86-64-v2`` on x86-64, ``armv8-a`` on aarch64), so :func:`image_env` and
+  :func:`level_name` take it; the builder passes the image's target machine, the runtime its
+  own (:func:`this_machine`). The default is x86-64, so an amd64 image bakes what it baked
+  before.
 """
 
 from __future__ import annotations
+
+import platform
 
 from reprobuild_entrypoint.settings import (
     CPU_MODES,
@@ -73,8 +80,26 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping
 
 PORTABLE_LEVELS = ("x86-64-v2", "x86-64-v3")
-"""Levels a portable run can pin to; ``portable`` means the first
+"""x86-64 levels a portable run can pin to; ``portable`` means the first on x86-64
 (:mod:`~reprobuild_entrypoint.cpulevel` reads the CPU's)."""
+
+AARCH64_LEVELS = ("armv8-a",)
+"""aarch64 levels a portable run can pin to; ``portable`` means the first on aarch64."""
+
+DEFAULT_MACHINE = "x86_64"
+_MACHINE_ALIASES = {"amd64": "x86_64", "x86-64": "x86_64", "arm64": "aarch64"}
+
+
+def normal_machine(machine: str) -> str:
+    """``uname -m`` spelling of a machine: ``amd64`` is ``x86_64``, ``arm64`` is ``aarch64``."""
+    name = machine.lower()
+    return _MACHINE_ALIASES.get(name, name)
+
+
+def this_machine() -> str:
+    """The machine this process runs on (:func:`normal_machine` of ``platform.machine()``)."""
+    return normal_machine(platform.machine())
+
 
 PINS = {
     "x86-64-v2": {
@@ -91,17 +116,31 @@ PINS = {
         "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
         "OPENBLAS_CORETYPE": "Haswell",
     },
+    "armv8-a": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "ONEDNN_MAX_CPU_ISA": "ADVANCED_SIMD",
+        "NPY_DISABLE_CPU_FEATURES": "ASIMDHP ASIMDDP ASIMDFHM SVE",
+        "OPENBLAS_CORETYPE": "ARMV8",
+    },
 }
 """The environment a portable run gets at each level (issue 31, docs/determinism.md).
 ``MKL_CBWR=COMPATIBLE``: oneMKL on AMD refuses its AVX2 and SSE4_2 branches (``AVX2,STRICT``
-silently runs as ``AUTO,STRICT``), so the one branch every CPU shares is the generic one."""
+silently runs as ``AUTO,STRICT``), so the one branch every CPU shares is the generic one.
+``armv8-a`` (issue 53, docs/explanation/determinism.md "aarch64"): ATen without SVE256, oneDNN
+at Advanced SIMD, NumPy without its four aarch64 dispatch targets (the names NumPy 2.4.6
+lists; an unknown name is refused with a warning, a baseline one is an error), OpenBLAS's
+generic ARMv8 kernels; there is no oneMKL on aarch64."""
 
 
-def level_name(cpu: str) -> str | None:
-    """The level a ``REPRO_CPU`` value pins to; None for ``native``."""
+def level_name(cpu: str, machine: str = DEFAULT_MACHINE) -> str | None:
+    """The level a ``REPRO_CPU`` value pins to on ``machine``; None for ``native``.
+    ``portable`` is the machine's baseline; a level is itself, whatever the machine
+    (:func:`~reprobuild_entrypoint.cpulevel.check` refuses a level of another machine)."""
     if cpu == "native":
         return None
-    return PORTABLE_LEVELS[0] if cpu == "portable" else cpu
+    if cpu != "portable":
+        return cpu
+    return AARCH64_LEVELS[0] if normal_machine(machine) == "aarch64" else PORTABLE_LEVELS[0]
 
 
 THREAD_VARIABLES = (
@@ -119,8 +158,10 @@ def image_env(
     variant: str,
     threads: int = DEFAULT_THREADS,
     cpu: str = DEFAULT_CPU,
+    machine: str = DEFAULT_MACHINE,
 ) -> dict[str, str]:
-    """The determinism variables for an image (or a run) with these settings, sorted by name.
+    """The determinism variables for an image (or a run) with these settings on ``machine``
+    (the image's target: ``portable`` pins that machine's baseline), sorted by name.
 
     Raises ValueError for a value outside the allowed ones.
     """
@@ -149,7 +190,7 @@ def image_env(
     env.update(dict.fromkeys(THREAD_VARIABLES, str(threads)))
     if mode == "strict":
         env["TF_DETERMINISTIC_OPS"] = "1"
-    level = level_name(cpu)
+    level = level_name(cpu, machine)
     if level is not None:
         env.update(PINS[level])
     if variant == "gpu":
@@ -164,12 +205,14 @@ def image_env(
 
 
 def baked_env(settings: Settings) -> dict[str, str]:
-    """What the image's build baked, judged from the image's own settings."""
+    """What the image's build baked, judged from the image's own settings; the image is for
+    the machine it runs on."""
     return image_env(
         settings.image_seed,
         settings.image_mode,
         settings.variant,
         cpu=settings.image_cpu,
+        machine=this_machine(),
     )
 
 
@@ -184,7 +227,14 @@ for the library's default) to have it kept."""
 
 def wanted_env(settings: Settings) -> dict[str, str]:
     """What this run wants: its own seed, mode and thread count, and :data:`WAIT_POLICY`."""
-    env = image_env(settings.seed, settings.mode, settings.variant, settings.threads, settings.cpu)
+    env = image_env(
+        settings.seed,
+        settings.mode,
+        settings.variant,
+        settings.threads,
+        settings.cpu,
+        machine=this_machine(),
+    )
     if settings.mode != "off":
         env.update(WAIT_POLICY)
     return env

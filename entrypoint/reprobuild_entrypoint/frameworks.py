@@ -151,7 +151,7 @@ def configure_torch(torch: ModuleType, settings: Settings, entry: dict[str, Any]
     entry["num_threads_source"] = source
     entry["num_threads"] = torch.get_num_threads()
     entry["num_interop_threads"] = torch.get_num_interop_threads()
-    level = envplan.level_name(settings.cpu)
+    level = envplan.level_name(settings.cpu, envplan.this_machine())
     if level is not None:
         entry["portable"] = _torch_portable(torch, level)
     launched = distinfo.under_launcher(os.environ)
@@ -260,6 +260,8 @@ def _torch_portable(torch: ModuleType, level: str) -> dict[str, Any]:
 
     - oneDNN off in torch at ``x86-64-v2`` (the prototype of issue 31 that gave one result on
       four CPUs); at ``x86-64-v3`` it stays on, capped at AVX2 by ``ONEDNN_MAX_CPU_ISA``.
+      Off at ``armv8-a`` too: torch's aarch64 oneDNN hands matmul and convolution to the Arm
+      Compute Library, which picks its kernels by the CPU's features itself.
     - NNPACK off: it serves convolutions on AVX2 CPUs only (when oneDNN is off), so the same
       program would take other kernels on other CPUs.
     - float32 ``sqrt`` exact (:func:`_exact_sqrt`): oneMKL's vector math (VML), behind
@@ -267,7 +269,7 @@ def _torch_portable(torch: ModuleType, level: str) -> dict[str, Any]:
     """
     out: dict[str, Any] = {"level": level}
     mkldnn = torch.backends.mkldnn
-    if level == "x86-64-v2":
+    if level in ("x86-64-v2", "armv8-a"):
         mkldnn.enabled = False
     out["mkldnn_enabled"] = bool(mkldnn.enabled)
     nnpack = getattr(torch.backends, "nnpack", None)

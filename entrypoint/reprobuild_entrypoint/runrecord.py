@@ -215,7 +215,8 @@ def cpu_section(settings: Settings, check: Mapping[str, Any] | None = None) -> d
     """``cpu`` of the run record: native or portable, the level pinned and its variables
     (issue 31); ``refused`` is the line when the CPU is below that level; ``emulator`` the
     emulator's argv when ``reprobuild verify --cpu`` ran the command on an emulated CPU."""
-    level = envplan.level_name(settings.cpu) if settings.mode != "off" else None
+    off = settings.mode == "off"
+    level = None if off else envplan.level_name(settings.cpu, envplan.this_machine())
     return {
         "mode": "native" if level is None else "portable",
         "setting": settings.cpu,

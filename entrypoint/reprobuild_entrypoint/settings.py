@@ -5,7 +5,8 @@ Precedence, per setting:
 - seed: ``REPRO_SEED`` (run time) > ``REPROBUILD_IMAGE_SEED`` (baked by the build) > 0
 - mode: ``REPRO_DETERMINISM`` > ``REPROBUILD_IMAGE_DETERMINISM`` > ``strict``
 - threads: ``REPRO_THREADS`` > :data:`DEFAULT_THREADS`
-- cpu: ``REPRO_CPU`` (``native``, ``portable`` or a level, ``x86-64-v2``/``x86-64-v3``) >
+- cpu: ``REPRO_CPU`` (``native``, ``portable`` or a level, ``x86-64-v2``/``x86-64-v3``/
+  ``armv8-a``) >
   ``REPROBUILD_IMAGE_CPU`` (baked from ``cpu:`` in reprobuild.yaml) > ``native``
   (:mod:`~reprobuild_entrypoint.cpulevel` says what a portable run pins)
 - trial: ``REPRO_TRIAL=k`` makes the seed above the experiment seed and derives the run seed
@@ -40,8 +41,9 @@ if TYPE_CHECKING:
 
 SEED_MAX = 2**32 - 1
 MODES = ("strict", "warn", "off")
-CPU_MODES = ("native", "portable", "x86-64-v2", "x86-64-v3")
-"""``REPRO_CPU``: ``portable`` is ``x86-64-v2``; kept equal to ``cpulevel.CPU_MODES``."""
+CPU_MODES = ("native", "portable", "x86-64-v2", "x86-64-v3", "armv8-a")
+"""``REPRO_CPU``: ``portable`` is ``x86-64-v2`` on x86-64 and ``armv8-a`` on aarch64; the
+levels are the keys of ``envplan.PINS``."""
 DEFAULT_CPU = "native"
 VARIANTS = ("cpu", "gpu")
 DEFAULT_MODE = "strict"

@@ -84,8 +84,8 @@ def test_a_level_above_the_cpu_is_one_line_naming_both() -> None:
     assert cpulevel.check("x86-64-v3", {"level": None, "flags": []}) is None  # unknown: go on
     arm = cpulevel.check("x86-64-v2", {"level": None, "flags": [], "machine": "aarch64"})
     assert arm == (
-        "this run is pinned to CPU level x86-64-v2 (REPRO_CPU), but this machine is aarch64, "
-        "not x86-64: use REPRO_CPU=native"
+        "this run is pinned to CPU level x86-64-v2 (REPRO_CPU), a level of x86_64, but this "
+        "machine is aarch64: use REPRO_CPU=portable (armv8-a) or REPRO_CPU=native"
     )
 
 
@@ -112,7 +112,7 @@ def test_a_bad_cpu_mode_names_the_value_and_the_allowed_ones(name: str) -> None:
         from_environ({name: "avx512"})
     message = str(caught.value)
     assert f"{name}='avx512'" in message
-    assert "native, portable, x86-64-v2, x86-64-v3" in message
+    assert "native, portable, x86-64-v2, x86-64-v3, armv8-a" in message
 
 
 def test_portable_pins_every_library_and_native_pins_none() -> None:
@@ -205,7 +205,7 @@ def test_a_bad_repro_cpu_stops_the_entrypoint_with_one_line() -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "reprobuild: REPRO_CPU='fast' is not a CPU mode: use one of native, portable, "
-        "x86-64-v2, x86-64-v3"
+        "x86-64-v2, x86-64-v3, armv8-a"
     ]
 
 
