@@ -789,6 +789,35 @@ def test_the_catalog_bases_python_holds_when_given_by_digest(tmp_path: Path) -> 
     assert re.fullmatch(
         r".*/uv\.lock:\d+: package markupsafe 3\.0\.3 has no wheel for CPython 3\.12 on linux "
         r"x86_64 \(its wheels are for other platforms or Pythons\) and no hashed sdist to build "
-        r"one from",
+        r"one from; nor do package numpy 2\.4\.6 \(line \d+\)",
         info.value.message,
     ), info.value.message
+
+
+def test_every_package_without_a_wheel_is_named_in_one_error() -> None:
+    from reprobuild.locks.native import NoWheelError, NoWheels
+
+    lacking = NoWheels()
+    for n in range(11):
+        with lacking.each():
+            raise NoWheelError(
+                "uv.lock", 10 + n, f"package p{n} 1.0 has none", hint="h", label=f"package p{n} 1.0"
+            )
+    with lacking.each():
+        pass  # a package that has one
+    with pytest.raises(NoWheelError) as info:
+        lacking.check()
+    assert info.value.message == (
+        "uv.lock:10: package p0 1.0 has none; nor do "
+        + ", ".join(f"package p{n} 1.0 (line {10 + n})" for n in range(1, 9))
+        + ", and 2 more"
+    )
+    assert info.value.hint == "h"
+    one = NoWheels()
+    with one.each():
+        raise NoWheelError("uv.lock", 3, "package q 1 has none", hint=None, label="package q 1")
+    with pytest.raises(NoWheelError, match=r"^uv\.lock:3: package q 1 has none$"):
+        one.check()
+    NoWheels().check()  # none lacking: nothing raised
+    with pytest.raises(LockfileError, match="other"), NoWheels().each():
+        raise LockfileError("uv.lock", 1, "other")  # not a missing wheel: not collected

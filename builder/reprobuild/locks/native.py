@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -502,14 +503,61 @@ def wheel_hashes(
             what = "its wheels are for other platforms or Pythons"
         else:
             what = "no files at all locked"
-        raise LockfileError(
+        raise NoWheelError(
             path,
             line,
             f"{label} has no wheel for {selection.label} ({what}) and no hashed sdist "
             "to build one from",
             hint="lock a version with a wheel for this platform, or choose another --python",
+            label=label,
         )
     return tuple(sorted(set(out)))
+
+
+class NoWheelError(LockfileError):
+    """A package with no wheel for the selection (its Python, machine) and no hashed sdist."""
+
+    def __init__(
+        self, path: Path | str, line: int | None, problem: str, *, hint: str | None, label: str
+    ) -> None:
+        super().__init__(path, line, problem, hint=hint)
+        self.label = label
+
+
+class NoWheels:
+    """A lock's packages read one by one (``with found.each(): ...``), then :meth:`check`:
+    every package with no wheel for the selection is named in one error, the first with its
+    line and the others after it, not only the first (a platform a lock does not cover lacks
+    several, often)."""
+
+    SHOWN = 8
+
+    def __init__(self) -> None:
+        self.found: list[NoWheelError] = []
+
+    @contextmanager
+    def each(self) -> Iterator[None]:
+        try:
+            yield
+        except NoWheelError as exc:
+            self.found.append(exc)
+
+    def check(self) -> None:
+        if not self.found:
+            return
+        first, rest = self.found[0], self.found[1:]
+        if not rest:
+            raise first
+        named = [f"{e.label} (line {e.line})" if e.line else e.label for e in rest[: self.SHOWN]]
+        if len(rest) > self.SHOWN:
+            named.append(f"and {len(rest) - self.SHOWN} more")
+        raise NoWheelError(
+            first.path,
+            first.line,
+            f"{first.problem}; nor do {', '.join(named)}",
+            hint=first.hint,
+            label=first.label,
+        )
 
 
 def wheels_or_sdist(

@@ -18,6 +18,7 @@ from reprobuild.errors import LockfileError
 from reprobuild.locks.native import (
     SOURCE_HINT,
     LockLines,
+    NoWheels,
     Pins,
     Selection,
     check_marker,
@@ -54,9 +55,12 @@ def parse_pdmlock(
     raw = package_tables(doc, path, _HINT)
     pins = Pins()
     lines_of: dict[str, int] = {}  # the line each pinned name was read from
+    lacking = NoWheels()
     for position, entry in enumerate(raw):
         line = lines.header_of(position, len(raw))
-        picked = _package(entry, wanted, selection, path, lines, line)
+        picked = None
+        with lacking.each():
+            picked = _package(entry, wanted, selection, path, lines, line)
         if picked is None:
             continue
         if isinstance(picked, SourcePin):
@@ -74,6 +78,7 @@ def parse_pdmlock(
             )
         lines_of.setdefault(name, line)
         pins.pin(name, version_text, hashes, line, keep_first=True, source=archive, url=url)
+    lacking.check()
     if not pins:
         raise LockfileError(path, None, "pins no package for the groups asked for", hint=_HINT)
     return pins.requirements(), pins.index_options(), (), pins.source_pins()

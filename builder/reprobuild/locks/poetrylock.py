@@ -42,6 +42,7 @@ from reprobuild.errors import LockfileError
 from reprobuild.locks.native import (
     SOURCE_HINT,
     LockLines,
+    NoWheels,
     Pins,
     Selection,
     check_index,
@@ -163,6 +164,7 @@ def parse_poetrylock(
         packages.setdefault(name, []).append((entry, line))
     reached = _reached(version, pyproject, packages, selection, path)
     pins = Pins()
+    lacking = NoWheels()
     for name, (entry, line) in sorted(reached.items(), key=lambda kv: kv[1][1]):
         source = _source_pin(name, entry, line, path)
         if source is not None:
@@ -172,9 +174,13 @@ def parse_poetrylock(
             version_text, hashes, url = _url_wheel(entry, line, files_table, selection, path)
             pins.pin(name, version_text, hashes, line, url=url)
             continue
-        version_text, hashes, index, sdist = _pins(entry, line, files_table, selection, path, lines)
-        # a package with no [package.source] comes from PyPI
-        pins.pin(name, version_text, hashes, line, index or _PYPI, source=sdist)
+        with lacking.each():
+            version_text, hashes, index, sdist = _pins(
+                entry, line, files_table, selection, path, lines
+            )
+            # a package with no [package.source] comes from PyPI
+            pins.pin(name, version_text, hashes, line, index or _PYPI, source=sdist)
+    lacking.check()
     # PyPI first: the others are extra indexes
     return (
         pins.requirements(),

@@ -25,6 +25,7 @@ from reprobuild.errors import LockfileError
 from reprobuild.locks.native import (
     SOURCE_HINT,
     LockLines,
+    NoWheels,
     Pins,
     Selection,
     check_index,
@@ -107,6 +108,7 @@ def parse_uvlock(
     walk = _Walk(selection, by_name, path, root)
     walk.run()
     pins = Pins()
+    lacking = NoWheels()
     for package in sorted(walk.reached.values(), key=lambda p: p.line):
         kind = next(iter(package.source))
         if kind in _FROM_SOURCE:
@@ -118,8 +120,10 @@ def parse_uvlock(
             hashes, url = _url_wheel(package, selection, path)
             pins.pin(package.name, package.version, hashes, package.line, url=url)
             continue
-        hashes, source, index = _hashes_and_index(package, selection, path, lines)
-        pins.pin(package.name, package.version, hashes, package.line, index, source=source)
+        with lacking.each():
+            hashes, source, index = _hashes_and_index(package, selection, path, lines)
+            pins.pin(package.name, package.version, hashes, package.line, index, source=source)
+    lacking.check()
     # PyPI first: the others are extra indexes
     options = pins.index_options("https://pypi.org/simple")
     return pins.requirements(), options, tuple(notes), pins.source_pins()
