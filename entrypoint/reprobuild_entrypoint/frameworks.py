@@ -260,8 +260,9 @@ def _torch_portable(torch: ModuleType, level: str) -> dict[str, Any]:
 
     - oneDNN off in torch at ``x86-64-v2`` (the prototype of issue 31 that gave one result on
       four CPUs); at ``x86-64-v3`` it stays on, capped at AVX2 by ``ONEDNN_MAX_CPU_ISA``.
-      Off at ``armv8-a`` too: torch's aarch64 oneDNN hands matmul and convolution to the Arm
-      Compute Library, which picks its kernels by the CPU's features itself.
+      Off at ``armv8-a`` too: torch's aarch64 wheel carries the Arm Compute Library beside
+      oneDNN, which has no variable of its own, and whether ``ONEDNN_MAX_CPU_ISA`` holds it
+      was not measured (docs/explanation/determinism.md, "aarch64").
     - NNPACK off: it serves convolutions on AVX2 CPUs only (when oneDNN is off), so the same
       program would take other kernels on other CPUs.
     - float32 ``sqrt`` exact (:func:`_exact_sqrt`): oneMKL's vector math (VML), behind
