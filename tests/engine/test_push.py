@@ -100,12 +100,14 @@ def test_push_sends_only_what_the_registry_lacks_and_compose_pins_the_digest(
         # a change of this run's own: an earlier run's layer may be in the registry already
         change = f"\n# changed {uuid.uuid4().hex}\n"
         (project / "hello.py").write_text((project / "hello.py").read_text() + change)
-        # built and pushed in one: `image --push` pushes as `push` does
+        # built and pushed in one: `image --push` pushes as `push` does, to the same tag (the
+        # engine's tag of it moves to this build, as `docker build -t` and `docker push` would)
         second = build_json(
-            str(project), "--base", base_ref, "--tag", second_tag, "--push", f"{target}:v2"
+            str(project), "--base", base_ref, "--tag", second_tag, "--push", f"{target}:v1"
         )
         report = second["push"]
-        assert second["digest"] == report["digest"] and second["pushed"] == f"{target}:v2"
+        assert second["digest"] == report["digest"] and second["pushed"] == f"{target}:v1"
+        assert docker_client.images.get(f"{target}:v1").id == second["id"]
         new_sizes = [layer["size"] for layer in _manifest(repository, report["digest"])["layers"]]
         old = set(layers)
         new = docker_client.images.get(second["id"]).attrs["RootFS"]["Layers"]

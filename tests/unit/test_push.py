@@ -110,3 +110,17 @@ def test_refusals_are_one_line_and_push_nothing(image: str, ref: str, message: s
         push_image(engine, image, ref)
     assert message in str(info.value) and "\n" not in str(info.value)
     assert engine.pushed == [] and engine.tags == before
+
+
+def test_image_push_moves_the_tag_to_this_build_and_gives_it_back_on_failure() -> None:
+    """``image --push REF`` after a code change: REF's engine tag names the last build, and
+    this build is what the user pushes there (``reprobuild push`` alone still refuses)."""
+    old = "sha256:" + "3" * 64
+    engine = FakeEngine(PushOutcome(DIGEST, {}), tags={"127.0.0.1:5000/proj:v1": old})
+    report = push_image(engine, "proj:cpu-1", "127.0.0.1:5000/proj:v1", move=True)
+    assert report.digest == DIGEST and engine.pushed == [("127.0.0.1:5000/proj", "v1")]
+    assert engine.tags["127.0.0.1:5000/proj:v1"] == IMAGE_ID
+    failing = FakeEngine(EngineError("refused"), tags={"127.0.0.1:5000/proj:v1": old})
+    with pytest.raises(EngineError):
+        push_image(failing, "proj:cpu-1", "127.0.0.1:5000/proj:v1", move=True)
+    assert failing.tags["127.0.0.1:5000/proj:v1"] == old

@@ -403,7 +403,9 @@ def _push(engine: Engine, result: ImageResult, ref: str, held: str | None, log: 
     the command again builds nothing."""
     log(f"pushing {ref}")
     try:
-        report = push_image(engine, result.image, ref, read_manifest=registry_manifest, log=log)
+        report = push_image(
+            engine, result.image, ref, read_manifest=registry_manifest, log=log, move=True
+        )
     except BaseException:
         give_tag_back(engine, result.image, held)
         raise

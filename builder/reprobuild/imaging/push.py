@@ -71,8 +71,12 @@ def push_image(
     *,
     read_manifest: ManifestReader | None = None,
     log: Log = lambda _: None,
+    move: bool = False,
 ) -> PushReport:
-    """Push ``image`` (a tag or an ID on the engine) as ``ref`` (``[REGISTRY/]NAME[:TAG]``)."""
+    """Push ``image`` (a tag or an ID on the engine) as ``ref`` (``[REGISTRY/]NAME[:TAG]``).
+    The engine's tag ``ref`` naming another image is refused, unless ``move`` (``image
+    --push``: this build is what the user pushes there, as ``docker build -t REF`` and ``docker
+    push REF`` would move it); a failed push gives it back."""
     target = parse_ref(ref)
     if target.digest is not None:
         raise ImageRefError(
@@ -85,7 +89,7 @@ def push_image(
     tag = target.tag or "latest"
     local = f"{target.name}:{tag}"
     held = engine.image_id(local)
-    if held is not None and held != image_id:
+    if held is not None and held != image_id and not move:
         raise ReprobuildError(
             f"the engine's tag {local} names another image ({held[:19]}), not {image}",
             hint="push to another tag, or remove that tag (`docker rmi`) if it is not needed",
@@ -96,6 +100,8 @@ def push_image(
     except BaseException:
         if held is None:  # a tag this push made: gone with the failed push
             engine.untag(local)
+        elif held != image_id:  # a tag this push moved: back to the image it named
+            engine.tag(held, local)
         raise
     diff_ids = [str(d) for d in (engine.inspect(image_id).get("RootFS") or {}).get("Layers") or []]
     sizes = _layer_sizes(read_manifest, target, outcome.digest, len(diff_ids))
