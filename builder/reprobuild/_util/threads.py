@@ -4,9 +4,11 @@
 CLI raises on SIGINT, SIGTERM and SIGHUP) leaves the thread half-started, and a command that
 then exits prints ``Exception ignored in thread started by ... KeyError`` from the thread's
 bootstrap: a traceback after the command's one ``error:`` line. So the stop signals are held
-back, at the OS level, while the thread starts; one that came meanwhile is handled as soon as
-``start()`` returns. The new thread keeps them blocked (a thread inherits its creator's mask):
-Python runs signal handlers in the main thread only, which is where they should go.
+back, at the OS level, in the main thread while the thread starts; one that came meanwhile is
+handled as soon as ``start()`` returns. The new thread unblocks them first thing: a thread
+inherits its creator's mask, and so does every process it starts, so a ``buildah`` or ``pip``
+started from a worker thread would ignore the SIGTERM that is to stop it (and the terminal's
+Ctrl-C). Python runs signal handlers in the main thread whichever thread the OS picks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ def start(thread: threading.Thread) -> threading.Thread:
         thread.start()  # signals reach the main thread only: nothing to hold back here
         return thread
     old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    run = thread.run
+
+    def unblocked() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # the mask the thread's creator had
+        run()
+
+    thread.run = unblocked  # type: ignore[method-assign]
     try:
         thread.start()
     finally:
