@@ -258,3 +258,31 @@ def test_an_index_digest_is_pinned_by_the_platform_image_the_engine_holds() -> N
     script = render(SlurmSpec(job, "ddp", platforms=pinned.platforms))
     assert f"the image is an index of {other} and {host}: each node runs" in script
     assert 'uname -m)" !=' not in script  # no machine check: any of its machines
+
+
+def test_an_arm64_image_bakes_the_aarch64_pins_and_refuses_an_x86_level(tmp_path: Path) -> None:
+    """``cpu: portable`` means each machine's baseline: an arm64 image bakes the armv8-a pins
+    (OpenBLAS ARMV8, oneDNN Advanced SIMD), an amd64 one the x86-64-v2 pins, as before. A level
+    of the other machine is refused at its line: the runtime would refuse every run."""
+    import shutil
+
+    from reprobuild.errors import ConfigError
+    from reprobuild.imaging.plan import plan_build
+    from reprobuild.imaging.render import determinism_env
+
+    project = tmp_path / "arm64-torch"
+    shutil.copytree(LOCK.parent, project)
+    config = project / "reprobuild.yaml"
+    config.write_text(config.read_text().replace("seed: 0\n", "seed: 0\ncpu: portable\n"))
+    arm = determinism_env(plan_build(project, machine="aarch64").spec)
+    amd = determinism_env(plan_build(project).spec)
+    assert (arm["OPENBLAS_CORETYPE"], arm["ONEDNN_MAX_CPU_ISA"]) == ("ARMV8", "ADVANCED_SIMD")
+    assert (amd["OPENBLAS_CORETYPE"], amd["ONEDNN_MAX_CPU_ISA"]) == ("Nehalem", "SSE41")
+    config.write_text(config.read_text().replace("cpu: portable", "cpu: x86-64-v3"))
+    with pytest.raises(ConfigError) as info:
+        plan_build(project, machine="aarch64")
+    assert info.value.message.startswith(f"{config}:")
+    assert (
+        "cpu: x86-64-v3 is a level of x86_64, and this image is for aarch64" in info.value.message
+    )
+    plan_build(project)  # for x86_64 it is one

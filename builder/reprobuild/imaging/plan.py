@@ -44,6 +44,7 @@ from reprobuild.locks.records import SourceArchive
 from reprobuild.locks.sourcearchive import with_archives
 from reprobuild.locks.wheels import cache_root
 from reprobuild.project.config import ProjectConfig, load_config, select_variant
+from reprobuild_entrypoint.envplan import AARCH64_LEVELS, PORTABLE_LEVELS
 
 _SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".reprobuild"}
 
@@ -278,6 +279,7 @@ def plan_build(
         probed = cached_base_probe(base_ref)
         base_python = str(probed["python"].get("version", "")) or None if probed else None
         check_base_python(config, base_python, str(base_ref))
+    check_cpu_level(config, machine or "x86_64")
     lock = read_lock(config, lock_path, base_python, machine)
     # a requirements file or Pipfile.lock gives hashes only: the sdists among them were found
     # on the index when the build lock was written, which records them (no network here)
@@ -305,6 +307,7 @@ def plan_build(
         seed=config.seed,
         determinism=config.determinism,
         cpu=config.cpu,
+        machine=machine or "x86_64",
         builder_version=__version__,
         command=config.command,
         apt=config.apt,
@@ -358,6 +361,18 @@ def cached_source(source: SourceArchive) -> Path | None:
     """Where the host's cache keeps a fetched sdist (``fetch_sources``'s name), if it does."""
     cached = cache_root() / "sources" / f"{source.hex}-{source.filename}"
     return cached if cached.is_file() else None
+
+
+def check_cpu_level(config: ProjectConfig, machine: str) -> None:
+    """``cpu:`` names a level of another machine than the image's (``x86-64-v3`` for an arm64
+    image): the runtime would refuse every run of it, so the build is refused first."""
+    for levels, its in ((PORTABLE_LEVELS, "x86_64"), (AARCH64_LEVELS, "aarch64")):
+        if config.cpu in levels and machine != its:
+            raise ConfigError(
+                config.where("cpu"),
+                f"cpu: {config.cpu} is a level of {its}, and this image is for {machine}",
+                hint="use cpu: portable (the baseline of each machine) or native",
+            )
 
 
 def record_base_platform(

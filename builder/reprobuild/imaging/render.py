@@ -60,6 +60,8 @@ class RenderSpec:
     # The image's default CPU mode, baked as REPROBUILD_IMAGE_CPU with its pins (issue 31);
     # nothing is baked for native, so native images render as before.
     cpu: str = "native"
+    # The machine the image is for (``image --platform``): which levels ``portable`` pins.
+    machine: str = "x86_64"
     command: tuple[str, ...] = ()
     apt: tuple[str, ...] = ()
     online: bool = False
@@ -158,7 +160,7 @@ def _environment() -> jinja2.Environment:
 
 def determinism_env(spec: RenderSpec) -> dict[str, str]:
     """The image's determinism variables, with the CPU mode it defaults to when not native."""
-    env = image_env(spec.seed, spec.determinism, spec.variant, cpu=spec.cpu)
+    env = image_env(spec.seed, spec.determinism, spec.variant, cpu=spec.cpu, machine=spec.machine)
     if spec.cpu != "native":
         env["REPROBUILD_IMAGE_CPU"] = spec.cpu
     return env
