@@ -126,16 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
         if match is None:
             self._error(404, "NOT_FOUND", head=False)
             return
-        if fake.auth == "basic":
-            challenge = 'Basic realm="fake registry, basic"'
-            self._error(401, "UNAUTHORIZED", head=False, **{"WWW-Authenticate": challenge})
-            return
-        if fake.auth == "bearer" and self.headers.get("Authorization") != f"Bearer {fake.token}":
-            challenge = (
-                f'Bearer realm="http://{fake.host}/token",service="{fake.service}",'
-                f'scope="repository:{match["repo"]}:pull,push"'
-            )
-            self._error(401, "UNAUTHORIZED", head=False, **{"WWW-Authenticate": challenge})
+        if self._refused(match["repo"], "pull,push", head=False):
             return
         media_type = self.headers.get("Content-Type", "")
         with fake.lock:
@@ -167,6 +158,22 @@ class _Handler(BaseHTTPRequestHandler):
         body = _dump({"errors": [{"code": code, "message": f"{code.lower()} (fake)"}]})
         self._send(status, body, {"Content-Type": "application/json", **headers}, head=head)
 
+    def _refused(self, repo: str, access: str, *, head: bool) -> bool:
+        """Answer 401 where the fake's auth wants it (Basic always; Bearer without the
+        token), with the challenge for ``access``: True when it did."""
+        fake = self.server.fake
+        if fake.auth == "basic":
+            challenge = 'Basic realm="fake registry, basic"'
+        elif fake.auth == "bearer" and self.headers.get("Authorization") != f"Bearer {fake.token}":
+            challenge = (
+                f'Bearer realm="http://{fake.host}/token",service="{fake.service}",'
+                f'scope="repository:{repo}:{access}"'
+            )
+        else:
+            return False
+        self._error(401, "UNAUTHORIZED", head=head, **{"WWW-Authenticate": challenge})
+        return True
+
     def _serve(self, *, head: bool) -> None:
         fake = self.server.fake
         url = urlsplit(self.path)
@@ -181,20 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "NOT_FOUND", head=head)
             return
         repo = match["repo"]
-        if fake.auth == "basic":
-            self._error(
-                401,
-                "UNAUTHORIZED",
-                head=head,
-                **{"WWW-Authenticate": 'Basic realm="fake registry, basic"'},
-            )
-            return
-        if fake.auth == "bearer" and self.headers.get("Authorization") != f"Bearer {fake.token}":
-            challenge = (
-                f'Bearer realm="http://{fake.host}/token",service="{fake.service}",'
-                f'scope="repository:{repo}:pull"'
-            )
-            self._error(401, "UNAUTHORIZED", head=head, **{"WWW-Authenticate": challenge})
+        if self._refused(repo, "pull", head=head):
             return
         reference = match["ref"]
         if match["kind"] == "blobs":
