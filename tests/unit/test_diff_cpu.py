@@ -182,3 +182,30 @@ def test_real_records_native_and_emulated_as_nehalem(
     name = {"x86-64-v3": "AVX2", "x86-64-v4": "AVX-512"}[here]
     assert any(line.split() == ["cpu.level", here, "->", "x86-64-v2"] for line in out), out
     assert out[-2].startswith(f"cause: native mode on {name} vs SSE4.2: expected to differ")
+
+
+def test_native_runs_on_two_aarch64_cpus_name_what_each_adds() -> None:
+    """aarch64 has one level (armv8-a): two CPUs of it are told apart by the features the
+    kernels dispatch on and SVE's width (a Neoverse V1 against a Cortex-A57, say)."""
+    a57 = record(host_level="armv8-a", model=None, features=["asimd", "fp"])
+    v1 = record(
+        host_level="armv8-a",
+        model=None,
+        features=["asimd", "asimddp", "asimdhp", "bf16", "fp", "i8mm", "sve"],
+        sve_vector_bits=256,
+    )
+    assert cause(a57, v1) == (
+        "native mode on Armv8-A (NEON only) vs Armv8-A (asimdhp, asimddp, i8mm, bf16, sve "
+        "256-bit): expected to differ (each library dispatches by CPU); use portable "
+        "(REPRO_CPU=portable) for the same bits on every aarch64 CPU"
+    )
+    wider = record(host_level="armv8-a", model=None, features=["sve"], sve_vector_bits=512)
+    narrower = record(host_level="armv8-a", model=None, features=["sve"], sve_vector_bits=128)
+    line = cause(wider, narrower) or ""  # SVE's width alone picks other kernels
+    assert line.startswith("native mode on Armv8-A (sve 512-bit) vs Armv8-A (sve 128-bit): ")
+    assert cause(a57, copy.deepcopy(a57)) is None
+    pa = record("portable", "armv8-a", host_level="armv8-a", model=None, features=["asimd"])
+    pb = record("portable", "armv8-a", host_level="armv8-a", model=None, features=["sve"])
+    line = cause(pa, pb) or ""
+    assert line.startswith("portable mode (armv8-a) on Armv8-A (NEON only)")
+    assert "the same bits are expected" in line

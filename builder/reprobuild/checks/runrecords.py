@@ -122,8 +122,13 @@ LEVEL_NAMES = {
     "x86-64-v2": "SSE4.2",
     "x86-64-v3": "AVX2",
     "x86-64-v4": "AVX-512",
+    "armv8-a": "Armv8-A",
 }
-"""How a cause line names an x86-64 level: by the widest vector instructions it has."""
+"""How a cause line names a level: an x86-64 one by the widest vector instructions it has;
+aarch64's one baseline by its name, then what the CPU adds that kernels dispatch on."""
+
+AARCH64_NOTABLE = ("asimdhp", "asimddp", "asimdfhm", "i8mm", "bf16", "sve", "sve2", "sme")
+"""The aarch64 features a cause line names: NumPy, ATen, oneDNN and OpenBLAS dispatch on them."""
 
 
 def _get(data: Any, *path: str) -> Any:
@@ -158,10 +163,14 @@ def _cpu_of(records: RunRecords) -> dict[str, Any]:
         # verify --cpu: /proc/cpuinfo is the host's under qemu-user; the model is qemu's -cpu
         emulated = str(emulator[-1])
         model = f"{emulated} (emulated by qemu)"
+    features = host_cpu.get("features") if isinstance(host_cpu, Mapping) else None
     return {
         "mode": mode,
         "level": _get(record, "cpu", "level"),
         "host_level": host_cpu.get("level") if isinstance(host_cpu, Mapping) else None,
+        # aarch64's one level says little: the features and SVE's width tell its CPUs apart
+        "features": tuple(sorted(str(f) for f in features)) if isinstance(features, list) else (),
+        "sve_bits": host_cpu.get("sve_vector_bits") if isinstance(host_cpu, Mapping) else None,
         "model": model,
         "emulated": emulated,
         "vendor": host_cpu.get("vendor") if isinstance(host_cpu, Mapping) else None,
@@ -178,6 +187,11 @@ def _describe(cpu: Mapping[str, Any]) -> str:
     if not level:
         return str(cpu.get("model") or "unknown")
     name = LEVEL_NAMES.get(level, str(level))
+    if level == "armv8-a":
+        has = [f for f in AARCH64_NOTABLE if f in cpu.get("features", ())]
+        if cpu.get("sve_bits"):
+            has = [f"{f} {cpu['sve_bits']}-bit" if f == "sve" else f for f in has]
+        name += f" ({', '.join(has)})" if has else " (NEON only)"
     return f"{name} ({cpu['emulated']}, emulated by qemu)" if cpu.get("emulated") else name
 
 
@@ -194,24 +208,22 @@ def cpu_cause(a: RunRecords, b: RunRecords) -> str | None:
       expected to differ on other CPUs.
     """
     ca, cb = _cpu_of(a), _cpu_of(b)
-    same_cpu = (ca["host_level"], ca["model"], ca["vendor"]) == (
-        cb["host_level"],
-        cb["model"],
-        cb["vendor"],
-    )
+    facts = ("host_level", "model", "vendor", "features", "sve_bits")
+    same_cpu = all(ca[fact] == cb[fact] for fact in facts)
     if ca["mode"] == cb["mode"] == "native":
         if same_cpu:
             return None
         where = f"{_describe(ca)} vs {_describe(cb)}"
         if ca["host_level"] is None or cb["host_level"] is None:
             where = f"{ca['model'] or 'unknown'} vs {cb['model'] or 'unknown'}"
-        elif ca["host_level"] == cb["host_level"]:
+        elif all(ca[fact] == cb[fact] for fact in ("host_level", "features", "sve_bits")):
             where = (
                 f"{ca['model'] or 'unknown'} vs {cb['model'] or 'unknown'} (both {_describe(ca)})"
             )
+        machine = "aarch64" if ca["host_level"] == "armv8-a" else "x86-64"
         return (
             f"native mode on {where}: expected to differ (each library dispatches by CPU); "
-            "use portable (REPRO_CPU=portable) for the same bits on every x86-64 CPU"
+            f"use portable (REPRO_CPU=portable) for the same bits on every {machine} CPU"
         )
     if ca["mode"] != cb["mode"] or ca["level"] != cb["level"]:
         return (
