@@ -240,7 +240,7 @@ def rebuild(
     gpu = manifest.variant == "gpu"
     builder: Builder = "buildkit" if manifest.build.get("builder") == "buildkit" else "buildah"
     with _epoch_env(epoch):
-        machine = manifest.machine or None  # the image's: an arm64 image is rebuilt for arm64
+        machine = manifest.machine or "x86_64"  # the image's: an arm64 one is rebuilt for arm64
         spec = plan_build(directory, gpu=gpu, base=manifest.base_ref, machine=machine).spec
         recorded_sha = manifest.lock_sha256
         if re.fullmatch(r"[0-9a-f]{64}", recorded_sha):

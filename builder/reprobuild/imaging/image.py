@@ -309,7 +309,7 @@ def _checked_plan(
     push = _check_asked(builder, push, wanted)
     planned = plan.plan_build(
         directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant_name=variant,
-        machine=wanted.machine if wanted else None,
+        machine=wanted.machine if wanted else "x86_64",
     )  # fmt: skip
     return push, planned, platforms.for_platform(planned.spec, wanted)
 

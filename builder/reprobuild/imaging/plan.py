@@ -199,6 +199,8 @@ class _Base:
     new_base: LockedBase | None = None
     notes: tuple[str, ...] = ()
     locked_versions: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+    """The catalog name it is locked under (the project's own base, not --base)."""
 
 
 def _resolve_base(
@@ -230,6 +232,7 @@ def _resolve_base(
             new_base=locked if is_new else None,
             notes=(note,) if note else (),
             locked_versions=dict(locked.versions),
+            name=base_value,
         )
     try:
         return _Base(parse_pinned(base_value, what=f"base.{variant_of(gpu)}"))
@@ -246,7 +249,7 @@ def plan_build(
     ca_cert: Path | None = None,
     catalog: Catalog | None = None,
     variant_name: str | None = None,
-    machine: str | None = None,
+    machine: str = "x86_64",
 ) -> Plan:
     """Everything a render needs, read from the project, its locks and git. A catalog base
     resolves through the project's base lock; one not locked yet is returned as
@@ -279,7 +282,7 @@ def plan_build(
         probed = cached_base_probe(base_ref)
         base_python = str(probed["python"].get("version", "")) or None if probed else None
         check_base_python(config, base_python, str(base_ref))
-    check_cpu_level(config, machine or "x86_64")
+    check_cpu_level(config, machine)
     lock = read_lock(config, lock_path, base_python, machine)
     # a requirements file or Pipfile.lock gives hashes only: the sdists among them were found
     # on the index when the build lock was written, which records them (no network here)
@@ -307,7 +310,7 @@ def plan_build(
         seed=config.seed,
         determinism=config.determinism,
         cpu=config.cpu,
-        machine=machine or "x86_64",
+        machine=machine,
         builder_version=__version__,
         command=config.command,
         apt=config.apt,
@@ -334,7 +337,7 @@ def plan_build(
         new_base=new_base,
         notes=notes,
         warnings=(warning,) if warning else (),
-        base_name=base_value if base is None and is_catalog_name(base_value) else None,
+        base_name=chosen.name,
     )
 
 
