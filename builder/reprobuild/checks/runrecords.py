@@ -211,20 +211,7 @@ def cpu_cause(a: RunRecords, b: RunRecords) -> str | None:
     facts = ("host_level", "model", "vendor", "features", "sve_bits")
     same_cpu = all(ca[fact] == cb[fact] for fact in facts)
     if ca["mode"] == cb["mode"] == "native":
-        if same_cpu:
-            return None
-        where = f"{_describe(ca)} vs {_describe(cb)}"
-        if ca["host_level"] is None or cb["host_level"] is None:
-            where = f"{ca['model'] or 'unknown'} vs {cb['model'] or 'unknown'}"
-        elif all(ca[fact] == cb[fact] for fact in ("host_level", "features", "sve_bits")):
-            where = (
-                f"{ca['model'] or 'unknown'} vs {cb['model'] or 'unknown'} (both {_describe(ca)})"
-            )
-        machine = "aarch64" if ca["host_level"] == "armv8-a" else "x86-64"
-        return (
-            f"native mode on {where}: expected to differ (each library dispatches by CPU); "
-            f"use portable (REPRO_CPU=portable) for the same bits on every {machine} CPU"
-        )
+        return None if same_cpu else _native_cause(ca, cb)
     if ca["mode"] != cb["mode"] or ca["level"] != cb["level"]:
         return (
             f"CPU mode {ca['mode']}{_at(ca)} vs {cb['mode']}{_at(cb)}: expected to differ "
@@ -248,6 +235,21 @@ def cpu_cause(a: RunRecords, b: RunRecords) -> str | None:
     return (
         f"portable mode{_at(ca)} on {_describe(ca)} vs {_describe(cb)}: the same bits are "
         "expected; outputs that differ are a reprobuild bug worth reporting"
+    )
+
+
+def _native_cause(ca: Mapping[str, Any], cb: Mapping[str, Any]) -> str:
+    """Two native runs on CPUs that differ: which, by level (and features on aarch64), or by
+    model where those are the same or unknown."""
+    where = f"{_describe(ca)} vs {_describe(cb)}"
+    if ca["host_level"] is None or cb["host_level"] is None:
+        where = f"{ca['model'] or 'unknown'} vs {cb['model'] or 'unknown'}"
+    elif all(ca[fact] == cb[fact] for fact in ("host_level", "features", "sve_bits")):
+        where = f"{ca['model'] or 'unknown'} vs {cb['model'] or 'unknown'} (both {_describe(ca)})"
+    machine = "aarch64" if ca["host_level"] == "armv8-a" else "x86-64"
+    return (
+        f"native mode on {where}: expected to differ (each library dispatches by CPU); "
+        f"use portable (REPRO_CPU=portable) for the same bits on every {machine} CPU"
     )
 
 
