@@ -239,6 +239,13 @@ def test_both_platforms_under_one_index_digest(  # type: ignore[no-untyped-def]
         assert {c["image"] for c in pod["containers"]} == {first["image"]}
         assert "nodeSelector" not in pod
 
+        # verify takes the printed index reference: the image of it the engine holds, this
+        # machine's (amd64 here)
+        code, out, err, report = verify(tmp_path, first["image"])
+        assert code == 0 and report["result"] == "identical", out + err
+        assert "is an image index of linux/amd64, linux/arm64: verifying" in err
+        assert {r["run_record"]["host"]["machine"] for r in report["runs"]} == {"x86_64"}
+
         for platform, arch in (("linux/arm64", "arm64"), ("linux/amd64", "amd64")):
             pulled = docker_client.images.pull(first["image"], platform=platform)
             assert pulled.attrs["Architecture"] == arch

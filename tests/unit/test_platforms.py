@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import platform as host
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -286,3 +287,27 @@ def test_an_arm64_image_bakes_the_aarch64_pins_and_refuses_an_x86_level(tmp_path
         "cpu: x86-64-v3 is a level of x86_64, and this image is for aarch64" in info.value.message
     )
     plan_build(project)  # for x86_64 it is one
+
+
+def test_verify_takes_an_index_digest_and_runs_the_image_of_it_held_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from helpers import FAKE_ID, FakeImageEngine
+    from reprobuild.checks.verify import run as verify_run
+    from reprobuild.cluster import pinning
+    from reprobuild.errors import VerifyError
+
+    name = "127.0.0.1:5000/team/ddp"
+    index, amd = f"{name}@sha256:{'a' * 64}", f"{name}@sha256:{'b' * 64}"
+    monkeypatch.setattr(
+        pinning,
+        "registry_index",
+        lambda ref: [(platforms.host_platform().name, "sha256:" + "b" * 64)],
+    )
+    notes: list[str] = []
+    engine: Any = FakeImageEngine(amd, ("torch",))
+    assert verify_run._check_image(engine, index, notes.append) == FAKE_ID
+    assert "is an image index of linux/" in notes[0]
+    monkeypatch.setattr(pinning, "registry_index", lambda ref: None)  # a single image, not held
+    with pytest.raises(VerifyError, match="no image"):
+        verify_run._check_image(engine, index, notes.append)

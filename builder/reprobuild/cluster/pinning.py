@@ -124,7 +124,7 @@ def registry_index(ref: ImageRef) -> list[tuple[str, str]] | None:
 
 
 def pin_index(
-    engine: ImageLookup, ref: str, read_index: IndexReader = registry_index
+    engine: ImageLookup, ref: str, read_index: IndexReader | None = None
 ) -> PinnedImage | None:
     """``ref`` is ``REGISTRY/NAME@sha256:<index digest>`` (what ``image --platform A,B
     --push`` prints), absent from the engine, which holds its platforms' images: the image
@@ -134,7 +134,7 @@ def pin_index(
     if parsed.digest is None or not parsed.explicit_registry:
         return None
     try:
-        entries = read_index(parsed)
+        entries = (read_index or registry_index)(parsed)
     except (RegistryError, ValueError):  # no registry answers for it: the engine's word stands
         return None
     if not entries:

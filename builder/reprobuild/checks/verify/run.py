@@ -114,6 +114,16 @@ def _signals_stop_runs() -> Iterator[None]:
 
 def _check_image(engine: Engine, image: str, log: Log) -> str:
     image_id = engine.image_id(image)
+    if image_id is None:  # an index's digest (image --platform A,B --push): its image held here
+        from reprobuild.cluster.pinning import pin_index
+
+        index = pin_index(engine, image)
+        if index is not None:
+            log(
+                f"note: {image} is an image index of {', '.join(index.platforms)}: verifying "
+                f"the image of it this engine holds ({index.id[:19]}), this machine's first"
+            )
+            image = image_id = index.id
     if image_id is None:
         raise VerifyError(
             f"no image {image!r} on this engine",
