@@ -5,7 +5,7 @@ the loopback registry is tests/engine/test_push.py."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -124,3 +124,32 @@ def test_image_push_moves_the_tag_to_this_build_and_gives_it_back_on_failure() -
     with pytest.raises(EngineError):
         push_image(failing, "proj:cpu-1", "127.0.0.1:5000/proj:v1", move=True)
     assert failing.tags["127.0.0.1:5000/proj:v1"] == old
+
+
+@pytest.mark.parametrize("with_aux", [True, False])
+def test_the_engine_s_pushed_digest_is_read_from_aux_or_its_last_status_line(
+    with_aux: bool,
+) -> None:
+    """The graph-driver store sends the digest as ``aux``; Engine 26's containerd image store
+    only in its last status line (``v1: digest: sha256:... size: 1234``, moby#48331)."""
+    from types import SimpleNamespace
+
+    from reprobuild.backends.engine import Engine
+
+    stream: list[dict[str, Any]] = [
+        {"status": "The push refers to repository [127.0.0.1:5000/proj]"},
+        {"status": "Pushed", "progressDetail": {}, "id": "aaaaaaaaaaaa"},
+        {"status": "Layer already exists", "progressDetail": {}, "id": "bbbbbbbbbbbb"},
+        {"status": f"v1: digest: {DIGEST} size: 1234"},
+    ]
+    if with_aux:
+        stream.append({"progressDetail": {}, "aux": {"Tag": "v1", "Digest": DIGEST, "Size": 1234}})
+
+    def push(name: str, tag: str, stream: bool, decode: bool) -> Any:
+        return iter(messages)
+
+    messages = stream
+    engine = Engine(cast(Any, SimpleNamespace(api=SimpleNamespace(push=push))))
+    outcome = engine.push("127.0.0.1:5000/proj", "v1")
+    assert outcome.digest == DIGEST
+    assert outcome.layers == {"aaaaaaaaaaaa": "sent", "bbbbbbbbbbbb": "present"}

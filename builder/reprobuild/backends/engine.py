@@ -18,6 +18,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -208,6 +209,11 @@ class PushOutcome:
     layers: dict[str, str]
 
 
+_PUSHED_DIGEST_RE = re.compile(r"\bdigest: (sha256:[0-9a-f]{64}) size: \d+")
+"""A push's last status line, ``TAG: digest: sha256:... size: N``: where the engine's
+containerd image store names the pushed digest (it sends no ``aux``; moby#48331)."""
+
+
 def _layer_done(status: str) -> bool:
     """A push's last word on a layer: sent, or the registry had it (or mounted it)."""
     return status in ("Pushed", "Layer already exists") or status.startswith("Mounted from")
@@ -372,6 +378,9 @@ class Engine:
                 if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
                     digest = aux["Digest"]
                 layer, status = message.get("id"), message.get("status")
+                said = _PUSHED_DIGEST_RE.search(status) if isinstance(status, str) else None
+                if said is not None and not digest:  # the containerd store says it only here
+                    digest = said.group(1)
                 if isinstance(layer, str) and isinstance(status, str) and _layer_done(status):
                     layers[layer] = "sent" if status == "Pushed" else "present"
                     log(f"  {layer}: {status}")
