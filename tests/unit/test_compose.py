@@ -212,6 +212,10 @@ def test_pin_prefers_the_repo_digest_of_the_same_name() -> None:
     # the same repository written another way is the same name
     hub = [f"docker.io/library/python@{DIGEST}", f"a/b@sha256:{'ef' * 32}"]
     assert pinned_reference("python", ID, hub) == f"docker.io/library/python@{DIGEST}"
+    # Engine 26's containerd store gives a digest for every tag, a local one too: the one in a
+    # registry named outright is the one a node can pull
+    local = [f"team/x@{DIGEST}", f"127.0.0.1:5000/team/x-pushed@{DIGEST}"]
+    assert pinned_reference("team/x", ID, local) == f"127.0.0.1:5000/team/x-pushed@{DIGEST}"
 
 
 def test_pin_without_repo_digest_is_the_image_id() -> None:

@@ -70,23 +70,28 @@ class PinnedImage:
 
 
 def pinned_reference(name: str | None, image_id: str, repo_digests: list[str]) -> str:
-    """The most immutable name of an image: ``NAME@sha256:<repo digest>`` (the one for
-    ``name`` when there is one, else the first in sorted order), else its image ID."""
+    """The most immutable name of an image: ``NAME@sha256:<repo digest>``, else its image ID.
+    Among its repository digests, one in a registry named outright (``127.0.0.1:5000/...``,
+    where it was pushed) before one that names none: Engine 26's containerd image store gives
+    a digest for every tag, pushed or not (``team/model@sha256:...`` for a local tag), and no
+    registry serves that one. Within each, the one for ``name``'s repository first, else the
+    first in sorted order."""
     wanted = _repository(name) if name is not None else None
-    digests: list[tuple[str, str]] = []
+    digests: list[tuple[bool, str, str]] = []
     for entry in sorted(repo_digests):
         try:
             ref = parse_ref(entry)
         except ImageRefError:
             continue
         if ref.digest:
-            digests.append((ref.name, ref.digest))
-    for ref_name, digest in digests:
-        if wanted is not None and _repository(ref_name) == wanted:
-            return f"{ref_name}@{digest}"
-    if digests:
-        ref_name, digest = digests[0]
-        return f"{ref_name}@{digest}"
+            digests.append((ref.explicit_registry, ref.name, ref.digest))
+    for explicit in (True, False):
+        held = [(n, d) for e, n, d in digests if e == explicit]
+        for ref_name, digest in held:
+            if wanted is not None and _repository(ref_name) == wanted:
+                return f"{ref_name}@{digest}"
+        if held:
+            return f"{held[0][0]}@{held[0][1]}"
     if not FULL_ID_RE.fullmatch(image_id):
         raise ReprobuildError(f"the engine gave image ID {image_id!r}, not sha256:<64 hex>")
     return image_id
