@@ -282,3 +282,28 @@ def test_both_platforms_on_a_base_without_arm64_is_one_error_before_any_build(  
         f"http://{REGISTRY}/v2/reprobuild-test/arm64-index-bad/tags/list", timeout=30
     )
     assert answer.status_code == 404  # nothing pushed: the repository does not exist
+
+
+def test_an_arm64_base_without_platform_builds_the_arm64_image(  # type: ignore[no-untyped-def]
+    arm_image: dict[str, Any], docker_client, tmp_path: Path
+) -> None:
+    """No --platform, and the base is a single-platform arm64 image (what `init --base` of
+    one writes): the build is for arm64, as --platform linux/arm64 builds it (the same image
+    as from the index's arm64 entry), and it says so in one note."""
+    project = tmp_path / "arm64-torch"
+    shutil.copytree(PROJECT, project)
+    tag = f"reprobuild-test/arm64-inferred:{uuid.uuid4().hex[:12]}"
+    proc = run_cli(
+        "image", "--json", str(project), "--base", make_base("arm64"), "--tag", tag,
+        timeout=EMULATED_TIMEOUT_S,
+    )  # fmt: skip
+    try:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "note: the base is a linux/arm64 image: building for linux/arm64" in proc.stderr
+        result = json.loads(proc.stdout)
+        assert result["manifest"]["machine"] == "aarch64"
+        assert result["id"] == arm_image["id"]
+        assert docker_client.images.get(tag).attrs["Architecture"] == "arm64"
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            docker_client.images.remove(tag, force=True)

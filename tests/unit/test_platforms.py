@@ -311,3 +311,11 @@ def test_verify_takes_an_index_digest_and_runs_the_image_of_it_held_here(
     monkeypatch.setattr(pinning, "registry_index", lambda ref: None)  # a single image, not held
     with pytest.raises(VerifyError, match="no image"):
         verify_run._check_image(engine, index, notes.append)
+
+
+@on_x86
+def test_an_image_of_another_machine_names_its_platform() -> None:
+    assert platforms.of_image({"Os": "linux", "Architecture": "arm64"}) == ARM
+    assert platforms.of_image({"Os": "linux", "Architecture": "amd64"}) is None  # the host's
+    assert platforms.of_image({"Os": "linux", "Architecture": "s390x"}) is None  # not built
+    assert platforms.of_image({}) is None

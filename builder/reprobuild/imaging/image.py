@@ -240,7 +240,15 @@ def build_image(
     try:
         if len(targets) > 1:
             return _build_index(one, check, targets, push=push, engine=engine, log=log)
-        return one(tag=tag, push=push, wanted=targets[0] if targets else None)
+        try:
+            return one(tag=tag, push=push, wanted=targets[0] if targets else None)
+        except _BaseOfAnotherPlatform as other:  # before any work: build for the base's
+            platforms.require_runnable(other.platform)
+            (note or log)(
+                f"note: the base is a {other.platform.name} image: building for "
+                f"{other.platform.name}, as --platform {other.platform.name} does"
+            )
+            return one(tag=tag, push=push, wanted=other.platform)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP as the CLI maps them
         leftovers.reap(engine, log, mine=True, also=[buildah.Storage()])
         raise
@@ -289,6 +297,15 @@ def _build_index(
         for name, before in moved.items():
             give_tag_back(engine, name, before)
         raise
+
+
+class _BaseOfAnotherPlatform(Exception):
+    """No ``--platform``, and the base is a single-platform image of another machine: the
+    build is for that machine (raised before any work, and caught by :func:`build_image`)."""
+
+    def __init__(self, platform: platforms.BuildPlatform) -> None:
+        super().__init__(platform.name)
+        self.platform = platform
 
 
 def _checked_plan(
@@ -341,6 +358,11 @@ def _build_image(
         plan.record_base_platform(planned, wanted.name, base_digest, log)
     final = normalize_tag(tag) if tag else platforms.tag_for(plan.spec_tag(spec, variant), wanted)
     builder, from_epoch = _pick_builder(engine, builder, push, wanted, log)
+    if wanted is None:  # no --platform: a single-platform base of another machine says which
+        engine.ensure_base(spec.base, log)
+        other = platforms.of_image(engine.inspect(spec.base.by_digest()))
+        if other is not None:
+            raise _BaseOfAnotherPlatform(other)
     # One note for all of it: the engine's leftovers and buildah's (reaped first: a dead
     # run's temp dir may name an image it left in buildah's storage). Meanwhile the plan goes
     # on; the build waits for it.

@@ -25,6 +25,7 @@ __all__ = [
     "coverage_note",
     "for_platform",
     "host_platform",
+    "of_image",
     "parse_platforms",
     "platform_base",
     "platform_named",
@@ -203,6 +204,15 @@ def for_platform(spec: RenderSpec, target: BuildPlatform | None) -> tuple[Render
             hint="lock wheels for those packages, or build for the host's platform",
         )
     return replace(spec, base=base), base.digest
+
+
+def of_image(attrs: dict[str, object]) -> BuildPlatform | None:
+    """The platform an image's config names (``docker image inspect``'s Os and Architecture),
+    where it is one reprobuild builds for and not this host's; None otherwise."""
+    name = f"{attrs.get('Os') or 'linux'}/{attrs.get('Architecture') or ''}"
+    if name not in _MACHINES or name == host_platform().name:
+        return None
+    return BuildPlatform(name, _MACHINES[name])
 
 
 def tag_for(tag: str, target: BuildPlatform | None) -> str:
