@@ -62,7 +62,7 @@ Choices, with reasons:
 
 from __future__ import annotations
 
-import platform
+import os
 
 from reprobuild_entrypoint.settings import (
     CPU_MODES,
@@ -97,8 +97,10 @@ def normal_machine(machine: str) -> str:
 
 
 def this_machine() -> str:
-    """The machine this process runs on (:func:`normal_machine` of ``platform.machine()``)."""
-    return normal_machine(platform.machine())
+    """The machine this process runs on (:func:`normal_machine` of ``uname -m``). ``os.uname``
+    rather than ``platform.machine()``, which is the same on Linux: the start-up hook imports
+    this module, and ``platform`` would bring ``re`` and ``collections`` into every process."""
+    return normal_machine(os.uname().machine)
 
 
 PINS = {

@@ -70,7 +70,9 @@ def test_armv8_a_needs_floating_point_and_advanced_simd() -> None:
 
 
 def _on_aarch64(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")  # what detect() reads
+    for module in (envplan, cpulevel):  # what the plan reads (os.uname, as the hook does)
+        monkeypatch.setattr(module, "this_machine", lambda: "aarch64")
 
 
 def test_detect_on_aarch64_reads_getauxval(monkeypatch: pytest.MonkeyPatch) -> None:
