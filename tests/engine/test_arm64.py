@@ -263,7 +263,8 @@ def test_both_platforms_on_a_base_without_arm64_is_one_error_before_any_build(  
     shutil.copytree(PROJECT, project)
     stem = uuid.uuid4().hex[:12]
     tag = f"reprobuild-test/arm64-index-bad:{stem}"
-    push = f"{REGISTRY}/reprobuild-test/arm64-index-bad:{stem}"
+    repository = f"reprobuild-test/arm64-index-bad-{stem}"  # this run's own: nothing in it yet
+    push = f"{REGISTRY}/{repository}:v1"
     started = time.monotonic()
     proc = run_cli(
         "image", str(project), "--base", base_ref, "--platform", "linux/amd64,linux/arm64",
@@ -278,9 +279,7 @@ def test_both_platforms_on_a_base_without_arm64_is_one_error_before_any_build(  
     )
     assert time.monotonic() - started < 120  # refused before the amd64 image was built
     assert not tagged(docker_client, tag) and not tagged(docker_client, f"{push}-amd64")
-    answer = requests.get(
-        f"http://{REGISTRY}/v2/reprobuild-test/arm64-index-bad/tags/list", timeout=30
-    )
+    answer = requests.get(f"http://{REGISTRY}/v2/{repository}/tags/list", timeout=30)
     assert answer.status_code == 404  # nothing pushed: the repository does not exist
 
 
