@@ -353,14 +353,15 @@ def _build_image(
         directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant=variant,
         builder=builder, push=push, wanted=wanted,
     )  # fmt: skip
-    if wanted is None:  # no --platform: a single-platform base of another machine says which
+    plan.record_new_base(planned, log)  # first: a read-only project is refused before a pull
+    if wanted is not None and base_digest is not None:
+        plan.record_base_platform(planned, wanted.name, base_digest, log)
+    if wanted is None:  # no --platform: a base of another machine says which (its plan notes
+        # come again, once it builds for that machine: rare, and only those)
         engine.ensure_base(spec.base, log)
         other = platforms.of_image(engine.inspect(spec.base.by_digest()))
         if other is not None:
             raise _BaseOfAnotherPlatform(other)
-    plan.record_new_base(planned, log)
-    if wanted is not None and base_digest is not None:
-        plan.record_base_platform(planned, wanted.name, base_digest, log)
     final = normalize_tag(tag) if tag else platforms.tag_for(plan.spec_tag(spec, variant), wanted)
     builder, from_epoch = _pick_builder(engine, builder, push, wanted, log)
     # One note for all of it: the engine's leftovers and buildah's (reaped first: a dead
