@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -41,6 +42,43 @@ MANIFEST_LABEL = f"{LABEL_PREFIX}manifest.sha256"
 BUILD_LABEL = f"{LABEL_PREFIX}build."
 # An image is untrusted input: a manifest file larger than this is refused before parsing.
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+
+
+def _strings(value: Any, keys: tuple[str, ...]) -> bool:
+    return isinstance(value, dict) and all(isinstance(value.get(k), str) for k in keys)
+
+
+def _lock_selection(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and all(isinstance(value.get(k), list) for k in ("extras", "groups"))
+        and isinstance(value.get("default_groups"), bool)
+    )
+
+
+# The optional fields' shapes, checked when a manifest carries them (an image is untrusted
+# input): what a value must be, and how the error names it. None is allowed where the field
+# itself may be None.
+_FIELD_SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "build": (lambda v: isinstance(v, dict), "a JSON object"),
+    "sbom_sha256": (
+        lambda v: v is None or (isinstance(v, str) and bool(re.fullmatch("[0-9a-f]{64}", v))),
+        "a sha256 hex digest",
+    ),
+    "lock_format": (lambda v: v is None or isinstance(v, str), "a string"),
+    "lock_selection": (
+        lambda v: v is None or _lock_selection(v),
+        "{extras: [...], groups: [...], default_groups: true|false}",
+    ),
+    "built_from_source": (
+        lambda v: v is None or (isinstance(v, list) and all(_strings(b, BUILT_KEYS) for b in v)),
+        f"a list of {{{', '.join(BUILT_KEYS)}}}",
+    ),
+    "build_lock": (
+        lambda v: v is None or _strings(v, ("file", "sha256")),
+        "{file: ..., sha256: ...}",
+    ),
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -141,40 +179,9 @@ class Manifest:
             fields.update({k: data[k] for k in _OPTIONAL if k in data and k != "distributions"})
         except (KeyError, TypeError) as exc:
             raise ReprobuildError(f"manifest is missing field {exc}") from None
-        if not isinstance(fields.get("build", {}), dict):
-            raise ReprobuildError("manifest field 'build' is not a JSON object")
-        sbom = fields.get("sbom_sha256")
-        if sbom is not None and not (isinstance(sbom, str) and re.fullmatch("[0-9a-f]{64}", sbom)):
-            raise ReprobuildError("manifest field 'sbom_sha256' is not a sha256 hex digest")
-        if not isinstance(fields.get("lock_format", ""), (str, type(None))):
-            raise ReprobuildError("manifest field 'lock_format' is not a string")
-        choice = fields.get("lock_selection")
-        if choice is not None and not (
-            isinstance(choice, dict)
-            and all(isinstance(choice.get(k), list) for k in ("extras", "groups"))
-            and isinstance(choice.get("default_groups"), bool)
-        ):
-            raise ReprobuildError(
-                "manifest field 'lock_selection' is not {extras: [...], groups: [...], "
-                "default_groups: true|false}"
-            )
-        built = fields.get("built_from_source")
-        if built is not None and not (
-            isinstance(built, list)
-            and all(
-                isinstance(b, dict) and all(isinstance(b.get(k), str) for k in BUILT_KEYS)
-                for b in built
-            )
-        ):
-            raise ReprobuildError(
-                f"manifest field 'built_from_source' is not a list of {{{', '.join(BUILT_KEYS)}}}"
-            )
-        build_lock = fields.get("build_lock")
-        if build_lock is not None and not (
-            isinstance(build_lock, dict)
-            and all(isinstance(build_lock.get(k), str) for k in ("file", "sha256"))
-        ):
-            raise ReprobuildError("manifest field 'build_lock' is not {file: ..., sha256: ...}")
+        for key, (valid, what) in _FIELD_SHAPES.items():
+            if key in fields and not valid(fields[key]):
+                raise ReprobuildError(f"manifest field {key!r} is not {what}")
         return cls(**fields, distributions=dists)
 
     @classmethod

@@ -21,7 +21,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from reprobuild.errors import ReprobuildError
 from reprobuild.imaging.manifest import Manifest
 
 if TYPE_CHECKING:
+    from cyclonedx.model import HashType
     from cyclonedx.model.component import Component
 
     from reprobuild.locks.lockfile import Lock
@@ -245,30 +246,43 @@ def _runtime(manifest: Manifest) -> Iterator[Component]:
     )
 
 
-def _python_dists(manifest: Manifest, lock: Lock, facts: dict[str, Any]) -> Iterator[Component]:
-    from cyclonedx.contrib.license.factories import LicenseFactory
-    from cyclonedx.model import HashAlgorithm, HashType
-    from cyclonedx.model.component import Component, ComponentType
-
-    pinned = {r.name: r for r in lock.requirements}
+def _licences(facts: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """Each installed distribution's licence, by (canonical name, version), from the probe."""
     licences: dict[tuple[str, str], str] = {}
     for meta in facts.get("python") or []:
         if isinstance(meta, dict):
             key = (canonicalize_name(str(meta.get("name", ""))), str(meta.get("version", "")))
             licences.setdefault(key, licence_text(meta))
+    return licences
+
+
+def _hash_types(digests: Iterable[str]) -> list[HashType]:
+    """CycloneDX hashes of ``algo:hex`` digests, those of algorithms it names."""
+    from cyclonedx.model import HashAlgorithm, HashType
+
+    hashes = []
+    for spec in digests:
+        algo, _, hexdigest = spec.partition(":")
+        if algo in _HASHES:
+            hashes.append(HashType(alg=HashAlgorithm(_HASHES[algo]), content=hexdigest))
+    return hashes
+
+
+def _python_dists(manifest: Manifest, lock: Lock, facts: dict[str, Any]) -> Iterator[Component]:
+    from cyclonedx.contrib.license.factories import LicenseFactory
+    from cyclonedx.model.component import Component, ComponentType
+
+    pinned = {r.name: r for r in lock.requirements}
+    licences = _licences(facts)
     factory = LicenseFactory()
     built = {canonicalize_name(b["name"]): b for b in manifest.built_from_source or []}
     for dist in manifest.distributions:
         name = canonicalize_name(dist.name)
         req = pinned.get(name) if dist.origin == "lock" else None
-        hashes = []
         made = built.get(name) if req is not None and req.source is not None else None
         # A wheel built in the image: its own sha256, and the sdist's beside it.
         digests = (made["wheel_sha256"],) if made else req.hashes if req is not None else ()
-        for spec in digests:
-            algo, _, hexdigest = spec.partition(":")
-            if algo in _HASHES:
-                hashes.append(HashType(alg=HashAlgorithm(_HASHES[algo]), content=hexdigest))
+        hashes = _hash_types(digests)
         purl = _purl("pypi", name, dist.version, download_url=req.url if req and req.url else "")
         licence = licences.get((name, dist.version), "")
         yield Component(

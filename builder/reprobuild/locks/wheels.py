@@ -916,33 +916,64 @@ def _sdist_by_hash(
         if links is None:
             continue
         read = True
-        sdists: list[tuple[str, str | None]] = []
-        for url in links:
-            filename, digest = _link_name(url), _link_sha256(url)
-            if filename.endswith(".whl"):
-                if digest in hexes and selection.wheel_fits(filename):
-                    return None
-                if digest in hexes:
-                    other_wheels.append(filename)
-                elif (
-                    digest is None
-                    and selection.wheel_fits(filename)
-                    and _wheel_of(filename, req.name, req.version)
-                ):
-                    return None  # an unhashed link: pip's download checks its hash
-            elif SOURCE_ARCHIVE_RE.fullmatch(filename) and (digest is None or digest in hexes):
-                sdists.append((url.split("#", 1)[0], digest))
-        for url, digest in sdists:
-            filename = _link_name(url)
-            if not _sdist_of(filename, req.name, req.version):
-                continue
-            if digest is None:  # the page gives no hash: the file's bytes tell
-                digest = _url_sha256(url)
-                if digest not in hexes:
-                    continue
-            return SourceArchive(filename=filename, sha256=f"sha256:{digest}", index=index)
+        sdists = _page_sdists(links, req, hexes, selection, other_wheels)
+        if sdists is None:
+            return None
+        found = _locked_sdist(sdists, req, hexes, index)
+        if found is not None:
+            return found
     if not read or _in_find_links(lock, req, hexes) is not False:
         return None  # nothing known here: the wheel fetch says what is wrong, as before
+    return _no_locked_file(lock, req, selection, indexes, other_wheels)
+
+
+def _page_sdists(
+    links: list[str],
+    req: Requirement,
+    hexes: set[str],
+    selection: Selection,
+    other_wheels: list[str],
+) -> list[tuple[str, str | None]] | None:
+    """The sdists on an index page that may be ``req``'s locked one (URL, sha256 or None where
+    the page gives none); None where the page has a fitting wheel pip's fetch takes. Wheels
+    with a locked hash for other platforms are added to ``other_wheels``."""
+    sdists: list[tuple[str, str | None]] = []
+    for url in links:
+        filename, digest = _link_name(url), _link_sha256(url)
+        if not filename.endswith(".whl"):
+            if SOURCE_ARCHIVE_RE.fullmatch(filename) and (digest is None or digest in hexes):
+                sdists.append((url.split("#", 1)[0], digest))
+            continue
+        fits = selection.wheel_fits(filename)
+        if digest in hexes and fits:
+            return None
+        if digest in hexes:
+            other_wheels.append(filename)
+        elif digest is None and fits and _wheel_of(filename, req.name, req.version):
+            return None  # an unhashed link: pip's download checks its hash
+    return sdists
+
+
+def _locked_sdist(
+    sdists: list[tuple[str, str | None]], req: Requirement, hexes: set[str], index: str
+) -> SourceArchive | None:
+    """The first of ``sdists`` that is ``req``'s and has a locked sha256 (read from the file's
+    bytes where the page gives no hash)."""
+    for url, digest in sdists:
+        filename = _link_name(url)
+        if not _sdist_of(filename, req.name, req.version):
+            continue
+        if digest is None:  # the page gives no hash: the file's bytes tell
+            digest = _url_sha256(url)
+            if digest not in hexes:
+                continue
+        return SourceArchive(filename=filename, sha256=f"sha256:{digest}", index=index)
+    return None
+
+
+def _no_locked_file(
+    lock: Lock, req: Requirement, selection: Selection, indexes: list[str], other_wheels: list[str]
+) -> LockfileError:
     # kept short: the lock's path (file:line) and the index come first, both of any length
     what = (
         f" (its locked wheels are for other platforms: {quoted(sorted(other_wheels)[0], 50)}"
