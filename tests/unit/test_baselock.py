@@ -176,6 +176,27 @@ def test_a_platform_built_for_records_its_image_once(fresh: Path) -> None:
     assert plan_build(fresh, base=str(locked.ref)).base_name is None
 
 
+
+def test_an_index_builds_platforms_from_plans_made_before_the_first(fresh: Path) -> None:
+    """``image --platform linux/amd64,linux/arm64`` plans both platforms before building
+    either, so both plans hold the base as new. The first records it and its platform; the
+    second's record is silent and keeps the first's platform."""
+    amd, arm = plan_build(fresh), plan_build(fresh, machine="aarch64")
+    assert amd.new_base is not None and arm.new_base is not None
+    notes: list[str] = []
+    record_new_base(amd, notes.append)
+    record_base_platform(amd, "linux/amd64", "sha256:" + "a1" * 32, notes.append)
+    assert [n for n in notes if "recorded" in n] == notes and len(notes) == 2
+    notes.clear()
+    record_new_base(arm, notes.append)
+    record_base_platform(arm, "linux/arm64", "sha256:" + "b2" * 32, notes.append)
+    assert len(notes) == 1 and "recorded its linux/arm64 image" in notes[0]
+    assert baselock.load_base_lock(fresh).bases[NAME].platforms == {
+        "linux/amd64": "sha256:" + "a1" * 32,
+        "linux/arm64": "sha256:" + "b2" * 32,
+    }
+
+
 # ------------------------------------------------------------------------------ the CLI
 
 

@@ -192,11 +192,11 @@ def test_several_platforms_without_push_are_one_error_before_any_work() -> None:
 def test_every_platform_is_checked_before_the_first_build(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 
-    def check(wanted: BuildPlatform, push: str) -> str:
+    def check(wanted: BuildPlatform, push: str) -> tuple[str, Any]:
         calls.append(f"check {wanted.arch}")
         if wanted is ARM:
             raise ReprobuildError("requirements.lock has no wheel of torch for aarch64")
-        return "proj:v1"
+        return "proj:v1", None
 
     with pytest.raises(ReprobuildError, match="no wheel of torch for aarch64"):
         image_mod._build_index(
@@ -213,13 +213,14 @@ def test_a_failure_gives_back_the_engine_tags_this_run_moved(
     engine.tags["proj:v2"] = "sha256:old"  # the amd64 tag named an older image
     build, _ = builder(engine, registry, fail="linux/arm64")
 
-    def one(*, tag: str, push: str, wanted: BuildPlatform) -> ImageResult:
+    def one(*, tag: str, push: str, wanted: BuildPlatform, checked_plan: Any) -> ImageResult:
+        assert checked_plan == f"the plan for {wanted.arch}"  # planned once, by the check
         result: ImageResult = build(wanted, push)
         engine.tag(result.id, tag)
         return result
 
-    def check(wanted: BuildPlatform, push: str) -> str:
-        return "proj:v2" if wanted is AMD else "proj:v2-arm64"
+    def check(wanted: BuildPlatform, push: str) -> tuple[str, Any]:
+        return "proj:v2" if wanted is AMD else "proj:v2-arm64", f"the plan for {wanted.arch}"
 
     monkeypatch.setattr(image_mod, "RegistryClient", registry.client)
     with pytest.raises(ReprobuildError, match="the arm64 build failed"):

@@ -290,9 +290,15 @@ def record_platform(root: Path, name: str, platform: str, digest: str) -> str | 
     return f"{name}: recorded its {platform} image {digest} in {lock_path(root)}; commit it"
 
 
-def record(root: Path, base: LockedBase) -> str:
-    """Record a base seen for the first time in the project's lock; the note to show."""
-    write_base_lock(root, load_base_lock(root).with_base(base))
+def record(root: Path, base: LockedBase) -> str | None:
+    """Record a base seen for the first time in the project's lock; the note to show. None
+    where the lock already holds it at that digest (an earlier platform of the same index
+    build recorded it, with its ``platforms``, which are kept)."""
+    lock = load_base_lock(root)
+    held = lock.bases.get(base.name)
+    if held is not None and held.ref == base.ref:
+        return None
+    write_base_lock(root, lock.with_base(base))
     return (
         f"{base.name}: recorded {base.ref.by_digest()} in {lock_path(root)}; commit it so this "
         "project keeps this base"

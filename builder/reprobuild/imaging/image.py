@@ -228,14 +228,17 @@ def build_image(
         bar=bar,
     )
 
-    def check(wanted: platforms.BuildPlatform, push: str) -> str:
-        _, _, (spec, _) = _checked_plan(
+    def check(wanted: platforms.BuildPlatform, push: str) -> tuple[str, _Planned]:
+        _check_asked(builder, push, wanted)
+        planned = _plan_for(
             directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant=variant,
-            builder=builder, push=push, wanted=wanted,
+            wanted=wanted,
         )  # fmt: skip
-        return platforms.tag_for(
+        spec = planned[1][0]
+        final = platforms.tag_for(
             normalize_tag(tag) if tag else plan.spec_tag(spec, variant), wanted
         )
+        return final, planned
 
     try:
         if len(targets) > 1:
@@ -256,7 +259,7 @@ def build_image(
 
 def _build_index(
     one: Callable[..., ImageResult],
-    check: Callable[[platforms.BuildPlatform, str], str],
+    check: Callable[[platforms.BuildPlatform, str], tuple[str, _Planned]],
     targets: tuple[platforms.BuildPlatform, ...],
     *,
     push: str | None,
@@ -266,8 +269,9 @@ def _build_index(
     """Several platforms: each built and pushed as ``one`` builds it, then the index of them
     put at ``push``. What can be refused is refused before the first build: ``check`` runs
     ``one``'s own checks (the builder, the push target, the platform's lock coverage and
-    base) for every platform first, and names each platform's engine tag. A failure later
-    gives back the engine tags this run moved."""
+    base) for every platform first, and names each platform's engine tag and plan, which
+    its build then uses (planned once). A failure later gives back the engine tags this run
+    moved."""
     names = ",".join(t.name for t in targets)
     if push is None:
         raise ReprobuildError(
@@ -277,17 +281,18 @@ def _build_index(
             + " and ".join(f"(--platform {t.name})" for t in targets),
         )
     push = normalize_push(push)
-    finals = {wanted: check(wanted, push) for wanted in targets}
+    checked = {wanted: check(wanted, push) for wanted in targets}
     # the engine tags this run may move (each platform's, and the one its push makes) -> the
     # image each named before
     moved = {
         name: engine.image_id(name)
         for wanted in targets
-        for name in (finals[wanted], platformindex.platform_ref(push, wanted))
+        for name in (checked[wanted][0], platformindex.platform_ref(push, wanted))
     }
 
     def build_one(wanted: platforms.BuildPlatform, ref: str) -> ImageResult:
-        return one(tag=finals[wanted], push=ref, wanted=wanted)
+        final, planned = checked[wanted]
+        return one(tag=final, push=ref, wanted=wanted, checked_plan=planned)
 
     try:
         return platformindex.build_index(
@@ -308,7 +313,11 @@ class _BaseOfAnotherPlatform(Exception):
         self.platform = platform
 
 
-def _checked_plan(
+# A platform's plan and its spec for the platform, with the platform's base digest.
+_Planned = tuple[plan.Plan, tuple[RenderSpec, str | None]]
+
+
+def _plan_for(
     directory: Path,
     *,
     gpu: bool,
@@ -316,19 +325,15 @@ def _checked_plan(
     online: bool,
     ca_cert: Path | None,
     variant: str | None,
-    builder: Builder,
-    push: str | None,
     wanted: platforms.BuildPlatform | None,
-) -> tuple[str | None, plan.Plan, tuple[RenderSpec, str | None]]:
-    """What is checked before any work: the builder asked for, the push target, the plan, and
-    the base's image for the platform. The push target normalized, the plan, its spec for the
-    platform and the platform's base digest (:func:`platforms.for_platform`)."""
-    push = _check_asked(builder, push, wanted)
+) -> _Planned:
+    """The plan, its spec for the platform and the platform's base digest
+    (:func:`platforms.for_platform`): checked before any work."""
     planned = plan.plan_build(
         directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant_name=variant,
         machine=wanted.machine if wanted else "x86_64",
     )  # fmt: skip
-    return push, planned, platforms.for_platform(planned.spec, wanted)
+    return planned, platforms.for_platform(planned.spec, wanted)
 
 
 def _build_image(
@@ -348,10 +353,14 @@ def _build_image(
     push: str | None,
     bar: TextIO | None,
     wanted: platforms.BuildPlatform | None = None,
+    checked_plan: _Planned | None = None,
 ) -> ImageResult:
-    push, planned, (spec, base_digest) = _checked_plan(
+    """One image. ``checked_plan``: its plan where the caller checked it already (an index's
+    platform), else planned here; both before any work."""
+    push = _check_asked(builder, push, wanted)
+    planned, (spec, base_digest) = checked_plan or _plan_for(
         directory, gpu=gpu, base=base, online=online, ca_cert=ca_cert, variant=variant,
-        builder=builder, push=push, wanted=wanted,
+        wanted=wanted,
     )  # fmt: skip
     plan.record_new_base(planned, log)  # first: a read-only project is refused before a pull
     if wanted is not None and base_digest is not None:

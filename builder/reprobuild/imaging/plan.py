@@ -408,14 +408,15 @@ def record_new_base(plan: Plan, log: Callable[[str], None]) -> None:
         return
     root = plan.config.root
     try:
-        note = record(root, plan.new_base)
+        recorded = record(root, plan.new_base)
     except OSError as exc:  # a read-only project cannot record its base on first use
         raise ConfigError(
             lock_path_of(root),
             f"cannot record base {plan.new_base.name!r}: {exc.strerror or exc}",
             hint="make the project writable once, or build with --base REF@DIGEST",
         ) from None
-    log(f"note: {note}")
+    if recorded is not None:
+        log(f"note: {recorded}")
 
 
 def _read_ca(path: Path) -> bytes:
