@@ -98,8 +98,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             group = f"{ENGINE_GROUP}:{item.path.relative_to(config.rootpath)}"
         item.add_marker(pytest.mark.xdist_group(group))
-    if spread:  # the biggest group first; the order within each part is kept
+    if spread:  # the longest groups first, so that neither is left to run alone at the end:
+        # the determinism image's users (xdist's first group, on one worker), then the public
+        # projects' journeys (its second, on the other); the order within each part is kept
         first = [item for item in engine if item.path in shared]
+        first += [i for i in engine if i.path not in shared and i.get_closest_marker("journey")]
         firsts = set(map(id, first))
         items[:] = first + [item for item in items if id(item) not in firsts]
 
