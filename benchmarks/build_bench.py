@@ -4,6 +4,9 @@ the same wheels, as ratios measured in the same run.
     python benchmarks/build_bench.py --base REF@sha256:... [--project images/digits-torch]
                                      [--builders classic,buildah] [--rounds 2] [--out FILE]
 
+``--builders buildah-j1,buildah-j2`` times buildah building one stage at a time against two at
+once (``REPROBUILD_BUILDAH_JOBS``), in the same run.
+
 Every configuration builds the example project cold (its builder's cache off; the base already
 pulled and the wheels already on the host, as on a developer machine after the first build),
 once per round, the configurations alternating within a round; a figure is the median over
@@ -111,11 +114,22 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     return elapsed
 
 
+def builder_of(name: str) -> tuple[str, dict[str, str]]:
+    """A ``--builders`` entry: the builder, and the environment it builds with. ``buildah-jN``
+    is buildah building N stages at once (``REPROBUILD_BUILDAH_JOBS=N``); plain ``buildah``
+    takes the default."""
+    kind, _, jobs = name.partition("-j")
+    if kind == "buildah" and jobs:
+        return kind, {buildah.JOBS_VAR: jobs}
+    return name, {}
+
+
 def ours(
     project: Path, base: str, tag: str, builder: str, env: dict[str, str], *extra: str
 ) -> float:
+    kind, own = builder_of(builder)
     cli = [sys.executable, "-m", "reprobuild", "image", str(project), "--base", base]
-    return timed([*cli, "--tag", tag, "--builder", builder, "-q", *extra], env)
+    return timed([*cli, "--tag", tag, "--builder", kind, "-q", *extra], {**env, **own})
 
 
 def buildah_into_engine(context: Path, tag: str, scratch: Path) -> float:
@@ -212,7 +226,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="digest-pinned base (REF@sha256:...)")
     parser.add_argument("--project", type=Path, default=HERE.parent / "images" / "digits-torch")
-    parser.add_argument("--builders", default="classic,buildah", help="ours: comma-separated")
+    parser.add_argument(
+        "--builders",
+        default="classic,buildah",
+        help="ours: comma-separated; buildah-jN: buildah with REPROBUILD_BUILDAH_JOBS=N",
+    )
+    parser.add_argument(
+        "--app", default="train.py", help="the project's code file a code-only change edits"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "build.json")
     args = parser.parse_args()
@@ -268,7 +289,7 @@ def _measure(
              "-o", str(tmp / "ctx")],
             check=True, capture_output=True, env=env,
         )  # fmt: skip
-        lock, app = tmp / "ctx" / "requirements.lock", work / "train.py"
+        lock, app = tmp / "ctx" / "requirements.lock", work / args.app
         naive = hand_context(tmp / "naive", NAIVE, args.base, lock, cache, app)
         best = hand_context(tmp / "best", BEST, args.base, lock, cache, app)
         configs: dict[str, object] = {f"ours-{b}": b for b in builders}
@@ -293,7 +314,7 @@ def _measure(
                     # give the same image ID, and an image the engine already holds is only
                     # tagged, so a round at the warm-up's epoch would time no build at all
                     at = {**env, "SOURCE_DATE_EPOCH": str(n + 1)}
-                    if what == "buildah":
+                    if builder_of(str(what))[0] == "buildah":
                         # cold as on a new machine: buildah's storage holds no build of this
                         # project (best-buildah's image is removed after each of its rounds,
                         # untimed, and so is ours here; with the previous round's image still
@@ -334,7 +355,7 @@ def _measure(
                 "buildkit": "best-buildkit-epoch"
                 if "best-buildkit-epoch" in cold
                 else "best-buildkit",
-            }.get(builder, "best-buildkit")
+            }.get(builder_of(builder)[0], "best-buildkit")
             row: dict[str, object] = {
                 "cold_s": cold[f"ours-{builder}"],
                 "rebuild_code_change_s": round(rebuild, 2),
@@ -354,8 +375,13 @@ def _measure(
             {"buildkit"} if results["stack"]["buildkit_reproducible"] else set()  # type: ignore[index]
         )
         # the fastest reproducible build of ours, against every build that is not reproducible
-        repro = sorted((b for b in builders if b in reproducible), key=lambda b: cold[f"ours-{b}"])
-        not_repro = {"best-buildkit-epoch"} | {f"ours-{b}" for b in reproducible}
+        repro = sorted(
+            (b for b in builders if builder_of(b)[0] in reproducible),
+            key=lambda b: cold[f"ours-{b}"],
+        )
+        not_repro = {"best-buildkit-epoch"} | {
+            f"ours-{b}" for b in builders if builder_of(b)[0] in reproducible
+        }
         others = {n: s for n, s in cold.items() if n not in not_repro}
         if repro and others:
             fastest = min(others, key=others.__getitem__)
