@@ -40,7 +40,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reprobuild_entrypoint import cpulevel, envplan, hostinfo, jsonfile, runrecord
 from reprobuild_entrypoint.contract import EMULATOR_VAR, RUN_DIR_VAR, RUN_RECORD_VAR
@@ -52,6 +52,9 @@ from reprobuild_entrypoint.launch import (
     under_emulator,
 )
 from reprobuild_entrypoint.settings import Settings, SettingsError, from_environ
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 USAGE_ERROR = 2
 HOST_REFUSED = 3
@@ -199,24 +202,13 @@ def main(argv: Sequence[str]) -> int:
         base = parse_base_entrypoint(environ.get("REPROBUILD_BASE_ENTRYPOINT"))
         emulator = parse_emulator(environ.pop(EMULATOR_VAR, None))
         run_dir_text = environ.get(RUN_DIR_VAR, "").strip()
-        run_id_text = environ.get("REPRO_RUN_ID", "").strip()
-        run_id = (
-            runrecord.check_run_id(run_id_text)
-            if run_id_text
-            else runrecord.new_run_id(started, os.urandom(4).hex())
-        )
+        run_id = _run_id(environ, started)
     except SettingsError as exc:
         sys.stderr.write(f"reprobuild: {exc}\n")
         return USAGE_ERROR
     requested_cpu = settings.cpu
-    cpu_refusal, cpu_found = cpulevel.resolve(settings)
     default_dir = None if run_dir_text else default_record_dir()
-    if cpu_found is None and (run_dir_text or default_dir is not None):
-        cpu_found = cpulevel.detect()
-    if cpu_refusal is not None and settings.mode == "warn":
-        if not _quiet(environ):
-            sys.stderr.write(f"reprobuild: {cpu_refusal}; running native\n")
-        cpulevel.fall_back(settings, cpu_refusal)
+    cpu_refusal, cpu_found = _cpu(settings, environ, recording=run_dir_text or default_dir)
     env_plan = envplan.plan(environ, settings)
     command = [*(base or ()), *argv]
     if emulator is not None:
@@ -227,11 +219,6 @@ def main(argv: Sequence[str]) -> int:
     record_path: Path | None = None
     run_dir = Path(run_dir_text).absolute() if run_dir_text else default_dir
     if run_dir is not None:
-        # the default record probes no GPU (no nvidia-smi at every start): what the check found
-        probed = hostinfo.gpu_info() if run_dir_text else None
-        host = runrecord.host_info(gpu.host if gpu.host is not None else probed)
-        if cpu_found is not None:
-            _record_cpu(host["cpu"], cpu_found)
         record = runrecord.run_record(
             run_id=run_id,
             started=started,
@@ -243,7 +230,7 @@ def main(argv: Sequence[str]) -> int:
             init=init,
             environ=environ,
             manifest=manifest,
-            host=host,
+            host=_host(gpu, cpu_found, probe_gpu=bool(run_dir_text)),
             gpu_check=gpu.record,
             cpu_check={
                 "requested": requested_cpu,
@@ -251,44 +238,113 @@ def main(argv: Sequence[str]) -> int:
                 "emulator": emulator,
             },
         )
-        try:
-            record_path = jsonfile.write_atomic(runrecord.run_record_path(run_dir, run_id), record)
-        except OSError as exc:
-            if run_dir_text:  # the default place is asked for by no one: left out quietly
-                sys.stderr.write(
-                    f"reprobuild: cannot write the run record to REPRO_RUN_DIR={run_dir_text!r}: "
-                    f"{exc.strerror or exc}\n"
-                )
-                return USAGE_ERROR
-        if run_dir_text:
-            environ[RUN_DIR_VAR] = str(run_dir)
-            environ["REPRO_RUN_ID"] = run_id
-        elif record_path is not None:
-            environ[RUN_RECORD_VAR] = str(record_path)
-            environ["REPRO_RUN_ID"] = run_id
-    if cpu_refusal is not None and settings.mode == "strict":
-        sys.stderr.write(f"reprobuild: {cpu_refusal}\n")
-        sys.stderr.flush()
-        return HOST_REFUSED
-    if gpu.status == "refuse":
-        sys.stderr.write(f"reprobuild: {gpu.message}\n")
-        sys.stderr.flush()
-        return HOST_REFUSED
-    if gpu.status == "warn" and not _quiet(environ):
-        sys.stderr.write(f"reprobuild: {gpu.message}\n")
+        written = _write_record(environ, run_dir, run_dir_text, run_id, record)
+        if written is USAGE_ERROR:
+            return USAGE_ERROR
+        record_path = written if isinstance(written, Path) else None
+    refused = _refusal(cpu_refusal, settings, gpu, environ)
+    if refused is not None:
+        return refused
     envplan.apply(env_plan, environ)
     if not _quiet(environ):
         shown = record_path if run_dir_text else None  # the line names only a record asked for
         sys.stderr.write(summary(settings, env_plan, shown, init, gpu.summary()) + "\n")
     sys.stderr.flush()
     if init:
-        from reprobuild_entrypoint import initproc
-
-        status = initproc.supervise(command)
-        if record_path is not None:
-            _write_exit_record(record_path.parent, run_id, status, initproc.RECEIVED)
-        return status
+        return _supervise(command, record_path, run_id)
     return exec_command(command)
+
+
+def _supervise(command: list[str], record_path: Path | None, run_id: str) -> int:
+    """As PID 1: run the command as a minimal init, then write the exit record."""
+    from reprobuild_entrypoint import initproc
+
+    status = initproc.supervise(command)
+    if record_path is not None:
+        _write_exit_record(record_path.parent, run_id, status, initproc.RECEIVED)
+    return status
+
+
+def _host(gpu: GpuCheck, cpu_found: dict[str, object] | None, *, probe_gpu: bool) -> dict[str, Any]:
+    """The record's ``host``: the GPUs the check found (probed here only for a record asked
+    for: the default record runs no nvidia-smi at every start), and what was read of the CPU."""
+    probed = hostinfo.gpu_info() if probe_gpu else None
+    host = runrecord.host_info(gpu.host if gpu.host is not None else probed)
+    if cpu_found is not None:
+        _record_cpu(host["cpu"], cpu_found)
+    return host
+
+
+def _run_id(environ: Mapping[str, str], started: datetime) -> str:
+    """``REPRO_RUN_ID`` where the caller set one (checked), else a new one."""
+    given = environ.get("REPRO_RUN_ID", "").strip()
+    if given:
+        return runrecord.check_run_id(given)
+    return runrecord.new_run_id(started, os.urandom(4).hex())
+
+
+def _cpu(
+    settings: Settings, environ: Mapping[str, str], *, recording: object
+) -> tuple[str | None, dict[str, object] | None]:
+    """The portable CPU level's refusal (None where it holds) and what was read of the CPU
+    (read for the record where a record is written, even without a level). In ``warn`` a
+    refusal is said and the run falls back to native."""
+    cpu_refusal, cpu_found = cpulevel.resolve(settings)
+    if cpu_found is None and recording:
+        cpu_found = cpulevel.detect()
+    if cpu_refusal is not None and settings.mode == "warn":
+        if not _quiet(environ):
+            sys.stderr.write(f"reprobuild: {cpu_refusal}; running native\n")
+        cpulevel.fall_back(settings, cpu_refusal)
+    return cpu_refusal, cpu_found
+
+
+def _write_record(
+    environ: os._Environ[str],
+    run_dir: Path,
+    run_dir_text: str,
+    run_id: str,
+    record: dict[str, Any],
+) -> Path | int | None:
+    """Write the run record and export where it is: its path, None where the default place
+    could not take it (left out quietly: no one asked for it), or USAGE_ERROR where
+    ``REPRO_RUN_DIR`` could not (said in one line)."""
+    record_path: Path | None = None
+    try:
+        record_path = jsonfile.write_atomic(runrecord.run_record_path(run_dir, run_id), record)
+    except OSError as exc:
+        if run_dir_text:
+            sys.stderr.write(
+                f"reprobuild: cannot write the run record to REPRO_RUN_DIR={run_dir_text!r}: "
+                f"{exc.strerror or exc}\n"
+            )
+            return USAGE_ERROR
+    if run_dir_text:
+        environ[RUN_DIR_VAR] = str(run_dir)
+        environ["REPRO_RUN_ID"] = run_id
+    elif record_path is not None:
+        environ[RUN_RECORD_VAR] = str(record_path)
+        environ["REPRO_RUN_ID"] = run_id
+    return record_path
+
+
+def _refusal(
+    cpu_refusal: str | None, settings: Settings, gpu: GpuCheck, environ: Mapping[str, str]
+) -> int | None:
+    """HOST_REFUSED, said in one line, where the host is refused (a CPU level in strict, the
+    GPU check's refusal); a GPU warning is said and the run goes on (None)."""
+    message = None
+    if cpu_refusal is not None and settings.mode == "strict":
+        message = cpu_refusal
+    elif gpu.status == "refuse":
+        message = gpu.message
+    if message is not None:
+        sys.stderr.write(f"reprobuild: {message}\n")
+        sys.stderr.flush()
+        return HOST_REFUSED
+    if gpu.status == "warn" and not _quiet(environ):
+        sys.stderr.write(f"reprobuild: {gpu.message}\n")
+    return None
 
 
 def _write_exit_record(run_dir: Path, run_id: str, status: int, signals: Sequence[int]) -> None:
