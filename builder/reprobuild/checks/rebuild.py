@@ -33,6 +33,7 @@ from reprobuild.backends.engine import Engine
 from reprobuild.bases.refs import parse_ref
 from reprobuild.checks.imageinfo import read_image
 from reprobuild.errors import EngineError, RebuildInputError, ReprobuildError, shorten
+from reprobuild.imaging.manifest import Manifest
 from reprobuild.imaging.plan import git_revision, plan_build
 from reprobuild.imaging.platforms import platform_named
 from reprobuild.imaging.result import ImageResult
@@ -126,7 +127,16 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
     except ReprobuildError as exc:
         raise RebuildInputError(exc.message, hint=exc.hint) from None
     manifest = info.manifest
-    build = manifest.build
+    _check_builder(engine, image, manifest.build)
+    _check_tools(image, manifest)
+    _check_base(manifest)
+    _check_revision(info.labels.get(REVISION_LABEL), directory)
+    return manifest, info.labels, epoch_of(manifest.created)
+
+
+def _check_builder(engine: Engine, image: str, build: dict[str, Any]) -> None:
+    """The image was built by a reproducible builder, and that builder's version is at hand
+    (able to build reproducibly, for the engine's BuildKit)."""
     if not build:
         raise RebuildInputError(
             f"{image} records no builder (built before reprobuild recorded one)",
@@ -169,13 +179,17 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
                 f"build reproducibly here: {why}",
                 hint="run the check where the engine keeps images in the containerd store",
             )
+
+
+def _check_tools(image: str, manifest: Manifest) -> None:
+    """This reprobuild built the image, and the uv it installed the wheels with is at hand."""
     if manifest.builder_version != __version__:
         raise RebuildInputError(
             f"reprobuild {manifest.builder_version!r} built {image}; this is reprobuild "
             f"{__version__}",
             hint=f"install reprobuild {manifest.builder_version} to check it",
         )
-    installer = build.get("installer_sha256")
+    installer = manifest.build.get("installer_sha256")
     if installer:
         uv_here = _uv_sha256()
         if uv_here != installer:
@@ -186,6 +200,10 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
                 + "); another uv may write other bytes",
                 hint=f"check it with reprobuild {manifest.builder_version} and the uv it pins",
             )
+
+
+def _check_base(manifest: Manifest) -> None:
+    """The manifest's base is an image reference pinned to its recorded digest."""
     try:
         base = parse_ref(manifest.base_ref)
     except ReprobuildError:
@@ -197,23 +215,24 @@ def check_inputs(engine: Engine, image: str, directory: Path) -> tuple[Any, dict
             f"the manifest's base {shorten(manifest.base_ref)} is not pinned to its recorded "
             f"digest {shorten(manifest.base_digest)}"
         )
-    revision = info.labels.get(REVISION_LABEL)
-    if revision:
-        if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", revision):
-            raise RebuildInputError(
-                f"the image's {REVISION_LABEL} label {shorten(revision)} is not a git commit id"
-            )
-        at = git_revision(directory)
-        if at != revision:
-            now = (
-                "has uncommitted changes or is not a git checkout" if at is None else f"is at {at}"
-            )
-            raise RebuildInputError(
-                f"the project {shorten(str(directory))} is not at the recorded revision "
-                f"{revision}: it {now}",
-                hint=f"check it out (git checkout {revision[:12]}) and run it again",
-            )
-    return manifest, info.labels, epoch_of(manifest.created)
+
+
+def _check_revision(revision: str | None, directory: Path) -> None:
+    """The project is checked out at the commit the image records (where it records one)."""
+    if not revision:
+        return
+    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", revision):
+        raise RebuildInputError(
+            f"the image's {REVISION_LABEL} label {shorten(revision)} is not a git commit id"
+        )
+    at = git_revision(directory)
+    if at != revision:
+        now = "has uncommitted changes or is not a git checkout" if at is None else f"is at {at}"
+        raise RebuildInputError(
+            f"the project {shorten(str(directory))} is not at the recorded revision "
+            f"{revision}: it {now}",
+            hint=f"check it out (git checkout {revision[:12]}) and run it again",
+        )
 
 
 @contextlib.contextmanager

@@ -334,37 +334,8 @@ class VerifyReport:
     def describe(self) -> list[str]:
         """The result for people: one headline, then the details of a divergence."""
         lines = [f"{self.result}: {self.summary}"]
-        div = self.divergence
-        if div is not None:
-            first, other = div.runs
-            if self.cpus:
-                lines.append(
-                    f"  CPUs: run {first} {self.cpus[first - 1]}, run {other} "
-                    f"{self.cpus[other - 1]}"
-                )
-            if self.cpu_cause:
-                lines.append(f"  cause: {self.cpu_cause}")
-            if div.a is not None or div.b is not None:
-                lines.append(f"  run {first}: {_shown(div.a)}")
-                lines.append(f"  run {other}: {_shown(div.b)}")
-            if div.a_compared is not None or div.b_compared is not None:
-                lines.append(f"  compared as, run {first}: {_shown(div.a_compared)}")
-                lines.append(f"  compared as, run {other}: {_shown(div.b_compared)}")
-            if div.numeric is not None:
-                name = f"{div.value} " if div.value else ""
-                lines.append(f"  numbers: {name}{div.numeric.describe()}")
-            if div.offset is not None and div.line is None and div.key is None:
-                lines.append(f"  first differing byte at offset {div.offset}")
-            more = len(self.output_differences) - 1
-            if div.where == "output" and more > 0:
-                lines.append(f"  {more} more output difference(s) in the report")
-            diffs = self.runs[other - 1].record_differences if other <= len(self.runs) else ()
-            if diffs:
-                shown = ", ".join(d.where for d in diffs[:6])
-                extra = f" and {len(diffs) - 6} more" if len(diffs) > 6 else ""
-                lines.append(f"  run records differ at: {shown}{extra}")
-            elif all(r.run_record is not None for r in self.runs):
-                lines.append(f"  run records of run {first} and run {other} match (same stack)")
+        if self.divergence is not None:
+            lines += self._divergence_lines(self.divergence)
         if self.stopped_early:
             lines.append(f"  stopped early: runs killed after {self.elapsed_s:.1f} s")
         ignored = self.runs[0].ignored.describe() if self.runs else None
@@ -374,6 +345,48 @@ class VerifyReport:
                 "  (--no-default-ignore compares stdout as written; --ignore REGEX leaves out more)"
             )
         return lines
+
+    def _divergence_lines(self, div: Divergence) -> list[str]:
+        """Where the two runs part: their CPUs, the differing values, the run records."""
+        first, other = div.runs
+        lines: list[str] = []
+        if self.cpus:
+            lines.append(
+                f"  CPUs: run {first} {self.cpus[first - 1]}, run {other} {self.cpus[other - 1]}"
+            )
+        if self.cpu_cause:
+            lines.append(f"  cause: {self.cpu_cause}")
+        lines += _value_lines(div)
+        more = len(self.output_differences) - 1
+        if div.where == "output" and more > 0:
+            lines.append(f"  {more} more output difference(s) in the report")
+        diffs = self.runs[other - 1].record_differences if other <= len(self.runs) else ()
+        if diffs:
+            shown = ", ".join(d.where for d in diffs[:6])
+            extra = f" and {len(diffs) - 6} more" if len(diffs) > 6 else ""
+            lines.append(f"  run records differ at: {shown}{extra}")
+        elif all(r.run_record is not None for r in self.runs):
+            lines.append(f"  run records of run {first} and run {other} match (same stack)")
+        return lines
+
+
+def _value_lines(div: Divergence) -> list[str]:
+    """The two runs' differing values, as written and as compared, their numbers, and the
+    first differing byte of a binary output."""
+    first, other = div.runs
+    lines: list[str] = []
+    if div.a is not None or div.b is not None:
+        lines.append(f"  run {first}: {_shown(div.a)}")
+        lines.append(f"  run {other}: {_shown(div.b)}")
+    if div.a_compared is not None or div.b_compared is not None:
+        lines.append(f"  compared as, run {first}: {_shown(div.a_compared)}")
+        lines.append(f"  compared as, run {other}: {_shown(div.b_compared)}")
+    if div.numeric is not None:
+        name = f"{div.value} " if div.value else ""
+        lines.append(f"  numbers: {name}{div.numeric.describe()}")
+    if div.offset is not None and div.line is None and div.key is None:
+        lines.append(f"  first differing byte at offset {div.offset}")
+    return lines
 
 
 def steps_map(data: Any) -> dict[str, Number]:
