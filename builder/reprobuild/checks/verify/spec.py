@@ -252,24 +252,11 @@ def verify_spec_from_args(
         runs = len(legs)
     runs = DEFAULT_RUNS if runs is None else runs
     _check_settings(runs, seed, mode)
-    if trial is not None and not 0 <= trial <= SEED_MAX:
-        raise VerifyUsageError(f"--trial {trial}: use a whole number from 0 to {SEED_MAX}")
-    if local and data:
-        raise VerifyUsageError(
-            "--data mounts host paths into containers; --local runs on the host",
-            hint="pass the host path to your command instead",
-        )
-    if local and network:
-        raise VerifyUsageError("--network applies to containers; --local runs on the host")
+    _check_trial_and_local(trial, local=local, data=bool(data), network=network)
     parsed_env = tuple(parse_env_option(item) for item in env)
     _check_env_overlap(parsed_env, seed, mode, trial)
     mounts = tuple(parse_data(item) for item in data)
-    try:
-        rules_for(ignore, defaults=default_ignore)
-    except PatternError as exc:
-        raise VerifyUsageError(
-            str(exc), hint="a Python regular expression, e.g. --ignore 'lr=\\S+'"
-        ) from None
+    _check_ignore(ignore, default_ignore)
     if nodes is not None or nproc_per_node is not None:
         _check_nodes(nodes, nproc_per_node, local=local, gpus=gpus, command=command)
     targets = [m.container for m in mounts]
@@ -295,6 +282,29 @@ def verify_spec_from_args(
         cpus=legs,
         qemu=check_models(legs) if legs else None,
     )
+
+
+def _check_trial_and_local(trial: int | None, *, local: bool, data: bool, network: bool) -> None:
+    """``--trial`` in range; no ``--data`` or ``--network`` with ``--local``."""
+    if trial is not None and not 0 <= trial <= SEED_MAX:
+        raise VerifyUsageError(f"--trial {trial}: use a whole number from 0 to {SEED_MAX}")
+    if local and data:
+        raise VerifyUsageError(
+            "--data mounts host paths into containers; --local runs on the host",
+            hint="pass the host path to your command instead",
+        )
+    if local and network:
+        raise VerifyUsageError("--network applies to containers; --local runs on the host")
+
+
+def _check_ignore(ignore: Sequence[str], default_ignore: bool) -> None:
+    """Every ``--ignore`` is a regular expression the rules take."""
+    try:
+        rules_for(ignore, defaults=default_ignore)
+    except PatternError as exc:
+        raise VerifyUsageError(
+            str(exc), hint="a Python regular expression, e.g. --ignore 'lr=\\S+'"
+        ) from None
 
 
 def _check_cpus(

@@ -13,6 +13,7 @@ from reprobuild_entrypoint.settings import MODES
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from reprobuild.checks.verify.report import VerifyReport
     from reprobuild.checks.verify.spec import VerifySpec
 
 _USAGE = (
@@ -238,14 +239,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.slurm is not None:
         return _slurm(args)
-    if args.mlflow:
-        from reprobuild.checks.mlflowruns import run_env
-
-        args.env.extend(run_env(args.env, local=args.local, network=args.network, nodes=args.nodes))
-    if args.wandb:
-        from reprobuild.checks import wandbruns
-
-        args.env.extend(wandbruns.run_env(args.env, local=args.local, keep=args.keep))
+    _add_tracker_env(args)
     spec = verify_spec_from_args(
         args.image,
         args.cmd,
@@ -292,18 +286,34 @@ def run(args: argparse.Namespace) -> int:
         err(f"report: {result.path}")
     else:
         print("\n".join(result.lines()))
-    report = result.report
+    _log_tracker_verdict(args, result.report, result.path)
+    return 0 if result.report.identical else EXIT_ERROR
+
+
+def _add_tracker_env(args: argparse.Namespace) -> None:
+    """``--mlflow`` / ``--wandb``: the runs' environment for the tracker, added to ``--env``."""
+    if args.mlflow:
+        from reprobuild.checks.mlflowruns import run_env
+
+        args.env.extend(run_env(args.env, local=args.local, network=args.network, nodes=args.nodes))
+    if args.wandb:
+        from reprobuild.checks import wandbruns
+
+        args.env.extend(wandbruns.run_env(args.env, local=args.local, keep=args.keep))
+
+
+def _log_tracker_verdict(args: argparse.Namespace, report: VerifyReport, path: Path) -> None:
+    """``--mlflow`` / ``--wandb``: the verdict logged to the runs the tracker holds."""
     ids = [str((r.run_record or {}).get("run_id")) for r in report.runs if r.run_record]
     if args.mlflow:
         from reprobuild.checks.mlflowruns import log_verdict
 
-        err(log_verdict(ids, report.result, report.summary, str(result.path)))
+        err(log_verdict(ids, report.result, report.summary, str(path)))
     if args.wandb and args.keep is not None:
         from reprobuild.checks import wandbruns
 
         keep = args.keep.absolute()
-        err(wandbruns.log_verdict(keep, ids, report.result, report.summary, str(result.path)))
-    return 0 if result.report.identical else EXIT_ERROR
+        err(wandbruns.log_verdict(keep, ids, report.result, report.summary, str(path)))
 
 
 _NOT_WITH_SLURM = (
