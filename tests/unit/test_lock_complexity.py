@@ -1,6 +1,7 @@
-"""The lock readers stay thin (issue 38): no function in a reader (the bases lock's too), or
-in what they share, ranks above C in radon's cyclomatic complexity (A-B simple, C moderate, D
-and worse complex).
+"""The lock readers stay thin (issue 38), and so does the rest of the house (issue 52): no
+function in a reader (the bases lock's too), in what they share, or anywhere in the builder and
+the runtime, ranks above C in radon's cyclomatic complexity (A-B simple, C moderate, D and
+worse complex).
 
 Each reader writes into the shared record (:class:`reprobuild.locks.native.Pins`) through the
 shared opening (``open_toml_lock``/``open_json_lock``); a reader that grows a D-rank function
@@ -49,6 +50,24 @@ def test_no_reader_function_ranks_above_c(module: str) -> None:
     assert blocks, f"radon found no function in {module}"
     worse = [f"{name} {rank} ({score})" for name, score, rank in blocks if rank > "C"]
     assert not worse, f"{module}: above radon rank C: {', '.join(worse)}"
+
+
+def test_no_function_in_the_house_ranks_above_c() -> None:
+    """Issue 52: no function of the builder or the runtime above rank C (the lint's mccabe
+    gate counts branches only; radon counts boolean operators and comprehensions too)."""
+    import reprobuild
+    import reprobuild_entrypoint
+
+    worse: list[str] = []
+    for package in (reprobuild, reprobuild_entrypoint):
+        root = Path(package.__file__ or "").parent
+        for path in sorted(root.rglob("*.py")):
+            for block in cc_visit(path.read_text()):
+                for one in (block, *getattr(block, "methods", [])):
+                    if cc_rank(one.complexity) > "C":
+                        rel = path.relative_to(root.parent)
+                        worse.append(f"{rel}: {one.fullname} {cc_rank(one.complexity)}")
+    assert not worse, f"above radon rank C: {', '.join(worse)}"
 
 
 def test_the_rank_check_sees_a_branchy_function() -> None:
