@@ -15,6 +15,7 @@ import tarfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -265,6 +266,70 @@ def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     held = _Engine(holds=True)
     build_image.into_engine(held, "0" * 64, "team/app:v1", said.append, **BASE)  # type: ignore[arg-type]
     assert pushed == [] and held.calls[-1] == ("tag", "sha256:" + "0" * 64, "team/app:v1")
+
+
+def _layer(n: int) -> str:
+    return f"sha256:{n:064x}"
+
+
+class _Held:
+    """An engine holding the base (2 layers) and images by label: their layers."""
+
+    def __init__(self, by_label: dict[tuple[str, str], list[list[str]]]) -> None:
+        self.by_label = by_label
+
+    def layer_chains(self, label: str, value: str) -> list[list[str]]:
+        return [list(c) for c in self.by_label.get((label, value), [])]
+
+    def layers(self, ref: str) -> list[str]:
+        return [_layer(1), _layer(2)]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "ships"),
+    [
+        # a bump high in the image: 1 MB new above a 900 MB framework layer
+        ({3: 900 << 20, 4: 10 << 20, 5: 1 << 20}, True),
+        # a change low in the image: most of the bytes above the base are new
+        ({3: 10 << 20, 4: 900 << 20, 5: 1 << 20}, False),
+    ],
+)
+def test_an_earlier_build_of_the_project_with_another_lock_counts(
+    monkeypatch: pytest.MonkeyPatch, sizes: dict[int, int], ships: bool
+) -> None:
+    """A one-package bump changes the lock: the engine's earlier build of the same project
+    (by its title) holds the base and the groups below the bumped one. Only the layers past
+    them are shipped, where they are under half the bytes above the base."""
+    from reprobuild.backends import buildah
+    from reprobuild.imaging import load as build_image
+    from reprobuild.imaging.render import LOCK_LABEL, TITLE_LABEL
+
+    mine = [_layer(n) for n in (1, 2, 3, 4, 5)]  # base, base, torch, bucket, app
+    earlier = [_layer(n) for n in (1, 2, 3, 9, 10)]  # the same torch, another bucket
+    monkeypatch.setattr(buildah, "config", lambda _: {"rootfs": {"diff_ids": mine}})
+    manifest = json.dumps(
+        {"layers": [{"digest": d, "size": sizes.get(n, 50 << 20)} for n, d in enumerate(mine, 1)]}
+    ).encode()
+    monkeypatch.setattr(layerload, "stored_manifest", lambda _: (manifest, mine))
+    shipped: list[int] = []
+
+    def load(engine: object, image: str, name: str, ids: object, held: int, log: object) -> bool:
+        shipped.append(held)
+        return True
+
+    monkeypatch.setattr(layerload, "load", load)
+    engine = cast(Any, _Held({(TITLE_LABEL, "team/app"): [earlier]}))
+    got = build_image.load_new_layers(
+        engine, "0" * 64, "team/app:v2", print, project="team/app", **BASE  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert got is ships
+    assert shipped == ([3] if ships else [])
+    # without the project's name (the lock's label alone), the earlier build is not seen
+    shipped.clear()
+    assert not build_image.load_new_layers(engine, "0" * 64, "team/app:v2", print, **BASE)  # type: ignore[arg-type]
+    # an earlier build of the same lock counts as before
+    same_lock = _Held({(LOCK_LABEL, "f" * 64): [earlier]})
+    assert build_image.load_new_layers(same_lock, "0" * 64, "x:1", print, **BASE) is ships  # type: ignore[arg-type]
 
 
 # ---- the containerd image store: an OCI layout, the manifest's digest as the image ID ----

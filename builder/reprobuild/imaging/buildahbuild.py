@@ -124,6 +124,7 @@ def build_with_buildah(
                 lock=spec.lock.sha256,
                 base=spec.base,
                 previous=previous,
+                project=spec.name,
             )
         done = True
     finally:

@@ -1,5 +1,6 @@
 """The load step of ``reprobuild image``: a buildah image into the engine, keeping its ID;
-only the layers the engine lacks where it holds an earlier build of the same lock."""
+only the layers the engine lacks where it holds an earlier build of the project (or of the
+same lock) that shares most of the image's bytes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from reprobuild.backends import buildah, layerload
 from reprobuild.backends.engine import Engine
 from reprobuild.bases.refs import ImageRef
 from reprobuild.errors import EngineError
-from reprobuild.imaging.render import LOCK_LABEL
+from reprobuild.imaging.render import LOCK_LABEL, TITLE_LABEL
 
 Log = Callable[[str], None]
 
@@ -24,6 +25,7 @@ def into_engine(
     lock: str,
     base: ImageRef,
     previous: str | None = None,
+    project: str | None = None,
 ) -> None:
     """Load a buildah image into the engine under ``name``, keeping its image ID. Through a
     docker-archive streamed to the engine's API (:func:`buildah.archive_stream`), not buildah's
@@ -51,7 +53,7 @@ def into_engine(
         engine.tag(f"sha256:{image_id}", name)
         return
     try:
-        if load_new_layers(engine, image_id, name, log, lock=lock, base=base):
+        if load_new_layers(engine, image_id, name, log, lock=lock, base=base, project=project):
             return
     except (EngineError, OSError) as exc:
         log(f"loading only the new layers did not work ({exc}); loading the whole image")
@@ -78,16 +80,46 @@ def give_tag_back(engine: Engine, name: str, before: str | None) -> None:
 
 
 def load_new_layers(
-    engine: Engine, image_id: str, name: str, log: Log, *, lock: str, base: ImageRef
+    engine: Engine,
+    image_id: str,
+    name: str,
+    log: Log,
+    *,
+    lock: str,
+    base: ImageRef,
+    project: str | None = None,
 ) -> bool:
-    """Ship only the layers the engine lacks (:mod:`reprobuild.backends.layerload`), when the engine
-    holds an earlier build of the same lock beyond the base: a code-only change. Otherwise
-    (a new lock, a first build) the new layers are most of the image, and the whole archive
-    is the faster way in (plain tar over a local HTTP push is not)."""
+    """Ship only the layers the engine lacks (:mod:`reprobuild.backends.layerload`), when the
+    engine holds an earlier build of the same lock or of the same project (``project``, the
+    image's title) beyond the base, and the layers it lacks are under half the image's bytes
+    above the base: a code-only change, or a bump whose package groups lie above the big
+    frameworks' (the venv as layers by package). Otherwise (a first build, a change low in
+    the image) the whole archive is the faster way in: the shortcut sends the new layers
+    twice (to its registry, then to the engine), the archive every layer once."""
     rootfs = buildah.config(image_id).get("rootfs") or {}
     diff_ids = [str(d) for d in rootfs.get("diff_ids") or []]
     chains = engine.layer_chains(LOCK_LABEL, lock)
+    if project:
+        chains += engine.layer_chains(TITLE_LABEL, project)
     held = layerload.held_prefix(diff_ids, chains)
-    if held <= len(engine.layers(base.by_digest())):
+    below = len(engine.layers(base.by_digest()))
+    if held <= below:
+        return False
+    if not _mostly_held(image_id, diff_ids, below, held):
         return False
     return layerload.load(engine, image_id, name, diff_ids, held, log)
+
+
+def _mostly_held(image_id: str, diff_ids: list[str], below: int, held: int) -> bool:
+    """Whether the layers the engine lacks (past the ``held`` prefix) are under half the bytes
+    of the image's layers above the base's ``below``, by the sizes in the manifest buildah
+    stored; True where the sizes cannot be read (the shortcut then decides alone)."""
+    try:
+        manifest, _ = layerload.stored_manifest(image_id)
+    except EngineError:
+        return True
+    above = set(diff_ids[below:])
+    new = set(diff_ids[held:])
+    above_bytes = layerload.plain_bytes(manifest, set(diff_ids) - above)
+    new_bytes = layerload.plain_bytes(manifest, set(diff_ids) - new)
+    return 2 * new_bytes < above_bytes

@@ -38,6 +38,8 @@ ENTRYPOINT = ("/opt/venv/bin/python", "-I", "-m", "reprobuild_entrypoint")
 DEFAULT_COMMAND = ("python",)
 # Keys of labels that render sets; the stamp step adds the manifest-derived ones.
 LOCK_LABEL = f"{LABEL_PREFIX}lock.sha256"
+# The project's name (reprobuild.yaml's name): the engine's earlier builds of a project by it.
+TITLE_LABEL = "org.opencontainers.image.title"
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def static_labels(spec: RenderSpec) -> dict[str, str]:
     """Labels known before the build. OCI keys plus io.reprobuild.* keys."""
     labels = {
         CREATED_LABEL: epoch_iso(spec.epoch),
-        "org.opencontainers.image.title": spec.name,
+        TITLE_LABEL: spec.name,
         "org.opencontainers.image.base.name": spec.base.name
         + (f":{spec.base.tag}" if spec.base.tag else ""),
         "org.opencontainers.image.base.digest": spec.base.digest or "",
