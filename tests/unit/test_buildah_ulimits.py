@@ -6,6 +6,7 @@ tests/engine/test_buildah.py; here, the arguments against real limits set in a c
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -86,12 +87,20 @@ def test_a_base_buildah_cannot_build_on_gets_a_hint(
     assert caught.value.hint is None
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"), [("", 1), ("1", 1), ("2", 2), (" 8 ", 8), ("64", 64)]
-)
+@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("2", 2), (" 8 ", 8), ("64", 64)])
 def test_buildah_jobs_come_from_the_environment(value: str, expected: int) -> None:
-    """REPROBUILD_BUILDAH_JOBS: how many stages buildah builds at once (--jobs); 1 by default."""
+    """REPROBUILD_BUILDAH_JOBS: how many stages buildah builds at once (--jobs)."""
     assert buildah.jobs({buildah.JOBS_VAR: value}) == expected
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [(1, 1), (2, 2), (3, 3), (4, 4), (16, 4)])
+def test_buildah_builds_a_stage_per_cpu_by_default_at_most_four(
+    monkeypatch: pytest.MonkeyPatch, cpus: int, expected: int
+) -> None:
+    """Unset or empty: one stage per CPU the process may run on (its affinity, as a cgroup's
+    cpuset or `taskset` leaves it), at most four."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(cpus)))
+    assert buildah.jobs({}) == buildah.jobs({buildah.JOBS_VAR: ""}) == expected
 
 
 @pytest.mark.parametrize("value", ["0", "65", "-1", "two", "2.5", "1e3", "$(id)"])

@@ -301,13 +301,21 @@ MOST_JOBS = 64
 
 
 def jobs(environ: Mapping[str, str] | None = None) -> int:
-    """``REPROBUILD_BUILDAH_JOBS``, else DEFAULT_JOBS; anything but a whole number from 1 to 64
-    is one line naming it. The image is the same whatever it is: each stage's layers depend on
-    its own inputs, and the final stage waits for them all."""
-    return env_count(JOBS_VAR, DEFAULT_JOBS, most=MOST_JOBS, environ=environ)
+    """``REPROBUILD_BUILDAH_JOBS``, else :func:`default_jobs`; anything but a whole number from
+    1 to 64 is one line naming it. The image is the same whatever it is: each stage's layers
+    depend on its own inputs, and the final stage waits for them all."""
+    return env_count(JOBS_VAR, default_jobs(), most=MOST_JOBS, environ=environ)
 
 
-DEFAULT_JOBS = 1
+# The most stages at once by default: a group's install unpacks and writes its wheels, so the
+# stages are bound by the disk as much as by the CPUs (docs/benchmarks.md, "buildah's stages
+# side by side").
+MOST_DEFAULT_JOBS = 4
+
+
+def default_jobs() -> int:
+    """One stage per CPU this process may run on, at most :data:`MOST_DEFAULT_JOBS`."""
+    return max(1, min(len(os.sched_getaffinity(0)), MOST_DEFAULT_JOBS))
 
 
 # The most buildah asks for on its own (define.RLimitDefaultValue in 1.39), and the process
