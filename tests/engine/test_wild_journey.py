@@ -68,7 +68,7 @@ REJAX_PDM = Wild(
         "  - src",
         "build_lock: build-requirements.lock  # the sdists' build requirements, hashed",
     ),
-    notes=("pdm.lock builds 1 packages from their sdists",),
+    notes=("pdm.lock builds 1 package from its sdist",),
     verify_args=NO_FLAG,
     trained="with return: ",
 )

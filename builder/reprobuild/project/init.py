@@ -492,9 +492,15 @@ def _build_lock_file(
     if text is None:
         return {}
     _refuse_existing(root / BUILD_LOCK_NAME)
+    count = text.count(" builds with: ")
     result.notes.append(
-        f"{lock_name} builds {text.count(' builds with: ')} packages from their sdists: "
-        f"their build requirements are pinned in {BUILD_LOCK_NAME}"
+        f"{lock_name} builds {count} package{'' if count == 1 else 's'} from "
+        + (
+            "its sdist: its build requirements are"
+            if count == 1
+            else "their sdists: their build requirements are"
+        )
+        + f" pinned in {BUILD_LOCK_NAME}"
     )
     return {BUILD_LOCK_NAME: text}
 
