@@ -25,6 +25,7 @@ from reprobuild.locks import fetchnet
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
 from reprobuild.locks.lockpython import lock_python
+from reprobuild.locks.selectors import lock_selectors
 from reprobuild.locks.sourcearchive import with_archives
 from reprobuild.locks.wheels import Target, fetch_sources, locate_sdists
 from reprobuild.project.init import BaseFacts, Services
@@ -142,4 +143,5 @@ def init_services() -> Services:
         base_facts=base_facts,
         lock_python=lock_python,
         resolver_env=lambda: (fetchnet.isolated_env(), fetchnet.find_links()),
+        selectors=lock_selectors,
     )

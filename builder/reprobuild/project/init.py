@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -28,6 +28,7 @@ from reprobuild._util.resolver import failure_reason
 from reprobuild._util.yamlload import load_yaml
 from reprobuild.errors import ReprobuildError
 from reprobuild.project.config import CONFIG_NAME, SELECT_NAME_RE
+from reprobuild.project.imports import canonical, command_imports, distributions_for
 
 RESOLVED_NAME = "requirements.lock"
 # Where init writes the sdists' build requirements (reprobuild.locks.buildlock's name for it).
@@ -151,6 +152,9 @@ class Services:
     # folders it may read (reprobuild.locks.fetchnet: none of the host's pip or uv settings,
     # REPROBUILD_FIND_LINKS's folders); the default passes the process's environment as is.
     resolver_env: Callable[[], tuple[dict[str, str], list[str]]] = lambda: (dict(os.environ), [])
+    # ``selectors(path)``: the ``(extras, groups)`` a native lock offers (reprobuild.locks.
+    # selectors); the default offers none, and init then adds none for the command's imports.
+    selectors: Callable[[Path], tuple[tuple[str, ...], tuple[str, ...]]] = lambda _path: ((), ())
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,9 @@ def init_project(
     command = _command(root, options.command)
     base = services.base_facts(options.base) if options.base else None
     choice = choose(root, (lock_name, resolve_from), base, options, services)
+    options, selected = _select_for_imports(root, command, options, choice, services)
+    if selected:
+        choice = choose(root, (lock_name, resolve_from), base, options, services)
     result.choice = choice
     result.notes.append(choice.python_why)
     result.notes.extend(choice.lock.notes)
@@ -222,6 +229,7 @@ def init_project(
         result.warnings.append(warning)
     if choice.base_why:
         result.notes.append(choice.base_why)
+    result.notes.extend(selected)
     _write_project(root, choice, command, options, services, result)
     for note in result.notes:
         log(f"note: {note}")
@@ -274,6 +282,74 @@ def choose(
         else ""
     )
     return Choice(lock.python, why, base_ref, base_why, gpu, cuda_wheels, lock)
+
+
+def _select_for_imports(
+    root: Path, command: tuple[str, ...], options: InitOptions, choice: Choice, services: Services
+) -> tuple[InitOptions, list[str]]:
+    """The options with each extra or group of a native lock that brings a package the
+    command imports and the selection lacks (``python examples/fit.py`` importing matplotlib,
+    which the lock has in its ``docs`` group only), and a note for each: ``uv run`` and
+    ``poetry run`` find such a package in the developer's environment, the image would not.
+    Greedy: first the one that brings the most of the missing modules, then the one that
+    adds the fewest packages, then by name."""
+    lock = choice.lock
+    if not lock.native or lock.resolved is not None:
+        return options, []
+    have = {canonical(n) for n in lock.names}
+    missing = {
+        module: where
+        for module, where in command_imports(root, command).items()
+        if not have & set(distributions_for(module))
+    }
+    if not missing:
+        return options, []
+    offered_extras, offered_groups = services.selectors(root / lock.name)
+    brings: dict[tuple[str, str], set[str]] = {}
+    for kind, names, chosen in (
+        ("group", offered_groups, options.groups),
+        ("extra", offered_extras, options.extras),
+    ):
+        for name in names:
+            if name in chosen:
+                continue
+            extras = (*options.extras, name) if kind == "extra" else options.extras
+            groups = (*options.groups, name) if kind == "group" else options.groups
+            try:
+                _, got, _, _ = services.read_lock(root / lock.name, choice.python, extras, groups)
+            except ReprobuildError:
+                continue  # not for this Python or platform: the lock's reader says why
+            brings[(kind, name)] = {canonical(n) for n in got} - have
+    notes: list[str] = []
+    while missing and brings:
+
+        def score(item: tuple[tuple[str, str], set[str]]) -> tuple[int, int, tuple[str, str]]:
+            key, added = item
+            hits = sum(1 for m in missing if added & set(distributions_for(m)))
+            return (-hits, len(added), key)
+
+        (kind, name), added = min(brings.items(), key=score)
+        hit = sorted(m for m in missing if added & set(distributions_for(m)))
+        if not hit:
+            break
+        del brings[(kind, name)]
+        if kind == "extra":
+            options = replace(options, extras=(*options.extras, name))
+        else:
+            options = replace(options, groups=(*options.groups, name))
+        # a file imports a module; a command (`python -m pytest`, `pytest`) runs it
+        said = "; ".join(
+            f"{where} {'runs' if where.startswith('`') else 'imports'} "
+            + ", ".join(m for m in hit if missing[m] == where)
+            for where in sorted({missing[m] for m in hit})
+        )
+        notes.append(
+            f"{said}, which {lock.name} installs only with its {kind} {name}: selected it, as "
+            f"`--{kind} {name}` would (select: in reprobuild.yaml)"
+        )
+        for module in hit:
+            del missing[module]
+    return options, notes
 
 
 def _asked_python(options: InitOptions, base: BaseFacts | None) -> tuple[str | None, str]:
