@@ -18,7 +18,7 @@ from reprobuild.bases.catalog import (
     python_eol,
 )
 from reprobuild.bases.refs import ImageRef, parse_pinned
-from reprobuild.errors import UnknownBaseError
+from reprobuild.errors import BasePullError, UnknownBaseError
 from reprobuild.imaging import platforms
 from reprobuild.imaging.backendask import BackendAsker, ask_timeout
 from reprobuild.locks import fetchnet
@@ -131,7 +131,18 @@ def init_services() -> Services:
         path: Path, python: str, base: str, extras: tuple[str, ...], groups: tuple[str, ...]
     ) -> str | None:
         lock = load_lock(path, Selection(python=python, extras=extras, groups=groups))
-        return build_lock_text(lock, python, str(find_uv_bin()), lambda: ask_base(base))
+        try:
+            return build_lock_text(lock, python, str(find_uv_bin()), lambda: ask_base(base))
+        except BasePullError as exc:
+            if not is_catalog_name(base):
+                raise
+            # the user gave no base: say which one init chose, and why it needed it now
+            raise BasePullError(
+                f"{exc.message} (catalog base {base}, which init chose for CPython {python}: "
+                f"{path.name} builds sdists, whose build backends init asks in that base)",
+                hint=f"give one this engine has or can pull: reprobuild init --base "
+                f"REF@sha256:<digest> (an image with CPython {python})",
+            ) from None
 
     return Services(
         read_lock=read_lock,
