@@ -149,3 +149,12 @@ def test_lock_selectors_of_each_native_format(tmp_path: Path) -> None:
     assert lock_selectors(tmp_path / "requirements.txt") == ((), ())
     (tmp_path / "uv.lock").write_text("not [ toml")
     assert lock_selectors(tmp_path / "uv.lock") == ((), ())
+
+
+def test_command_imports_skips_files_it_cannot_read(tmp_path: Path) -> None:
+    """A file of newer syntax, or nested past the parser's depth, is left unread, not fatal."""
+    (tmp_path / "deep.py").write_text("import numpy\nx = " + "(" * 5000 + ")" * 5000 + "\n")
+    (tmp_path / "train.py").write_text("import deep\nimport scipy\nmatch = 1\ndef f(:\n")
+    assert command_imports(tmp_path, ("python", "train.py")) == {}
+    (tmp_path / "train.py").write_text("import deep\nimport scipy\n")
+    assert command_imports(tmp_path, ("python", "train.py")) == {"scipy": "train.py"}

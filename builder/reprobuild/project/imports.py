@@ -131,11 +131,11 @@ def _read_files(root: Path, files: list[Path], found: dict[str, str]) -> None:
             seen.add(resolved)
             if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
                 continue
-            tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (OSError, SyntaxError, ValueError):
-            continue  # not read: nothing is known of its imports
+            modules = _imports(ast.parse(path.read_bytes(), filename=str(path)), path, root)
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            continue  # not read (or nested past the parser's depth): its imports are unknown
         where = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-        for module in _imports(tree, path, root):
+        for module in modules:
             local = _local_module(root, path.parent, module)
             if local is not None:
                 files.append(local)

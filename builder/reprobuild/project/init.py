@@ -311,8 +311,8 @@ def _select_for_imports(
         ("extra", offered_extras, options.extras),
     ):
         for name in names:
-            if name in chosen:
-                continue
+            if name in chosen or not SELECT_NAME_RE.fullmatch(name):
+                continue  # asked already, or a name reprobuild.yaml could not hold
             extras = (*options.extras, name) if kind == "extra" else options.extras
             groups = (*options.groups, name) if kind == "group" else options.groups
             try:
