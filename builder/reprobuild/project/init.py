@@ -13,6 +13,7 @@ finding a catalog base are handed in by the caller (:class:`Services`).
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import subprocess
@@ -101,6 +102,9 @@ class InitOptions:
     command: tuple[str, ...] = ()
     # The lock, relative to the project (--lock): any file name; its format from its content.
     lock: str | None = None
+    # Resolve unhashed requirements with only what the index had before this day (YYYY-MM-DD,
+    # uv's --exclude-newer): the versions the project had when it was written.
+    exclude_newer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -255,9 +259,21 @@ def choose(
             f"CPython {lock.python} on {_UV_PLATFORM}"
             + (f"; {asked_why}" if base is not None else "")
             + ")"
+            + (
+                f", with what the index had before {options.exclude_newer}"
+                if options.exclude_newer
+                else ": the newest versions the index has today, which may not be the ones the "
+                "project was written for (`--exclude-newer YYYY-MM-DD` resolves as of a day)"
+            )
         )
     else:
         assert lock_name is not None
+        if options.exclude_newer:
+            raise InitError(
+                f"--exclude-newer {options.exclude_newer}: {lock_name} is used in place, its "
+                "pins chosen already (--exclude-newer resolves unhashed requirements)",
+                hint="drop --exclude-newer",
+            )
         lock, why = _lock_in_place(root, lock_name, (asked, asked_why), options, services)
     # A lock that carries CUDA as wheels (nvidia-*, torch from a /whl/cuXYZ index) brings its
     # own GPU stack: it builds on the plain Python base, and the image runs on CPU and under
@@ -544,9 +560,23 @@ def _check_options(options: InitOptions) -> None:
             f"--base {options.base!r} is not an image reference (NAME@sha256:<64 hex> or a "
             "catalog name)"
         )
+    if options.exclude_newer is not None and not _is_day(options.exclude_newer):
+        raise InitError(
+            f"--exclude-newer {options.exclude_newer!r} is not a day like 2024-09-10 (YYYY-MM-DD)"
+        )
     for word in options.command:
         if any(ord(c) < 32 or ord(c) == 127 for c in word):
             raise InitError(f"--command word {word!r} holds a control character")
+
+
+def _is_day(text: str) -> bool:
+    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
+        return False
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _build_lock_file(
@@ -558,13 +588,20 @@ def _build_lock_file(
     result: InitResult,
 ) -> dict[str, str]:
     """The build-requirements lock for the sdists the lock builds, as {file name: text}
-    (empty: it builds none, or it is a requirements lock init resolves, written later: the
-    requirements format records no sdist to build)."""
-    if not (root / lock_name).is_file():
+    (empty: it builds none). A requirements lock init resolves is not written yet: it is read
+    from a copy under its own name (the build lock's header names it), its sdists found on
+    the index by their locked hashes, as `reprobuild build-lock` would later."""
+    if choice.lock.resolved is not None:
+        with tempfile.TemporaryDirectory(prefix="reprobuild-init-") as tmp:
+            probe = Path(tmp) / lock_name
+            probe.write_text(choice.lock.resolved, encoding="utf-8")
+            text = services.build_lock(probe, choice.python, choice.base, (), ())
+    elif (root / lock_name).is_file():
+        text = services.build_lock(
+            root / lock_name, choice.python, choice.base, options.extras, options.groups
+        )
+    else:
         return {}
-    text = services.build_lock(
-        root / lock_name, choice.python, choice.base, options.extras, options.groups
-    )
     if text is None:
         return {}
     _refuse_existing(root / BUILD_LOCK_NAME)
@@ -731,6 +768,8 @@ def _resolve(root: Path, source: str, python: str, options: InitOptions, service
     env, links = services.resolver_env()
     for link in links:
         argv += ["--find-links", link]
+    if options.exclude_newer:
+        argv += ["--exclude-newer", options.exclude_newer]
     argv.append(source)
     try:
         proc = subprocess.run(
@@ -746,8 +785,10 @@ def _resolve(root: Path, source: str, python: str, options: InitOptions, service
             f"{failure_reason(proc.stderr, proc.returncode)}",
             hint="fix the requirement uv names, or give --python for another Python",
         )
+    newer = f" --exclude-newer {options.exclude_newer}" if options.exclude_newer else ""
     return (
-        f"# Resolved by `reprobuild init` from {source} with uv pip compile --generate-hashes\n"
+        f"# Resolved by `reprobuild init` from {source} with uv pip compile --generate-hashes"
+        f"{newer}\n"
         f"# for CPython {python} on {_UV_PLATFORM}. To update it, edit {source} and run\n"
         "# `uv pip compile --generate-hashes` again (reprobuild.yaml's lock line stays valid).\n"
         + proc.stdout
