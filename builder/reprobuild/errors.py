@@ -92,6 +92,10 @@ class EngineUnavailableError(EngineError):
     """No Docker engine answers."""
 
 
+class BasePullError(EngineError):
+    """A base the engine lacks could not be pulled from its registry."""
+
+
 class BuildError(EngineError):
     """``docker build`` failed; ``log_tail`` holds the last lines of its output."""
 

@@ -68,7 +68,7 @@ REJAX_PDM = Wild(
         "  - src",
         "build_lock: build-requirements.lock  # the sdists' build requirements, hashed",
     ),
-    notes=("pdm.lock builds 1 packages from their sdists",),
+    notes=("pdm.lock builds 1 package from its sdist",),
     verify_args=NO_FLAG,
     trained="with return: ",
 )
@@ -85,11 +85,13 @@ RL_REPLICAS = Wild(
         "-s",
         "tests/integration_tests/test_ppo.py::TestPPO::test_ppo_with_cartpole",
     ),
-    init_args=("--group", "dev"),
+    # no --group dev: init reads the command, which runs pytest, and selects the group
+    init_args=(),
     config_lines=("lock: uv.lock", "gpu_lock: uv.lock", "  - src", "  - tests", "  groups: [dev]"),
     notes=(
         "uv.lock: the project rl-replicas itself is not installed from the lock",
         "uv.lock carries CUDA as wheels",
+        "runs pytest, which uv.lock installs only with its group dev: selected it",
     ),
     # each epoch prints its wall-clock time, "time: 3.41    " ("{:<8.3g}"): verify's built-in
     # rule leaves the value out, and the padding that tells its width
@@ -109,9 +111,14 @@ RL_REPLICAS = Wild(
 FLAX = Wild(
     folder="wild-flax",
     command=("python", "examples/nnx_toy_examples/01_functional_api.py"),
-    init_args=("--extra", "docs"),
+    # no --extra docs: init reads the example, which imports matplotlib, and selects the extra
+    init_args=(),
     config_lines=("lock: uv.lock", "  - examples", "  - flax", "  extras: [docs]"),
-    notes=("uv.lock: the project flax itself is not installed from the lock",),
+    notes=(
+        "uv.lock: the project flax itself is not installed from the lock",
+        "examples/nnx_toy_examples/01_functional_api.py imports matplotlib, which uv.lock "
+        "installs only with its extra docs: selected it",
+    ),
     verify_args=NO_FLAG,
     trained="times called: ",
     control="loss",

@@ -176,7 +176,6 @@ def test_a_platform_built_for_records_its_image_once(fresh: Path) -> None:
     assert plan_build(fresh, base=str(locked.ref)).base_name is None
 
 
-
 def test_an_index_builds_platforms_from_plans_made_before_the_first(fresh: Path) -> None:
     """``image --platform linux/amd64,linux/arm64`` plans both platforms before building
     either, so both plans hold the base as new. The first records it and its platform; the

@@ -415,3 +415,100 @@ def test_init_gpu_on_a_lock_without_cuda_wheels_takes_the_ngc_python(tmp_path: P
         f"3.11: reprobuild init --gpu --base REF@sha256:<digest> {project}"
     )
     assert not (project / "reprobuild.yaml").exists()
+
+
+def _fake_uv(tmp_path: Path) -> Path:
+    """A stand-in for the pinned uv: records its argv, prints one hashed pin."""
+    fake = tmp_path / "fake-uv"
+    pin = "numpy==1.26.4 --hash=sha256:" + "a" * 64
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path / "argv.txt"}\necho "{pin}"\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def test_init_resolves_as_of_a_day_with_exclude_newer(tmp_path: Path) -> None:
+    """purejaxrl (github.com/luchris429/purejaxrl at 31756b1, 2024-09-09) has an unhashed
+    requirements.txt: resolved today it gets gymnax 1.0, whose step() its wrappers cannot
+    unpack, and the run fails; resolved before 2024-09-10 it gets gymnax 0.0.8 and trains."""
+    import dataclasses
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "requirements.txt").write_text("numpy\n")
+    (project / "train.py").write_text("import numpy\n")
+    services = dataclasses.replace(init_services(), uv=str(_fake_uv(tmp_path)))
+    result = init_project(project, InitOptions(exclude_newer="2024-09-10"), services)
+    argv = (tmp_path / "argv.txt").read_text().split("\n")
+    assert argv[argv.index("--exclude-newer") + 1] == "2024-09-10"
+    assert (
+        (project / "requirements.lock")
+        .read_text()
+        .startswith(
+            "# Resolved by `reprobuild init` from requirements.txt with uv pip compile "
+            "--generate-hashes --exclude-newer 2024-09-10\n"
+        )
+    )
+    assert result.notes[0].endswith(", with what the index had before 2024-09-10")
+    # without it, the note says the versions are today's, and how to ask for a day
+    (project / "requirements.lock").unlink()
+    (project / "reprobuild.yaml").unlink()
+    result = init_project(project, InitOptions(), services)
+    assert "--exclude-newer" not in (tmp_path / "argv.txt").read_text()
+    assert result.notes[0].endswith(
+        ": the newest versions the index has today, which may not be the ones the project was "
+        "written for (`--exclude-newer YYYY-MM-DD` resolves as of a day)"
+    )
+
+
+@pytest.mark.parametrize("day", ["2024-13-01", "2024-9-10", "yesterday", "2024-09-10T00:00"])
+def test_init_refuses_an_exclude_newer_that_is_not_a_day(tmp_path: Path, day: str) -> None:
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    (tmp_path / "train.py").write_text("")
+    with pytest.raises(InitError, match=r"--exclude-newer '.*' is not a day like 2024-09-10"):
+        init_project(tmp_path, InitOptions(exclude_newer=day), init_services())
+    assert not (tmp_path / "reprobuild.yaml").exists()
+
+
+def test_init_refuses_exclude_newer_for_a_lock_used_in_place(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    with pytest.raises(InitError, match=r"--exclude-newer 2024-09-10: uv\.lock is used in place"):
+        init_project(project, InitOptions(exclude_newer="2024-09-10"), init_services())
+    assert not (project / "reprobuild.yaml").exists()
+
+
+def test_init_pins_the_build_requirements_of_the_sdists_it_resolves_to(tmp_path: Path) -> None:
+    """purejaxrl's requirements.txt resolved before 2024-09-10 brings gym 0.26.2 (brax's), an
+    sdist only: init wrote requirements.lock but no build lock (the lock was not on disk yet
+    when it looked), and `reprobuild image` then failed on "gym==0.26.2 has no wheel for
+    CPython 3.11", its hint about markers. init now reads the resolved lock for its sdists as
+    it does a lock used in place."""
+    import dataclasses
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "requirements.txt").write_text("numpy\n")
+    (project / "train.py").write_text("import numpy\n")
+    seen: list[tuple[str, str]] = []
+
+    def build_lock(
+        path: Path, python: str, base: str, extras: tuple[str, ...], groups: tuple[str, ...]
+    ) -> str:
+        seen.append((path.name, path.read_text()))
+        return "# reprobuild build lock for: sha256:0\n# numpy 1.26.4 builds with: setuptools\n"
+
+    services = dataclasses.replace(
+        init_services(), uv=str(_fake_uv(tmp_path)), build_lock=build_lock
+    )
+    result = init_project(project, InitOptions(), services)
+    assert [name for name, _ in seen] == ["requirements.lock"]
+    assert seen[0][1] == (project / "requirements.lock").read_text()
+    assert result.written == [
+        project / "requirements.lock",
+        project / "build-requirements.lock",
+        project / "reprobuild.yaml",
+    ]
+    assert load_config(project).build_lock == project / "build-requirements.lock"
+    assert (
+        "requirements.lock builds 1 package from its sdist: its build requirements are pinned "
+        "in build-requirements.lock"
+    ) in result.notes

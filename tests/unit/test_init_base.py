@@ -133,3 +133,37 @@ def test_a_lock_refused_for_itself_keeps_its_own_error_under_a_base(tmp_path: Pa
     assert under_base.value.message == without.value.message
     assert under_base.value.hint == without.value.hint and "poetry lock" in str(without.value.hint)
     assert not (project / "reprobuild.yaml").exists()
+
+
+def test_init_names_the_catalog_base_it_could_not_pull(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cleanrl's uv.lock (requires-python <3.11, gym built from its sdist) with no --base: init
+    chose the catalog's python-3.10 base and asked the sdist's build backend in it, and the
+    pull failed with only the digest named and `docker load` as the way out. It now names the
+    catalog base it chose, why it needed it, and --base."""
+    from reprobuild.errors import BasePullError
+    from reprobuild.imaging import initservices
+
+    def unreachable(*_args: object, **_kwargs: object) -> str:
+        raise BasePullError(
+            "cannot pull base python@sha256:" + "4" * 64 + ": no such host",
+            hint="check the registry is reachable, or load the image with `docker load`",
+        )
+
+    monkeypatch.setattr(initservices, "build_lock_text", unreachable)
+    lock = Path(__file__).resolve().parent.parent / "data" / "projects" / "sdist" / "uv.lock"
+    build_lock = init_services().build_lock
+    with pytest.raises(BasePullError) as info:
+        build_lock(lock, "3.11", "python-3.11-slim-bookworm", (), ())
+    assert info.value.message.endswith(
+        ": no such host (catalog base python-3.11-slim-bookworm, which init chose for CPython "
+        "3.11: uv.lock builds sdists, whose build backends init asks in that base)"
+    )
+    assert info.value.hint == (
+        "give one this engine has or can pull: reprobuild init --base REF@sha256:<digest> "
+        "(an image with CPython 3.11)"
+    )
+    # a base the user gave keeps the engine's own words
+    with pytest.raises(BasePullError) as given:
+        build_lock(lock, "3.11", "registry.example/py@sha256:" + "5" * 64, (), ())
+    assert given.value.message.endswith(": no such host")
+    assert given.value.hint is not None and "docker load" in given.value.hint

@@ -171,6 +171,9 @@ def test_pip_s_no_matching_distribution_names_the_lock_line_and_the_target() -> 
         f"{LOCK}:179: torch==2.13.0+cpu has no wheel for CPython 3.11 on linux aarch64 "
         "(cp311-aarch64-glibc2.36) on the indexes asked"
     )
+    assert found.hint is not None and found.hint.startswith(
+        "if its index has only its sdist, `reprobuild build-lock` finds it by the locked hash"
+    )
     assert _no_wheel(lock, "ERROR: something else\n", Target("3.11", "aarch64", None)) is None
 
 

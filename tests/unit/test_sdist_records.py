@@ -229,6 +229,26 @@ def test_build_lock_is_resolved_hashed_and_checked_for_staleness(tmp_path: Path)
         load_build_lock(tmp_path / "gone.lock", lock, "3.11", tmp_path)
 
 
+def test_the_missing_build_lock_counts_its_sdists_in_english(tmp_path: Path) -> None:
+    """One sdist is "1 package from its sdist", not "1 packages from their sdists" (rejax's
+    pdm.lock builds gym alone)."""
+    import dataclasses
+
+    from reprobuild.locks.buildlock import BuildLockError, load_build_lock
+
+    lock = load_lock(PROJECT / "uv.lock")
+    assert len(lock.sources) == 2
+    with pytest.raises(BuildLockError, match=r"builds 2 packages from their sdists \("):
+        load_build_lock(None, lock, "3.11", tmp_path)
+    dropped = lock.sources[1].name
+    one = dataclasses.replace(
+        lock, requirements=tuple(r for r in lock.requirements if r.name != dropped)
+    )
+    with pytest.raises(BuildLockError, match=r"builds 1 package from its sdist \(") as info:
+        load_build_lock(None, one, "3.11", tmp_path)
+    assert "its pinned build requirements" in info.value.message
+
+
 def test_render_adds_the_wheel_build_stage(tmp_path: Path) -> None:
     """The committed test project renders an sdist-build stage before the image's, with the
     build lock's pins, the sdists to build and their install beside the locked wheels."""

@@ -127,3 +127,25 @@ def test_what_a_run_leaves_behind_is_stopped_with_it(scripts: Path) -> None:
     assert code == 0, err
     assert report["lines_compared"] == 1
     assert time.monotonic() - start < 20
+
+
+def test_runs_that_print_nothing_to_stdout_are_not_called_identical(scripts: Path) -> None:
+    """GPJax's collapsed_vi example trains 500 steps behind a tqdm bar (stderr) and prints
+    nothing: verify called it "identical: 2 runs ...: 0 stdout lines, bit for bit", proving
+    nothing. Now it fails, saying why, and an --output still gives it something to compare."""
+    quiet = scripts / "quiet.py"
+    quiet.write_text(
+        "import random, sys\n"
+        "print(f'loss {random.random()}', file=sys.stderr)\n"
+        "open('/dev/null', 'w').write('x')\n"
+    )
+    code, out, err, report = verify_local(scripts, "--", PY, "quiet.py")
+    assert code == 1, out + err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: nothing to compare: no run of `{PY} quiet.py` printed a line to stdout "
+        "(stderr is not compared)"
+    ], err
+    assert "hint: print what the training computes (its loss, its metrics) to stdout" in err
+    assert report["result"] == "failed" and report["lines_compared"] == 0
+    assert report["failure"]["message"].startswith("nothing to compare: ")

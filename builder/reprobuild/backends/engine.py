@@ -41,7 +41,7 @@ from reprobuild._util.threads import start as start_thread
 from reprobuild.backends.builders import Builder
 from reprobuild.backends.procstream import run_streamed
 from reprobuild.bases.refs import DIGEST_RE, ImageRef
-from reprobuild.errors import BuildError, EngineError, EngineUnavailableError
+from reprobuild.errors import BasePullError, BuildError, EngineError, EngineUnavailableError
 
 Log = Callable[[str], None]
 _TAIL = 25
@@ -316,7 +316,7 @@ class Engine:
                 hint=f"check the registry answers, or set {PULL_DEADLINE_ENV} (seconds)",
             )
         except (docker.errors.APIError, requests.RequestException) as exc:
-            raise EngineError(
+            raise BasePullError(
                 f"cannot pull base {pinned}: {_short(exc)}",
                 hint="check the registry is reachable, or load the image with `docker load`",
             ) from None

@@ -18,13 +18,14 @@ from reprobuild.bases.catalog import (
     python_eol,
 )
 from reprobuild.bases.refs import ImageRef, parse_pinned
-from reprobuild.errors import UnknownBaseError
+from reprobuild.errors import BasePullError, UnknownBaseError
 from reprobuild.imaging import platforms
 from reprobuild.imaging.backendask import BackendAsker, ask_timeout
 from reprobuild.locks import fetchnet
 from reprobuild.locks.buildlock import compile_build_lock
 from reprobuild.locks.lockfile import Lock, Selection, format_of_file, load_lock
 from reprobuild.locks.lockpython import lock_python
+from reprobuild.locks.selectors import lock_selectors
 from reprobuild.locks.sourcearchive import with_archives
 from reprobuild.locks.wheels import Target, fetch_sources, locate_sdists
 from reprobuild.project.init import BaseFacts, Services
@@ -130,7 +131,18 @@ def init_services() -> Services:
         path: Path, python: str, base: str, extras: tuple[str, ...], groups: tuple[str, ...]
     ) -> str | None:
         lock = load_lock(path, Selection(python=python, extras=extras, groups=groups))
-        return build_lock_text(lock, python, str(find_uv_bin()), lambda: ask_base(base))
+        try:
+            return build_lock_text(lock, python, str(find_uv_bin()), lambda: ask_base(base))
+        except BasePullError as exc:
+            if not is_catalog_name(base):
+                raise
+            # the user gave no base: say which one init chose, and why it needed it now
+            raise BasePullError(
+                f"{exc.message} (catalog base {base}, which init chose for CPython {python}: "
+                f"{path.name} builds sdists, whose build backends init asks in that base)",
+                hint=f"give one this engine has or can pull: reprobuild init --base "
+                f"REF@sha256:<digest> (an image with CPython {python})",
+            ) from None
 
     return Services(
         read_lock=read_lock,
@@ -142,4 +154,5 @@ def init_services() -> Services:
         base_facts=base_facts,
         lock_python=lock_python,
         resolver_env=lambda: (fetchnet.isolated_env(), fetchnet.find_links()),
+        selectors=lock_selectors,
     )

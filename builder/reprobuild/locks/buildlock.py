@@ -171,7 +171,11 @@ def compile_build_lock(
     static = {r.name: build_requires(archives[r.name]) for r in lock.sources}
     wanted = _union(static.values())
     asked: dict[str, tuple[str, ...]] = {}
-    log(f"resolving the build requirements of {len(lock.sources)} sdists for CPython {python}")
+    count = len(lock.sources)
+    log(
+        f"resolving the build requirements of {count} sdist{'' if count == 1 else 's'} "
+        f"for CPython {python}"
+    )
     with tempfile.TemporaryDirectory(prefix="reprobuild-buildlock-") as tmp:
         pins_path = Path(tmp) / BUILD_LOCK_NAME
         for _round in range(MAX_ROUNDS):
@@ -357,11 +361,14 @@ def load_build_lock(path: Path | None, lock: Lock, python: str, directory: Path)
     if not lock.sources:
         return None
     first = lock.sources[0]
-    what = f"{lock.path.name} builds {len(lock.sources)} packages from their sdists "
+    count = len(lock.sources)
+    what = f"{lock.path.name} builds {count} package{'' if count == 1 else 's'} from "
+    what += f"{'its sdist' if count == 1 else 'their sdists'} "
     what += f"({first.name} {first.version}{', ...' if len(lock.sources) > 1 else ''})"
     if path is None:
         raise BuildLockError(
-            f"{what} and reprobuild.yaml names no build_lock (their pinned build requirements)",
+            f"{what} and reprobuild.yaml names no build_lock "
+            f"({'its' if count == 1 else 'their'} pinned build requirements)",
             hint=refresh_hint(directory),
         )
     try:

@@ -380,11 +380,22 @@ def _no_wheel(lock: Lock, stderr: str, target: Target) -> WheelError | None:
     pins = [r for r in lock.requirements if r.name == name]  # one per machine, by markers
     line = next((r.line for r in pins if r.version == match["ver"]), pins[0].line if pins else 0)
     where = f"{lock.path}:{line}" if line else str(lock.path)
+    hint = (
+        "lock that package for this platform (a marker per machine where the pins differ), "
+        "or build for a platform the lock covers"
+    )
+    if lock.format in HASH_ONLY_FORMATS and not any(r.source for r in pins):
+        # a hashes-only lock names no file: the locked hash may be an sdist's, which only
+        # `reprobuild build-lock` finds (it records it in the build lock the image reads)
+        hint = (
+            "if its index has only its sdist, `reprobuild build-lock` finds it by the locked "
+            "hash and pins what building it needs (name the file in reprobuild.yaml's "
+            f"build_lock:); else {hint}"
+        )
     return WheelError(
         f"{where}: {match['req']}=={match['ver']} has no wheel for CPython "
         f"{target.python_version} on linux {target.machine} ({target.key}) on the indexes asked",
-        hint="lock that package for this platform (a marker per machine where the pins differ), "
-        "or build for a platform the lock covers",
+        hint=hint,
     )
 
 

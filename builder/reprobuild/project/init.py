@@ -13,13 +13,14 @@ finding a catalog base are handed in by the caller (:class:`Services`).
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import subprocess
 import tempfile
 import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -28,6 +29,7 @@ from reprobuild._util.resolver import failure_reason
 from reprobuild._util.yamlload import load_yaml
 from reprobuild.errors import ReprobuildError
 from reprobuild.project.config import CONFIG_NAME, SELECT_NAME_RE
+from reprobuild.project.imports import canonical, command_imports, distributions_for
 
 RESOLVED_NAME = "requirements.lock"
 # Where init writes the sdists' build requirements (reprobuild.locks.buildlock's name for it).
@@ -100,6 +102,9 @@ class InitOptions:
     command: tuple[str, ...] = ()
     # The lock, relative to the project (--lock): any file name; its format from its content.
     lock: str | None = None
+    # Resolve unhashed requirements with only what the index had before this day (YYYY-MM-DD,
+    # uv's --exclude-newer): the versions the project had when it was written.
+    exclude_newer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,9 @@ class Services:
     # folders it may read (reprobuild.locks.fetchnet: none of the host's pip or uv settings,
     # REPROBUILD_FIND_LINKS's folders); the default passes the process's environment as is.
     resolver_env: Callable[[], tuple[dict[str, str], list[str]]] = lambda: (dict(os.environ), [])
+    # ``selectors(path)``: the ``(extras, groups)`` a native lock offers (reprobuild.locks.
+    # selectors); the default offers none, and init then adds none for the command's imports.
+    selectors: Callable[[Path], tuple[tuple[str, ...], tuple[str, ...]]] = lambda _path: ((), ())
 
 
 @dataclass(frozen=True)
@@ -214,6 +222,9 @@ def init_project(
     command = _command(root, options.command)
     base = services.base_facts(options.base) if options.base else None
     choice = choose(root, (lock_name, resolve_from), base, options, services)
+    options, selected = _select_for_imports(root, command, options, choice, services)
+    if selected:
+        choice = choose(root, (lock_name, resolve_from), base, options, services)
     result.choice = choice
     result.notes.append(choice.python_why)
     result.notes.extend(choice.lock.notes)
@@ -222,6 +233,7 @@ def init_project(
         result.warnings.append(warning)
     if choice.base_why:
         result.notes.append(choice.base_why)
+    result.notes.extend(selected)
     _write_project(root, choice, command, options, services, result)
     for note in result.notes:
         log(f"note: {note}")
@@ -247,9 +259,21 @@ def choose(
             f"CPython {lock.python} on {_UV_PLATFORM}"
             + (f"; {asked_why}" if base is not None else "")
             + ")"
+            + (
+                f", with what the index had before {options.exclude_newer}"
+                if options.exclude_newer
+                else ": the newest versions the index has today, which may not be the ones the "
+                "project was written for (`--exclude-newer YYYY-MM-DD` resolves as of a day)"
+            )
         )
     else:
         assert lock_name is not None
+        if options.exclude_newer:
+            raise InitError(
+                f"--exclude-newer {options.exclude_newer}: {lock_name} is used in place, its "
+                "pins chosen already (--exclude-newer resolves unhashed requirements)",
+                hint="drop --exclude-newer",
+            )
         lock, why = _lock_in_place(root, lock_name, (asked, asked_why), options, services)
     # A lock that carries CUDA as wheels (nvidia-*, torch from a /whl/cuXYZ index) brings its
     # own GPU stack: it builds on the plain Python base, and the image runs on CPU and under
@@ -274,6 +298,74 @@ def choose(
         else ""
     )
     return Choice(lock.python, why, base_ref, base_why, gpu, cuda_wheels, lock)
+
+
+def _select_for_imports(
+    root: Path, command: tuple[str, ...], options: InitOptions, choice: Choice, services: Services
+) -> tuple[InitOptions, list[str]]:
+    """The options with each extra or group of a native lock that brings a package the
+    command imports and the selection lacks (``python examples/fit.py`` importing matplotlib,
+    which the lock has in its ``docs`` group only), and a note for each: ``uv run`` and
+    ``poetry run`` find such a package in the developer's environment, the image would not.
+    Greedy: first the one that brings the most of the missing modules, then the one that
+    adds the fewest packages, then by name."""
+    lock = choice.lock
+    if not lock.native or lock.resolved is not None:
+        return options, []
+    have = {canonical(n) for n in lock.names}
+    missing = {
+        module: where
+        for module, where in command_imports(root, command).items()
+        if not have & set(distributions_for(module))
+    }
+    if not missing:
+        return options, []
+    offered_extras, offered_groups = services.selectors(root / lock.name)
+    brings: dict[tuple[str, str], set[str]] = {}
+    for kind, names, chosen in (
+        ("group", offered_groups, options.groups),
+        ("extra", offered_extras, options.extras),
+    ):
+        for name in names:
+            if name in chosen or not SELECT_NAME_RE.fullmatch(name):
+                continue  # asked already, or a name reprobuild.yaml could not hold
+            extras = (*options.extras, name) if kind == "extra" else options.extras
+            groups = (*options.groups, name) if kind == "group" else options.groups
+            try:
+                _, got, _, _ = services.read_lock(root / lock.name, choice.python, extras, groups)
+            except ReprobuildError:
+                continue  # not for this Python or platform: the lock's reader says why
+            brings[(kind, name)] = {canonical(n) for n in got} - have
+    notes: list[str] = []
+    while missing and brings:
+
+        def score(item: tuple[tuple[str, str], set[str]]) -> tuple[int, int, tuple[str, str]]:
+            key, added = item
+            hits = sum(1 for m in missing if added & set(distributions_for(m)))
+            return (-hits, len(added), key)
+
+        (kind, name), added = min(brings.items(), key=score)
+        hit = sorted(m for m in missing if added & set(distributions_for(m)))
+        if not hit:
+            break
+        del brings[(kind, name)]
+        if kind == "extra":
+            options = replace(options, extras=(*options.extras, name))
+        else:
+            options = replace(options, groups=(*options.groups, name))
+        # a file imports a module; a command (`python -m pytest`, `pytest`) runs it
+        said = "; ".join(
+            f"{where} {'runs' if where.startswith('`') else 'imports'} "
+            + ", ".join(m for m in hit if missing[m] == where)
+            for where in sorted({missing[m] for m in hit})
+        )
+        notes.append(
+            f"{said}, which {lock.name} installs only with its {kind} {name}: selected it, as "
+            f"`--{kind} {name}` would (select: in reprobuild.yaml)"
+        )
+        for module in hit:
+            del missing[module]
+    return options, notes
 
 
 def _asked_python(options: InitOptions, base: BaseFacts | None) -> tuple[str | None, str]:
@@ -468,9 +560,23 @@ def _check_options(options: InitOptions) -> None:
             f"--base {options.base!r} is not an image reference (NAME@sha256:<64 hex> or a "
             "catalog name)"
         )
+    if options.exclude_newer is not None and not _is_day(options.exclude_newer):
+        raise InitError(
+            f"--exclude-newer {options.exclude_newer!r} is not a day like 2024-09-10 (YYYY-MM-DD)"
+        )
     for word in options.command:
         if any(ord(c) < 32 or ord(c) == 127 for c in word):
             raise InitError(f"--command word {word!r} holds a control character")
+
+
+def _is_day(text: str) -> bool:
+    if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
+        return False
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _build_lock_file(
@@ -482,19 +588,32 @@ def _build_lock_file(
     result: InitResult,
 ) -> dict[str, str]:
     """The build-requirements lock for the sdists the lock builds, as {file name: text}
-    (empty: it builds none, or it is a requirements lock init resolves, written later: the
-    requirements format records no sdist to build)."""
-    if not (root / lock_name).is_file():
+    (empty: it builds none). A requirements lock init resolves is not written yet: it is read
+    from a copy under its own name (the build lock's header names it), its sdists found on
+    the index by their locked hashes, as `reprobuild build-lock` would later."""
+    if choice.lock.resolved is not None:
+        with tempfile.TemporaryDirectory(prefix="reprobuild-init-") as tmp:
+            probe = Path(tmp) / lock_name
+            probe.write_text(choice.lock.resolved, encoding="utf-8")
+            text = services.build_lock(probe, choice.python, choice.base, (), ())
+    elif (root / lock_name).is_file():
+        text = services.build_lock(
+            root / lock_name, choice.python, choice.base, options.extras, options.groups
+        )
+    else:
         return {}
-    text = services.build_lock(
-        root / lock_name, choice.python, choice.base, options.extras, options.groups
-    )
     if text is None:
         return {}
     _refuse_existing(root / BUILD_LOCK_NAME)
+    count = text.count(" builds with: ")
     result.notes.append(
-        f"{lock_name} builds {text.count(' builds with: ')} packages from their sdists: "
-        f"their build requirements are pinned in {BUILD_LOCK_NAME}"
+        f"{lock_name} builds {count} package{'' if count == 1 else 's'} from "
+        + (
+            "its sdist: its build requirements are"
+            if count == 1
+            else "their sdists: their build requirements are"
+        )
+        + f" pinned in {BUILD_LOCK_NAME}"
     )
     return {BUILD_LOCK_NAME: text}
 
@@ -649,6 +768,8 @@ def _resolve(root: Path, source: str, python: str, options: InitOptions, service
     env, links = services.resolver_env()
     for link in links:
         argv += ["--find-links", link]
+    if options.exclude_newer:
+        argv += ["--exclude-newer", options.exclude_newer]
     argv.append(source)
     try:
         proc = subprocess.run(
@@ -664,8 +785,10 @@ def _resolve(root: Path, source: str, python: str, options: InitOptions, service
             f"{failure_reason(proc.stderr, proc.returncode)}",
             hint="fix the requirement uv names, or give --python for another Python",
         )
+    newer = f" --exclude-newer {options.exclude_newer}" if options.exclude_newer else ""
     return (
-        f"# Resolved by `reprobuild init` from {source} with uv pip compile --generate-hashes\n"
+        f"# Resolved by `reprobuild init` from {source} with uv pip compile --generate-hashes"
+        f"{newer}\n"
         f"# for CPython {python} on {_UV_PLATFORM}. To update it, edit {source} and run\n"
         "# `uv pip compile --generate-hashes` again (reprobuild.yaml's lock line stays valid).\n"
         + proc.stdout

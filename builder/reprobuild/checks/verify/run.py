@@ -345,6 +345,19 @@ class _Finished:
             "each run's own output directory",
         )
 
+    def _nothing_compared(self) -> Failure | None:
+        """Runs that printed no stdout line and wrote no declared output prove nothing: a
+        script that logs its loss to stderr (Python's logging does) or shows only a progress
+        bar would be called identical on zero lines."""
+        if self.comparator.lines_compared or self.spec.outputs:
+            return None
+        return Failure(
+            message=f"nothing to compare: no run of `{_command(self.spec)}` printed a line to "
+            "stdout (stderr is not compared)",
+            hint="print what the training computes (its loss, its metrics) to stdout, or name "
+            "the files it writes with --output",
+        )
+
     def _run_reports(self, digests: list[dict[str, FileDigest]]) -> tuple[RunReport, ...]:
         records: list[RunRecords] = [read_run_dir(s.record_dir) for s in self.states]
         return tuple(
@@ -378,7 +391,7 @@ class _Finished:
         digests, failure = self._digests()
         failure = self._run_failure() or failure
         if failure is None and divergence is None:
-            failure = self._missing(digests)
+            failure = self._missing(digests) or self._nothing_compared()
             if failure is None:
                 differences = compare_outputs([s.out_dir for s in self.states], digests)
                 divergence = differences[0] if differences else None

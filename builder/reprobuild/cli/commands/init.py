@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "in reprobuild.hashes.toml beside the lock (commit it; builds check against it)",
     )
     parser.add_argument(
+        "--exclude-newer",
+        metavar="DAY",
+        type=_text,
+        help="resolve unhashed requirements with only what the index had before DAY "
+        "(YYYY-MM-DD, e.g. the project's last commit): the versions it was written for",
+    )
+    parser.add_argument(
         "--command",
         dest="run_command",
         type=_text,
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         base=args.base,
         command=words,
         lock=args.lock,
+        exclude_newer=args.exclude_newer,
     )
     recording = (
         hashrecord.recording(sha256_of_url, err) if args.record_hashes else contextlib.nullcontext()
