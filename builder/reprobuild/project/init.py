@@ -320,32 +320,10 @@ def _select_for_imports(
     }
     if not missing:
         return options, []
-    offered_extras, offered_groups = services.selectors(root / lock.name)
-    brings: dict[tuple[str, str], set[str]] = {}
-    for kind, names, chosen in (
-        ("group", offered_groups, options.groups),
-        ("extra", offered_extras, options.extras),
-    ):
-        for name in names:
-            if name in chosen or not SELECT_NAME_RE.fullmatch(name):
-                continue  # asked already, or a name reprobuild.yaml could not hold
-            extras = (*options.extras, name) if kind == "extra" else options.extras
-            groups = (*options.groups, name) if kind == "group" else options.groups
-            try:
-                _, got, _, _ = services.read_lock(root / lock.name, choice.python, extras, groups)
-            except ReprobuildError:
-                continue  # not for this Python or platform: the lock's reader says why
-            brings[(kind, name)] = {canonical(n) for n in got} - have
+    brings = _what_each_brings(root, options, choice, services, have)
     notes: list[str] = []
     while missing and brings:
-
-        def score(item: tuple[tuple[str, str], set[str]]) -> tuple[int, int, tuple[str, str]]:
-            key, added = item
-            hits = sum(1 for m in missing if added & set(distributions_for(m)))
-            return (-hits, len(added), key)
-
-        (kind, name), added = min(brings.items(), key=score)
-        hit = sorted(m for m in missing if added & set(distributions_for(m)))
+        (kind, name), hit = _best_selector(brings, missing)
         if not hit:
             break
         del brings[(kind, name)]
@@ -366,6 +344,48 @@ def _select_for_imports(
         for module in hit:
             del missing[module]
     return options, notes
+
+
+def _what_each_brings(
+    root: Path, options: InitOptions, choice: Choice, services: Services, have: set[str]
+) -> dict[tuple[str, str], set[str]]:
+    """Each extra and group of the lock not asked for yet, as ``(kind, name)``, with the
+    packages (canonical names) it adds to the selection for the chosen Python; one the lock's
+    reader refuses (not for this Python or platform) or whose name reprobuild.yaml cannot
+    hold is left out."""
+    lock = choice.lock
+    offered_extras, offered_groups = services.selectors(root / lock.name)
+    brings: dict[tuple[str, str], set[str]] = {}
+    for kind, names, chosen in (
+        ("group", offered_groups, options.groups),
+        ("extra", offered_extras, options.extras),
+    ):
+        for name in names:
+            if name in chosen or not SELECT_NAME_RE.fullmatch(name):
+                continue
+            extras = (*options.extras, name) if kind == "extra" else options.extras
+            groups = (*options.groups, name) if kind == "group" else options.groups
+            try:
+                _, got, _, _ = services.read_lock(root / lock.name, choice.python, extras, groups)
+            except ReprobuildError:
+                continue
+            brings[(kind, name)] = {canonical(n) for n in got} - have
+    return brings
+
+
+def _best_selector(
+    brings: dict[tuple[str, str], set[str]], missing: dict[str, str]
+) -> tuple[tuple[str, str], list[str]]:
+    """The extra or group that brings the most of the ``missing`` modules (then the fewest
+    packages, then by name), and the modules it brings."""
+
+    def score(item: tuple[tuple[str, str], set[str]]) -> tuple[int, int, tuple[str, str]]:
+        key, added = item
+        hits = sum(1 for m in missing if added & set(distributions_for(m)))
+        return (-hits, len(added), key)
+
+    key, added = min(brings.items(), key=score)
+    return key, sorted(m for m in missing if added & set(distributions_for(m)))
 
 
 def _asked_python(options: InitOptions, base: BaseFacts | None) -> tuple[str | None, str]:
