@@ -1,7 +1,8 @@
 """Public projects all the way (issue 51): each project's own lock, manifest and training code,
 copied byte for byte from its repository (tests/data/projects/README.md names upstream, commit,
 licence and each file's `git hash-object`), goes through `reprobuild init` (nothing but the
-test base, the Python and the command given), `reprobuild image`, and the project's own code
+test base and the command given: init reads the base's Python, and selects the extra or group
+that brings what the command imports), `reprobuild image`, and the project's own code
 trains for a few steps in the image under `reprobuild verify`, which must call the two runs
 identical. rejax and rl-replicas seed their runs themselves (a fixed PRNG key; a pytest
 fixture), so no `--mode off` control is asked of them. flax's toy example does not: its data and
