@@ -4,5 +4,7 @@ import wandb
 
 run = wandb.init(project="reprobuild-test")
 for step in range(5):
-    run.log({"loss": 1.0 / (step + 1)})
+    loss = 1.0 / (step + 1)
+    run.log({"loss": loss})
+    print(f"step {step} loss {loss}")
 run.finish()
