@@ -14,7 +14,6 @@ brings its CUDA 12 wheels (about 3 GB), the one real PyPI torch of the suite."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -23,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import docker.errors
 import pytest
 
 from helpers import DATA, MakeTag, build_json, run_cli
@@ -147,18 +145,17 @@ def journey(
     try:
         return _build_and_verify(wild, project, tag, tmp_path, docker_client)
     finally:
-        _drop_build_cache(project, tag, docker_client)
+        _drop_build_cache(project)
 
 
-def _drop_build_cache(project: Path, tag: str, docker_client: DockerClient) -> None:
-    """The journey's image and buildah's layers of it, gone once it is done: rl-replicas' CUDA
-    torch image is about 6 GB in the engine and twice that in buildah's storage (each package
-    group's stage, and its copy in the image), and the rest of the suite shares the disk."""
+def _drop_build_cache(project: Path) -> None:
+    """buildah's layers of the journey's image, gone once it is built and verified (the image
+    in the engine goes with the test's tag): rl-replicas' CUDA torch image is about 6 GB in the
+    engine and twice that in buildah's storage (each package group's stage, and its copy in
+    the image), and the rest of the suite shares the disk."""
     from reprobuild.backends import buildah
     from reprobuild.project.config import load_config
 
-    with contextlib.suppress(docker.errors.ImageNotFound):
-        docker_client.images.remove(tag, force=True)
     buildah.forget(load_config(project).name, "cpu")
     # the package groups' stages: no name holds them once the image's chain is gone
     subprocess.run(["buildah", "rmi", "--prune"], capture_output=True, check=False, timeout=600)
