@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,37 @@ def test_a_base_buildah_cannot_build_on_gets_a_hint(
     with pytest.raises(BuildError) as caught:
         buildah.bud(tmp_path, None, epoch=0)
     assert caught.value.hint is None
+
+
+def test_a_mount_left_in_the_build_folder_leaves_the_build_error_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A failed RUN that leaves a mount in buildah's TMPDIR (our temporary folder): the
+    build's error is what the user hears, not the clean-up's EBUSY traceback."""
+    from reprobuild.backends import buildah
+    from reprobuild.errors import BuildError
+
+    if os.geteuid() != 0:
+        pytest.fail("needs root (it mounts a tmpfs): run the suite as CI does")
+    mounted: list[Path] = []
+
+    def failing(argv: list[str], what: str, log: object, tmp: Path, **kwargs: object) -> None:
+        busy = tmp / "bind1"
+        busy.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(busy)], check=True)
+        mounted.append(busy)
+        raise BuildError("buildah build failed: exit 126", log_tail="runtime: exit status 126")
+
+    monkeypatch.setattr(buildah, "_stream", failing)
+    monkeypatch.setattr(buildah, "require", lambda: "buildah")
+    try:
+        with pytest.raises(BuildError, match="exit 126"):
+            buildah.bud(tmp_path, None, epoch=0)
+    finally:
+        for busy in mounted:
+            subprocess.run(["umount", str(busy)], check=False)
+            shutil.rmtree(busy.parent, ignore_errors=True)
+    assert mounted
 
 
 @pytest.mark.parametrize(("value", "expected"), [("1", 1), ("2", 2), (" 8 ", 8), ("64", 64)])

@@ -268,7 +268,12 @@ def bud(
         argv.append("--no-cache")
     if dockerfile is not None:
         argv += ["--file", str(dockerfile)]
-    with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("iid")) as tmp:
+    # buildah's TMPDIR too: a RUN that failed may leave a bind mount in it (seen on Debian 13's
+    # buildah 1.39 under load), which the clean-up cannot remove; the build's own error is the
+    # one line to say, and the next run reaps the folder (leftovers)
+    with tempfile.TemporaryDirectory(
+        prefix=leftovers.temp_prefix("iid"), ignore_cleanup_errors=True
+    ) as tmp:
         iid = Path(tmp) / IID_FILE
         argv += ["--iidfile", str(iid), *(["-t", tag] if tag else []), str(context)]
         try:
