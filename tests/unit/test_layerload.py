@@ -306,11 +306,11 @@ def test_an_earlier_build_of_the_project_with_another_lock_counts(
 
     mine = [_layer(n) for n in (1, 2, 3, 4, 5)]  # base, base, torch, bucket, app
     earlier = [_layer(n) for n in (1, 2, 3, 9, 10)]  # the same torch, another bucket
-    monkeypatch.setattr(buildah, "config", lambda _: {"rootfs": {"diff_ids": mine}})
     manifest = json.dumps(
         {"layers": [{"digest": d, "size": sizes.get(n, 50 << 20)} for n, d in enumerate(mine, 1)]}
     ).encode()
-    monkeypatch.setattr(layerload, "stored_manifest", lambda _: (manifest, mine))
+    config = {"rootfs": {"diff_ids": mine}}
+    monkeypatch.setattr(buildah, "stored_manifest", lambda _: (manifest, config))
     shipped: list[int] = []
 
     def load(engine: object, image: str, name: str, ids: object, held: int, log: object) -> bool:

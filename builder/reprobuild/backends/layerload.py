@@ -479,7 +479,7 @@ def _files_layout(
     yield from _layout_end(manifest, name)
 
 
-def plain_bytes(manifest: bytes, held: set[str]) -> int:
+def _plain_bytes(manifest: bytes, held: set[str]) -> int:
     """The bytes of the layers of ``manifest`` that are not ``held``."""
     layers = json.loads(manifest).get("layers") or []
     return sum(int(layer.get("size") or 0) for layer in layers if layer.get("digest") not in held)
@@ -565,7 +565,7 @@ def load_oci(engine: Any, image_id: str, name: str, previous: str | None, log: L
         held = set()
     for attempt in (held, set()) if held else (held,):
         try:
-            if attempt and plain_bytes(manifest, attempt) <= SMALL_NEW_BYTES:
+            if attempt and _plain_bytes(manifest, attempt) <= SMALL_NEW_BYTES:
                 # only the new layers leave buildah (gzipped by it, unpacked here: cheap when
                 # they are small, as after a code-only change)
                 with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("layers")) as tmp:

@@ -5,6 +5,7 @@ same lock) that shares most of the image's bytes."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable
 
 from reprobuild.backends import buildah, layerload
@@ -96,8 +97,13 @@ def load_new_layers(
     frameworks' (the venv as layers by package). Otherwise (a first build, a change low in
     the image) the whole archive is the faster way in: the shortcut sends the new layers
     twice (to its registry, then to the engine), the archive every layer once."""
-    rootfs = buildah.config(image_id).get("rootfs") or {}
-    diff_ids = [str(d) for d in rootfs.get("diff_ids") or []]
+    # one `buildah inspect`: the config's diff IDs and the stored manifest's layer sizes
+    try:
+        manifest: bytes | None
+        manifest, config = buildah.stored_manifest(image_id)
+    except EngineError:
+        manifest, config = None, buildah.config(image_id)
+    diff_ids = [str(d) for d in (config.get("rootfs") or {}).get("diff_ids") or []]
     chains = engine.layer_chains(LOCK_LABEL, lock)
     if project:
         chains += engine.layer_chains(TITLE_LABEL, project)
@@ -105,21 +111,22 @@ def load_new_layers(
     below = len(engine.layers(base.by_digest()))
     if held <= below:
         return False
-    if not _mostly_held(image_id, diff_ids, below, held):
+    if not _mostly_held(manifest, diff_ids, below, held):
         return False
     return layerload.load(engine, image_id, name, diff_ids, held, log)
 
 
-def _mostly_held(image_id: str, diff_ids: list[str], below: int, held: int) -> bool:
+def _mostly_held(manifest: bytes | None, diff_ids: list[str], below: int, held: int) -> bool:
     """Whether the layers the engine lacks (past the ``held`` prefix) are under half the bytes
     of the image's layers above the base's ``below``, by the sizes in the manifest buildah
-    stored; True where the sizes cannot be read (the shortcut then decides alone)."""
+    stored when it committed the image (its layers plain tar, by their diff IDs); True where
+    the sizes cannot be read so (the shortcut then decides alone)."""
     try:
-        manifest, _ = layerload.stored_manifest(image_id)
-    except EngineError:
+        layers = json.loads(manifest or b"")["layers"]
+        digests = [str(layer["digest"]) for layer in layers]
+        sizes = [int(layer.get("size") or 0) for layer in layers]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return True
-    above = set(diff_ids[below:])
-    new = set(diff_ids[held:])
-    above_bytes = layerload.plain_bytes(manifest, set(diff_ids) - above)
-    new_bytes = layerload.plain_bytes(manifest, set(diff_ids) - new)
-    return 2 * new_bytes < above_bytes
+    if digests != diff_ids:  # not the plain layers (a manifest a registry gave)
+        return True
+    return 2 * sum(sizes[held:]) < sum(sizes[below:])
