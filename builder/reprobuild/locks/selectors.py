@@ -14,6 +14,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from reprobuild._util import jsonload
+from reprobuild.errors import ReprobuildError
 from reprobuild.locks.lockfile import format_of_file
 
 # A lock or pyproject.toml past this is not read here (the readers refuse it on their own).
@@ -39,10 +41,13 @@ def lock_selectors(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def _read(path: Path) -> str:
-    with path.open("rb") as stream:
-        data = stream.read(_MAX_BYTES + 1)
-    if len(data) > _MAX_BYTES:
-        raise ValueError(f"{path}: too large")
+    """The file's text, read as the project reads untrusted files (:func:`jsonload.read_file`:
+    at most ``_MAX_BYTES``, and a FIFO or device refused before it is read, which a plain
+    read would wait on forever)."""
+    try:
+        data = jsonload.read_file(path, str(path), max_bytes=_MAX_BYTES)
+    except ReprobuildError as exc:
+        raise ValueError(exc.message) from None
     return data.decode("utf-8-sig")
 
 
