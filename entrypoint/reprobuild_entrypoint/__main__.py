@@ -239,9 +239,9 @@ def main(argv: Sequence[str]) -> int:
             },
         )
         written = _write_record(environ, run_dir, run_dir_text, run_id, record)
-        if written is USAGE_ERROR:
-            return USAGE_ERROR
-        record_path = written if isinstance(written, Path) else None
+        if isinstance(written, int):  # REPRO_RUN_DIR could not take it: said in one line
+            return written
+        record_path = written
     refused = _refusal(cpu_refusal, settings, gpu, environ)
     if refused is not None:
         return refused
