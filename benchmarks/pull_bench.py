@@ -8,7 +8,7 @@ images there as ``127.0.0.1:5000/bench/layers-RUN:layered-new`` and ``:baseline-
 dockerd of its own is started with an empty data root (``scripts/worker-engines`` under a
 temporary root), so that nothing of either image, the base included, is held: each pull is what
 a new node pays. In each round every ref is pulled once, the refs alternating, and the engine
-is emptied (``docker image prune -a``) before each pull. The first ref's median over the
+is emptied (every image removed) before each pull. The first ref's median over the
 others' is the figure (goal: at most 1.00, the layers pull side by side). Needs root. Prints a
 table and writes benchmarks/results/pull.json (or --out).
 """
@@ -46,7 +46,6 @@ def empty_engine(root: Path) -> tuple[str, dict[str, str]]:
 
 
 def pull_seconds(client: docker.DockerClient, ref: str) -> float:
-    client.images.prune(filters={"dangling": False})
     for image in client.images.list():
         client.images.remove(image.id, force=True)
     assert not client.images.list(), "the engine is not empty"
