@@ -24,90 +24,8 @@ RUN --mount=type=bind,source=uv,target=/.reprobuild-uv \
  && rm -rf /.reprobuild-build/venv /.reprobuild-build/src \
       /.reprobuild-build/home /.reprobuild-build/built
 
-# ---- packages torch (1 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-torch
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/torch,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b01 (1 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b01
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b01,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b08 (2 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b08
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b08,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=05555e63ef841d94455a5d9ffd5e9b29f99e9bbbfd6ef4b56e9579a391266ac2 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b09 (1 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b09
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b09,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=102dbd42277fb5a2f2ac55548a3e7ea0ddb21b2f2dd4edae6e36f5c9b2f65ae6 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b10 (1 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b10
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b10,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b12 (2 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b12
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b12,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6b63e775e4e48053e7f5e2b603179b859c05b0989a43b921d36159ad4323b69f \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b13 (1 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b13
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b13,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b17 (1 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b17
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b17,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=0d5ab27e0fa2cc72eeb7a0b3fa12dba6f34bbc8df2c7dac705c08aafb18c20d7 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages built: the wheels the wheel-build stage built, installed apart ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-built
-COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
- && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
- && sh /.reprobuild/install.sh -r /.reprobuild/built.txt
-
-# ---- the image that ships ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab
+# ---- the image's foot: the user, /app, the venv's skeleton, and packages torch (1 wheel) in place ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS foot
 # The layers' time first: buildah's layer cache does not look at --timestamp.
 LABEL org.opencontainers.image.created="2023-11-14T22:13:20Z"
 # The user (no day in /etc/shadow), /app, and the venv's skeleton the package layers fill.
@@ -116,7 +34,88 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
  && install -d -o 10001 -g 10001 /app \
  && install -d /opt/reprobuild \
  && python3 -m venv --without-pip /opt/venv
-COPY --from=pkgs-torch /opt/venv/ /opt/venv/
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/torch,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 REPROBUILD_IN_PLACE=1 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b01 (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b01
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b01,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b08 (2 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b08
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b08,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=05555e63ef841d94455a5d9ffd5e9b29f99e9bbbfd6ef4b56e9579a391266ac2 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b09 (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b09
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b09,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=102dbd42277fb5a2f2ac55548a3e7ea0ddb21b2f2dd4edae6e36f5c9b2f65ae6 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b10 (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b10
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b10,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b12 (2 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b12
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b12,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6b63e775e4e48053e7f5e2b603179b859c05b0989a43b921d36159ad4323b69f \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b13 (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b13
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b13,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b17 (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b17
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b17,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=0d5ab27e0fa2cc72eeb7a0b3fa12dba6f34bbc8df2c7dac705c08aafb18c20d7 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages built: the wheels the wheel-build stage built, installed apart ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-built
+COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    export SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
+ && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
+ && sh /.reprobuild/install.sh -r /.reprobuild/built.txt
+
+# ---- the image that ships: the foot, then each other group's layer ----
+FROM foot
 COPY --from=pkgs-b01 /opt/venv/ /opt/venv/
 COPY --from=pkgs-b08 /opt/venv/ /opt/venv/
 COPY --from=pkgs-b09 /opt/venv/ /opt/venv/

@@ -1,26 +1,8 @@
 # Rendered by reprobuild 0.0.0-golden from requirements.lock (sha256 96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4).
 # Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
 
-# ---- packages b11 (1 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b11
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b11,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b14 (1 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b14
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    --mount=type=bind,source=groups/b14,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=df526b3c3551be12b0d4f63ce7a56acbb42717fceb001823693e2aca0a3c177a REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- the image that ships ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab
+# ---- the image's foot: the user, /app, the venv's skeleton, and packages b11 (1 wheel) in place ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS foot
 # The layers' time first: buildah's layer cache does not look at --timestamp.
 LABEL org.opencontainers.image.created="2023-11-14T22:13:20Z"
 # The user (no day in /etc/shadow), /app, and the venv's skeleton the package layers fill.
@@ -29,7 +11,24 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
  && install -d -o 10001 -g 10001 /app \
  && install -d /opt/reprobuild \
  && python3 -m venv --without-pip /opt/venv
-COPY --from=pkgs-b11 /opt/venv/ /opt/venv/
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b11,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 REPROBUILD_IN_PLACE=1 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b14 (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b14
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=groups/b14,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- the image that ships: the foot, then each other group's layer ----
+FROM foot
 COPY --from=pkgs-b14 /opt/venv/ /opt/venv/
 COPY runtime/ /opt/reprobuild/runtime/
 # The runtime, precompiled as root (the image's user cannot write __pycache__).

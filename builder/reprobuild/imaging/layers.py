@@ -1,7 +1,8 @@
 """The venv as layers by package (issue 52): which locked wheels share a layer.
 
-Each group is installed in a build stage of its own, from its own requirements and its own
-wheels only, and copied into the image as one layer: a lock change re-installs the groups it
+Each group is installed from its own requirements and its own wheels only, as one layer: the
+first where it ships (on the venv's skeleton, in the stage the image starts from), each other
+in a build stage of its own, copied into the image. A lock change re-installs the groups it
 touches, and every other group keeps its layer's diff ID. The big frameworks get a layer each
 (torch with triton and the ``nvidia-*`` wheels, tensorflow, jax with jaxlib and its CUDA
 plugins); every other package goes to one of :data:`BUCKETS` buckets chosen by a hash of its

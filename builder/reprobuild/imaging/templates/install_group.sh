@@ -1,12 +1,18 @@
-# One pkgs-* stage's install (reprobuild.imaging.layers): the group's locked wheels into
-# /opt/venv by reprobuild's pinned uv (mounted at /.reprobuild/uv), then /opt/venv left with the
-# group's own files alone, to be copied into the image as one layer. Arguments: uv's
-# requirement options (-r FILE, --find-links DIR). Run with sh from a tmpfs on /.reprobuild.
+# One group's install (reprobuild.imaging.layers): the group's locked wheels into /opt/venv
+# by reprobuild's pinned uv (mounted at /.reprobuild/uv). In a pkgs-* stage, /opt/venv is then
+# left with the group's own files alone, to be copied into the image as one layer; with
+# REPROBUILD_IN_PLACE=1 (the image's first group) the install goes into the venv a layer below
+# made and removes nothing. Arguments: uv's requirement options (-r FILE, --find-links DIR).
+# Run with sh from a tmpfs on /.reprobuild.
 set -eu
 export TMPDIR=/.reprobuild UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
   UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never
-python3 -m venv --without-pip /opt/venv
-find /opt/venv ! -type d > /.reprobuild/skeleton
+if [ "${REPROBUILD_IN_PLACE:-0}" = 1 ]; then
+  : > /.reprobuild/skeleton
+else
+  python3 -m venv --without-pip /opt/venv
+  find /opt/venv ! -type d > /.reprobuild/skeleton
+fi
 # --no-deps: each group alone; every hash checked, no index, no build, hash-based .pyc files
 # (SOURCE_DATE_EPOCH), compiled here, in the layer of the package they belong to.
 /.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
@@ -26,5 +32,5 @@ for stamp in sorted(site.glob("*.dist-info/uv_cache.json")):
     record.write_bytes(b"".join(kept))
     stamp.unlink()
 PY
-# The venv's skeleton is the final stage's own: this layer holds the group's files only.
+# The venv's skeleton is the image's own, a layer below: this layer holds the group's files only.
 xargs rm -f -- < /.reprobuild/skeleton
