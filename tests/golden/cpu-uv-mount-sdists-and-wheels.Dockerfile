@@ -7,17 +7,17 @@
 # The build venv and the builds: reprobuild's pinned uv, bind-mounted, never in a layer.
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS sdist-build
 COPY build/ /.reprobuild-build/
-RUN --mount=type=bind,source=uv,target=/.reprobuild-uv \
+RUN --mount=type=bind,source=bin,target=/.reprobuild-bin \
     export SOURCE_DATE_EPOCH=315532800 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8 \
       REPROBUILD_BUILD_USER=65534 REPROBUILD_SDIST_TIMEOUT=3600 \
-      REPROBUILD_UV=/.reprobuild-uv REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef \
+      REPROBUILD_UV=/.reprobuild-bin/uv REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef \
       UV_NO_CONFIG=1 UV_OFFLINE=1 UV_NO_PROGRESS=1 UV_PYTHON_DOWNLOADS=never UV_NO_CACHE=1 \
       http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
       HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 \
       CFLAGS="-ffile-prefix-map=/.reprobuild-build/src=." \
       CXXFLAGS="-ffile-prefix-map=/.reprobuild-build/src=." \
  && python3 -m venv --without-pip /.reprobuild-build/venv \
- && /.reprobuild-uv pip install --python /.reprobuild-build/venv/bin/python --no-index \
+ && /.reprobuild-bin/uv pip install --python /.reprobuild-build/venv/bin/python --no-index \
       --find-links /.reprobuild-build/wheels --require-hashes --only-binary :all: \
       -r /.reprobuild-build/requirements.lock \
  && /.reprobuild-build/venv/bin/python -I /.reprobuild-build/build_sdists.py \
@@ -36,72 +36,72 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
  && python3 -m venv --without-pip /opt/venv
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/torch,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 REPROBUILD_IN_PLACE=1 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 REPROBUILD_IN_PLACE=1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b01 (1 wheel): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b01
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b01,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b08 (2 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b08
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b08,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=05555e63ef841d94455a5d9ffd5e9b29f99e9bbbfd6ef4b56e9579a391266ac2 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=05555e63ef841d94455a5d9ffd5e9b29f99e9bbbfd6ef4b56e9579a391266ac2 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b09 (1 wheel): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b09
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b09,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=102dbd42277fb5a2f2ac55548a3e7ea0ddb21b2f2dd4edae6e36f5c9b2f65ae6 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=102dbd42277fb5a2f2ac55548a3e7ea0ddb21b2f2dd4edae6e36f5c9b2f65ae6 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b10 (1 wheel): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b10
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b10,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b12 (2 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b12
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b12,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6b63e775e4e48053e7f5e2b603179b859c05b0989a43b921d36159ad4323b69f \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6b63e775e4e48053e7f5e2b603179b859c05b0989a43b921d36159ad4323b69f \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b13 (1 wheel): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b13
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b13,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b17 (1 wheel): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b17
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b17,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=0d5ab27e0fa2cc72eeb7a0b3fa12dba6f34bbc8df2c7dac705c08aafb18c20d7 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=0d5ab27e0fa2cc72eeb7a0b3fa12dba6f34bbc8df2c7dac705c08aafb18c20d7 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages built: the wheels the wheel-build stage built, installed apart ----
@@ -109,8 +109,8 @@ FROM python@sha256:ababababababababababababababababababababababababababababababa
 COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
-    export SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
+    export SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
  && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
  && sh /.reprobuild/install.sh -r /.reprobuild/built.txt
 

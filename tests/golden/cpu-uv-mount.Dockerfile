@@ -13,18 +13,18 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
  && python3 -m venv --without-pip /opt/venv
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b11,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 REPROBUILD_IN_PLACE=1 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 REPROBUILD_IN_PLACE=1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b14 (1 wheel): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b14
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=uv,target=/.reprobuild/uv \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b14,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=d1017e8fef21fc0d4d66827b4b56607f5f3ca2bdf05997258793d1d53a1fddd5 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- the image that ships: the foot, then each other group's layer ----

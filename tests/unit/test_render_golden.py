@@ -135,11 +135,11 @@ def test_uv_installs_only_a_hermetic_mount_install() -> None:
         spec(online=True, mount_install=True, uv_sha256=UV_SHA256),
     ):
         text = render_dockerfile(case)
-        assert "/.reprobuild/uv" not in text and UV_SHA256 not in text
+        assert "/.reprobuild/bin" not in text and UV_SHA256 not in text
         assert "pip" in text
     text = render_dockerfile(spec(mount_install=True, uv_sha256=UV_SHA256))
     assert f"REPROBUILD_UV_SHA256={UV_SHA256}" in text
-    assert "--mount=type=bind,source=uv,target=/.reprobuild/uv" in text
+    assert "--mount=type=bind,source=bin,target=/.reprobuild/bin" in text
     assert "sh /.reprobuild/install.sh --find-links" in text and "PIP_WHEEL" not in text
     # the stages' install script is in the context, by its sha256 in the steps' text
     script = render_context(spec(mount_install=True, uv_sha256=UV_SHA256))["groups/install.sh"]

@@ -25,6 +25,7 @@ from reprobuild.imaging.imageprobe import ProbeCache, image_manifest
 from reprobuild.imaging.load import into_engine
 from reprobuild.imaging.render import (
     CREATED_LABEL,
+    UV_IN_CONTEXT,
     RenderSpec,
     epoch_iso,
     render_stamp,
@@ -203,7 +204,7 @@ _IMAGE_ID = re.compile(r"[0-9a-f]{64}")
 def _by_size(rel: Path) -> bool:
     """A wheel (``wheels/``, a group's ``groups/NAME/wheels/``) or the uv binary."""
     in_group = rel.parts[::2][:2] == ("groups", "wheels")
-    return rel.parts[0] == "wheels" or in_group or rel == Path("uv")
+    return rel.parts[0] == "wheels" or in_group or rel == Path(UV_IN_CONTEXT)
 
 
 def _layers_key(ctx: Path, below: str, epoch: int, network: bool, version: str) -> str:

@@ -13,6 +13,7 @@ from reprobuild.imaging.context import clamp_times, write_tree
 from reprobuild.imaging.render import (
     BUILD_DIR,
     BUILD_EPOCH,
+    UV_IN_CONTEXT,
     RenderSpec,
     package_groups,
     render_context,
@@ -63,8 +64,11 @@ def prepare_context(
     ctx.mkdir()
     write_tree(render_context(built), ctx, epoch=built.epoch)
     if uv is not None:  # a copy: the context's times are clamped, the venv's uv is not ours
-        shutil.copyfile(uv, ctx / "uv")
-        (ctx / "uv").chmod(0o755)
+        # in a folder of its own, which the steps mount (a mounted file, buildah 1.39 opens
+        # for writing: "text file busy" while a stage beside runs it)
+        (ctx / UV_IN_CONTEXT).parent.mkdir()
+        shutil.copyfile(uv, ctx / UV_IN_CONTEXT)
+        (ctx / UV_IN_CONTEXT).chmod(0o755)
     checked: Callable[[], None] = nothing_to_check
     if not online:
         target = Target.from_probe(probe)

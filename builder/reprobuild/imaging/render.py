@@ -259,6 +259,9 @@ UV_RECORD = (
 # the built wheels depend on their inputs alone, never on the project's commit time.
 BUILD_EPOCH = 315532800
 BUILD_DIR = "build"
+# Where the context holds reprobuild's pinned uv: in a folder, which the steps mount (the
+# Dockerfile's ``source=bin``), not the file itself.
+UV_IN_CONTEXT = "bin/uv"
 
 
 def build_files(spec: RenderSpec) -> dict[str, FileEntry]:

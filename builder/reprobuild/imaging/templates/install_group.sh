@@ -1,5 +1,5 @@
 # One group's install (reprobuild.imaging.layers): the group's locked wheels into /opt/venv
-# by reprobuild's pinned uv (mounted at /.reprobuild/uv). In a pkgs-* stage, /opt/venv is then
+# by reprobuild's pinned uv (its folder mounted at /.reprobuild/bin). In a pkgs-* stage, /opt/venv is then
 # left with the group's own files alone, to be copied into the image as one layer; with
 # REPROBUILD_IN_PLACE=1 (the image's first group) the install goes into the venv a layer below
 # made and removes nothing. Arguments: uv's requirement options (-r FILE, --find-links DIR).
@@ -15,7 +15,7 @@ else
 fi
 # --no-deps: each group alone; every hash checked, no index, no build, hash-based .pyc files
 # (SOURCE_DATE_EPOCH), compiled here, in the layer of the package they belong to.
-/.reprobuild/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
+/.reprobuild/bin/uv pip install --python /opt/venv/bin/python --no-deps --no-index \
   --require-hashes --only-binary :all: --compile-bytecode "$@"
 rm -rf /.reprobuild-uv-cache /opt/venv/.lock
 # uv writes the install's wall clock into each dist-info (uv_cache.json, and a RECORD line):
