@@ -400,7 +400,7 @@ def _build_image(
     built = replace(spec, epoch=layers_epoch(spec.epoch)) if at_epoch else spec
     scratch = leftovers.scratch_tag(spec.name, uuid.uuid4().hex[:16])
     with tempfile.TemporaryDirectory(prefix=leftovers.temp_prefix("ctx")) as tmp:
-        ctx = Path(tmp) / "context"
+        ctx = own_folder(Path(tmp), "context")
         checked = fetchstep.prepare_context(built, probe, uv, ctx, online=online, log=log, bar=bar)
         # Hermetic builds get no network unless apt packages must be fetched.
         network = online or bool(spec.apt)
@@ -489,6 +489,15 @@ def _pick_builder(
     return builder, from_epoch
 
 
+def own_folder(parent: Path, name: str) -> Path:
+    """``parent/NAME-<random>``, a build context's folder: a name no other build had. buildx
+    keys its cache of a context it sent by the folder's name alone and sends again only the
+    files whose size or time changed; the contexts' times are clamped, so a Dockerfile, a
+    group's requirements or a manifest changed to the same length (a bump from 3.5.0 to 3.6.0)
+    was not sent, and BuildKit built, or stamped, the previous build's."""
+    return parent / f"{name}-{uuid.uuid4().hex[:16]}"
+
+
 def _build_with_engine(
     engine: Engine,
     spec: RenderSpec,
@@ -519,7 +528,7 @@ def _build_with_engine(
     checked()
     info = build_info(engine, builder, spec, from_epoch=from_epoch)
     manifest, sbom_json = image_manifest(engine, spec, scratch, info)
-    stamp = ctx.parent / "stamp"
+    stamp = own_folder(ctx.parent, "stamp")
     stamp.mkdir()
     labels = manifest.labels()
     if layers_at != spec.epoch:  # the layers' LABEL named their epoch
