@@ -1,7 +1,8 @@
 """A one-package bump in a torch-shaped lock (issue 52): what the rebuild costs and what it
 moves, against the cold build in the same run, with the venv as layers by package.
 
-    python benchmarks/layers_bench.py --base REF@sha256:... [--baseline-src DIR] [--out FILE]
+    python benchmarks/layers_bench.py --base REF@sha256:... [--baseline-src DIR] [--rounds 3]
+                                      [--out FILE]
 
 The lock: torch 2.13 CPU (the machine's own wheel, /opt/wheels) with its seven dependencies,
 numpy, six, idna, packaging and threadpoolctl, every file from the machine's PyPI mirror
@@ -17,8 +18,11 @@ IDs, the bytes of the new layers (their tars, uncompressed), and, pushed with ``
 to the loopback registry after the cold build's image, the compressed bytes of the blobs the
 registry lacked (what a node holding the old image pulls). ``--baseline-src DIR`` runs
 ``cold`` and ``bump`` again with the reprobuild source tree in DIR (e.g. a worktree of the
-commit before the layers by package) and reports the same figures for it. Prints a table and
-writes benchmarks/results/layers-<date>.json (or --out).
+commit before the layers by package) and reports the same figures for it. Each of ``--rounds``
+rounds runs every arm once, the arms alternating which goes first; after one untimed warm-up
+build (the base pulled, the wheels cached), a figure is the median over the rounds; the first
+round also builds the bumped lock ``--no-cache`` as a control (its layers must be the bump's).
+Prints the medians and writes benchmarks/results/layers-<date>.json (or --out).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -149,7 +154,12 @@ def pushed(client: docker.DockerClient, tag: str, ref: str) -> dict[str, int]:
     return {str(b["digest"]): int(b["size"]) for b in manifest["layers"]}
 
 
-def scenario(client: docker.DockerClient, base: str, src: Path, label: str) -> dict[str, Any]:
+def scenario(
+    client: docker.DockerClient, base: str, src: Path, label: str, *, control: bool
+) -> dict[str, Any]:
+    """One round of one arm: ``cold``, then ``bump``, then (``control``) the bumped lock
+    ``--no-cache``, whose layers must be the bump's. Every tag the round made is removed at
+    its end, so the next round's cold build loads its whole image again."""
     run = uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix="layers-bench-") as tmp:
         root = Path(tmp) / "project"
@@ -158,9 +168,11 @@ def scenario(client: docker.DockerClient, base: str, src: Path, label: str) -> d
         times = {"cold": build(root, tags["cold"], src, no_cache=True)}
         (root / "requirements.lock").write_text(lock_text(bumped=True))
         times["bump"] = build(root, tags["bump"], src, no_cache=False)
-        if label == "layered":
-            times["cold-bumped"] = build(root, tags["coldb"], src, no_cache=True)
         old, new = layers(client, tags["cold"]), layers(client, tags["bump"])
+        same_as_cold: bool | None = None
+        if control:
+            times["cold-bumped"] = build(root, tags["coldb"], src, no_cache=True)
+            same_as_cold = [d for d, _ in layers(client, tags["coldb"])] == [d for d, _ in new]
         repo = f"{REGISTRY}/bench/layers-{run}"
         blobs_old = pushed(client, tags["cold"], f"{repo}:{label}-old")
         blobs_new = pushed(client, tags["bump"], f"{repo}:{label}-new")
@@ -178,30 +190,82 @@ def scenario(client: docker.DockerClient, base: str, src: Path, label: str) -> d
         "image_bytes": sum(s for _, s in new),
         "pushed_new_compressed_bytes": sum(s for d, s in blobs_new.items() if d not in blobs_old),
         "pushed_image_compressed_bytes": sum(blobs_new.values()),
+        "bumped_cold_same_layers": same_as_cold,
+        "pushed_ref": f"{repo}:{label}-new",
     }
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """An arm's rounds and their medians (seconds, the bump over the cold build)."""
+    steps = runs[0]["seconds"].keys()
+    medians = {
+        step: round(statistics.median(r["seconds"][step] for r in runs if step in r["seconds"]), 1)
+        for step in steps
+    }
+    return {
+        "rounds": runs,
+        "median_seconds": medians,
+        "median_bump_over_cold": round(statistics.median(r["bump_over_cold"] for r in runs), 3),
+    }
+
+
+def warm(base: str) -> None:
+    """What every arm's first build would otherwise pay alone: the base in buildah's store and
+    the wheels in the cache and the page cache (one layered build, not timed, its tag removed)."""
+    subprocess.run(["buildah", "pull", "--quiet", base], check=True, capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="layers-bench-warm-") as tmp:
+        root = Path(tmp) / "project"
+        make_project(root, base)
+        tag = f"bench/layers:warm-{uuid.uuid4().hex[:8]}"
+        build(root, tag, SOURCE, no_cache=False)
+        docker.from_env().images.remove(tag, force=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="the base, REF@sha256:...")
     parser.add_argument("--baseline-src", type=Path, help="a reprobuild source tree to compare")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each arm (default 3)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be 1 or more, not {args.rounds}")
     client = docker.from_env(timeout=900)
-    results = {"layered": scenario(client, args.base, SOURCE, "layered")}
+    arms = {"layered": SOURCE}
     if args.baseline_src:
-        results["baseline"] = scenario(client, args.base, args.baseline_src.resolve(), "baseline")
+        arms["baseline"] = args.baseline_src.resolve()
+    warm(args.base)
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in arms}
+    for n in range(args.rounds):
+        # the arms alternate which goes first, round by round
+        order = list(arms) if n % 2 == 0 else list(reversed(arms))
+        for label in order:
+            one = scenario(
+                client, args.base, arms[label], label, control=n == 0 and label == "layered"
+            )
+            runs[label].append(one)
+            print(f"round {n + 1} {label}: {one['seconds']}", flush=True)
+    results = {label: summary(r) for label, r in runs.items()}
     for label, r in results.items():
-        mb = sum(r["new_layers_bytes"]) / 1e6
+        last = r["rounds"][-1]
+        mb = sum(last["new_layers_bytes"]) / 1e6
+        sec = r["median_seconds"]
         print(
-            f"{label}: cold {r['seconds']['cold']} s, bump {r['seconds']['bump']} s "
-            f"({r['bump_over_cold']:.1%} of cold); {r['layers_kept']}/{r['layers']} layers kept; "
-            f"new layers {mb:.1f} MB of {r['image_bytes'] / 1e6:.1f} MB; pushed after the old "
-            f"image {r['pushed_new_compressed_bytes'] / 1e6:.2f} MB of "
-            f"{r['pushed_image_compressed_bytes'] / 1e6:.1f} MB compressed"
+            f"{label}, medians of {args.rounds}: cold {sec['cold']} s, bump {sec['bump']} s "
+            f"({r['median_bump_over_cold']:.1%} of cold); {last['layers_kept']}/{last['layers']} "
+            f"layers kept; new layers {mb:.1f} MB of {last['image_bytes'] / 1e6:.1f} MB; pushed "
+            f"after the old image {last['pushed_new_compressed_bytes'] / 1e6:.2f} MB of "
+            f"{last['pushed_image_compressed_bytes'] / 1e6:.1f} MB compressed"
         )
+    if "baseline" in results:
+        ratio = (
+            results["layered"]["median_seconds"]["cold"]
+            / results["baseline"]["median_seconds"]["cold"]
+        )
+        print(f"cold, layered over the one-layer baseline (medians): {ratio:.3f}")
+        results["cold_layered_over_baseline"] = round(ratio, 3)
     out = args.out or HERE / "results" / f"layers-{time.strftime('%Y-%m-%d')}.json"
-    data = {"command": " ".join(sys.argv), "results": results}
+    data = {"command": " ".join(sys.argv), "rounds": args.rounds, "results": results}
     out.write_text(json.dumps(data, indent=2) + "\n")
     print(f"wrote {out}")
 
