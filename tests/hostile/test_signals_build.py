@@ -70,7 +70,7 @@ def _wait_until_building(proc: subprocess.Popen[str], docker_client: Any) -> Pat
                     tmp
                     for tmp in _owned_temps(proc.pid)
                     if tmp.name.startswith("reprobuild-ctx-")
-                    and any((tmp / "context" / "wheels").glob("*.whl"))
+                    and any(tmp.glob("context-*/wheels/*.whl"))
                 ),
                 None,
             )

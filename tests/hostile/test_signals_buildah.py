@@ -53,12 +53,13 @@ def _buildah_installed() -> None:
 
 # (phase, the line that starts it)
 PHASES = {
-    # the venv is installed by package group, each group in a stage of its own ("[1/3] STEP
-    # 2/2: RUN" installs the first); the final stage ("[3/3]") then adds the user and copies
-    # each group in
+    # the venv is installed by package group: the foot ("[1/3]") adds the user ("STEP 3/4:
+    # RUN") and installs the first group in place, each other group is installed in a stage
+    # of its own ("[2/3] STEP 2/2: RUN"), and the final stage ("[3/3]", FROM the foot) copies
+    # them in ("STEP 2/N: COPY --from")
     "run-step": r"^(\[\d+/\d+\] )?STEP 3/\d+: RUN ",
-    "pip-step": r"^\[1/\d+\] STEP 2/2: RUN ",
-    "copy-step": r"^(\[\d+/\d+\] )?STEP 4/\d+: COPY ",
+    "pip-step": r"^\[\d+/\d+\] STEP 2/2: RUN ",
+    "copy-step": r"^(\[\d+/\d+\] )?STEP 2/\d+: COPY --from",
     "commit-probe": r"^COMMIT$",
     "stamp-build": r"^STEP 2/3: COPY manifest",
     "stamp-commit-load": r"^COMMIT reprobuild-scratch/",

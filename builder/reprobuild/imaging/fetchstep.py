@@ -67,6 +67,7 @@ def prepare_context(
         # in a folder of its own, which the steps mount (a mounted file, buildah 1.39 opens
         # for writing: "text file busy" while a stage beside runs it)
         (ctx / UV_IN_CONTEXT).parent.mkdir()
+        (ctx / UV_IN_CONTEXT).parent.chmod(0o755)  # the sdists' builds run as nobody
         shutil.copyfile(uv, ctx / UV_IN_CONTEXT)
         (ctx / UV_IN_CONTEXT).chmod(0o755)
     checked: Callable[[], None] = nothing_to_check
