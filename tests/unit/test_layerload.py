@@ -233,6 +233,33 @@ def test_a_push_that_fails_after_the_load_leaves_no_tag(
     assert not any(call[0] == "untag" for call in engine.calls)
 
 
+def test_a_signal_after_the_new_layers_loaded_gives_the_name_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shortcut's load (the new layers) names the image too: SIGTERM right after it
+    (tests/hostile/test_signals_buildah.py, ``stamp-commit-load`` with an earlier build of
+    the project in the engine) left the tag on the image. The name goes back to the image it
+    named before, or away."""
+    from reprobuild.imaging import load as build_image
+
+    image = "2" * 64
+    for before in (None, "sha256:" + "9" * 64):
+        engine = _LoadingEngine(f"sha256:{image}", "team/app:v1")
+        if before is not None:
+            engine.names["team/app:v1"] = before
+
+        def shortcut(eng: _LoadingEngine, *args: object, **kwargs: object) -> bool:
+            eng.load([b"the new layers"])
+            raise KeyboardInterrupt  # the signal, once the engine named the image
+
+        monkeypatch.setattr(build_image, "load_new_layers", shortcut)
+        with pytest.raises(KeyboardInterrupt):
+            build_image.into_engine(engine, image, "team/app:v1", print, **BASE)  # type: ignore[arg-type]
+        assert ("untag", "team/app:v1") in engine.calls
+        retagged = [c for c in engine.calls if c[0] == "tag"]
+        assert retagged == ([] if before is None else [("tag", before, "team/app:v1")])
+
+
 def test_a_failed_shortcut_falls_back_to_the_whole_archive(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -53,19 +53,20 @@ def into_engine(
         log(f"the engine already holds sha256:{image_id[:12]}: tagging it {name}")
         engine.tag(f"sha256:{image_id}", name)
         return
+    before = engine.image_id(name)
     try:
-        if load_new_layers(engine, image_id, name, log, lock=lock, base=base, project=project):
-            return
-    except (EngineError, OSError) as exc:
-        log(f"loading only the new layers did not work ({exc}); loading the whole image")
-    try:
+        try:
+            if load_new_layers(engine, image_id, name, log, lock=lock, base=base, project=project):
+                return
+        except (EngineError, OSError) as exc:
+            log(f"loading only the new layers did not work ({exc}); loading the whole image")
         with buildah.archive_stream(image_id, name) as chunks:
             engine.load(chunks)
     except BaseException:
-        # The load names the image as it registers it: a push that failed after the archive
-        # was whole, or Ctrl-C right after the load, must not leave the tag on it.
-        if engine.image_id(name) == f"sha256:{image_id}":
-            engine.untag(name)
+        # Either load names the image as it registers it: a push that failed after the
+        # archive was whole, or a signal right after the load (the new layers' or the whole
+        # image's), must not leave the tag on it.
+        give_tag_back(engine, name, before)
         raise
 
 
