@@ -22,7 +22,9 @@ commit before the layers by package) and reports the same figures for it. Each o
 rounds runs every arm once, the arms alternating which goes first; after one untimed warm-up
 build (the base pulled, the wheels cached), a figure is the median over the rounds; the first
 round also builds the bumped lock ``--no-cache`` as a control (its layers must be the bump's).
-Prints the medians and writes benchmarks/results/layers-<date>.json (or --out).
+Each round's builds use a buildah store of their own, emptied at its end, so each round's
+bump finds only its own cold build's layers. Prints the medians and writes
+benchmarks/results/layers-<date>.json (or --out).
 """
 
 from __future__ import annotations
@@ -103,9 +105,10 @@ def make_project(root: Path, base: str) -> None:
     (root / "requirements.lock").write_text(lock_text(bumped=False))
 
 
-def build(root: Path, tag: str, src: Path, *, no_cache: bool) -> float:
+def build(root: Path, tag: str, src: Path, *, no_cache: bool, store: Path | None = None) -> float:
     env = {
         **os.environ,
+        **({"CONTAINERS_STORAGE_CONF": str(store)} if store is not None else {}),
         "PYTHONPATH": f"{src}/builder:{src}/entrypoint",
         "SOURCE_DATE_EPOCH": "1700000000",
         "REPROBUILD_FIND_LINKS": str(TORCH.parent),
@@ -161,17 +164,18 @@ def scenario(
     ``--no-cache``, whose layers must be the bump's. Every tag the round made is removed at
     its end, so the next round's cold build loads its whole image again."""
     run = uuid.uuid4().hex[:8]
-    with tempfile.TemporaryDirectory(prefix="layers-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="layers-bench-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp) / "project"
         make_project(root, base)
+        store = own_store(Path(tmp))
         tags = {step: f"bench/layers:{label}-{step}-{run}" for step in ("cold", "bump", "coldb")}
-        times = {"cold": build(root, tags["cold"], src, no_cache=True)}
+        times = {"cold": build(root, tags["cold"], src, no_cache=True, store=store)}
         (root / "requirements.lock").write_text(lock_text(bumped=True))
-        times["bump"] = build(root, tags["bump"], src, no_cache=False)
+        times["bump"] = build(root, tags["bump"], src, no_cache=False, store=store)
         old, new = layers(client, tags["cold"]), layers(client, tags["bump"])
         same_as_cold: bool | None = None
         if control:
-            times["cold-bumped"] = build(root, tags["coldb"], src, no_cache=True)
+            times["cold-bumped"] = build(root, tags["coldb"], src, no_cache=True, store=store)
             same_as_cold = [d for d, _ in layers(client, tags["coldb"])] == [d for d, _ in new]
         repo = f"{REGISTRY}/bench/layers-{run}"
         blobs_old = pushed(client, tags["cold"], f"{repo}:{label}-old")
@@ -179,6 +183,12 @@ def scenario(
         for tag in tags.values():
             if client.images.list(name=tag):
                 client.images.remove(tag, force=True)
+        subprocess.run(
+            ["buildah", "rmi", "--all", "--force"],
+            env={**os.environ, "CONTAINERS_STORAGE_CONF": str(store)},
+            capture_output=True,
+            check=False,
+        )
     held = {d for d, _ in old}
     fresh = [(d, s) for d, s in new if d not in held]
     return {
@@ -193,6 +203,17 @@ def scenario(
         "bumped_cold_same_layers": same_as_cold,
         "pushed_ref": f"{repo}:{label}-new",
     }
+
+
+def own_store(tmp: Path) -> Path:
+    """A buildah store of this round's own, empty (a storage.conf under ``tmp``): its bump
+    finds in the cache only what its own cold build left, never an earlier round's bumped
+    layers (with one store, every round after the first rebuilt nothing for the bump)."""
+    conf = tmp / "storage.conf"
+    conf.write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{tmp / "graph"}"\nrunroot = "{tmp / "run"}"\n'
+    )
+    return conf
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -211,8 +232,8 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def warm(base: str) -> None:
     """What every arm's first build would otherwise pay alone: the base in buildah's store and
-    the wheels in the cache and the page cache (one layered build, not timed, its tag removed)."""
-    subprocess.run(["buildah", "pull", "--quiet", base], check=True, capture_output=True)
+    the wheels in the cache and the page cache (one layered build, which pulls the base as
+    reprobuild pulls it; not timed, its tag removed)."""
     with tempfile.TemporaryDirectory(prefix="layers-bench-warm-") as tmp:
         root = Path(tmp) / "project"
         make_project(root, base)
