@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import pytest
 
 from reprobuild._util import leftovers
 
@@ -90,3 +93,21 @@ def test_reap_counts_every_store_in_one_note(tmp_path: Path) -> None:
     finally:
         if dead.exists():
             dead.rmdir()
+
+
+def test_mounts_left_under_a_folder_are_unmounted_so_it_can_be_removed(tmp_path: Path) -> None:
+    """buildah 1.39, stopped in a RUN step, leaves the step's bind mounts in its TMPDIR; the
+    folder could not be removed. A real mount (root, as CI and the builders run)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root (CI runs the suite as root)")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    folder = tmp_path / "buildah tmp"  # a space: mountinfo writes it as \040
+    (folder / "a" / "b").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(folder / "a")], check=True)
+    (folder / "a" / "b").mkdir()
+    subprocess.run(["mount", "--bind", str(outside), str(folder / "a" / "b")], check=True)
+    leftovers.unmount_under(folder)
+    shutil.rmtree(folder)  # nothing mounted under it any more
+    assert not folder.exists() and outside.is_dir()
+    leftovers.unmount_under(tmp_path / "gone")  # a folder that is not there: nothing happens

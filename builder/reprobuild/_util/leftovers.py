@@ -10,9 +10,11 @@ lists and removes images and containers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -117,6 +119,28 @@ def dead_temp_dirs(kind: str) -> list[tuple[Path, str]]:
 def scratch_owner(tag: str) -> str | None:
     match = _SCRATCH_RE.match(tag)
     return f"{match['pid']}-{match['start']}" if match else None
+
+
+def unmount_under(folder: Path) -> None:
+    """Lazily unmount whatever is mounted under ``folder``, deepest first, so that the folder
+    can be removed: the bind mounts a RUN step had in buildah's TMPDIR when buildah was
+    stopped (buildah 1.39 leaves them). Only paths strictly under ``folder``. Never fails."""
+    root = str(folder.resolve()) + "/"
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    points = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            # mountinfo writes a space, a tab, a newline and a backslash as octal escapes
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])
+            if point.startswith(root):
+                points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False, timeout=10)
 
 
 def reap_dir(folder: Path, prefix: str) -> None:

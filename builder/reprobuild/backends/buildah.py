@@ -279,6 +279,8 @@ def bud(
         try:
             _stream(argv, "buildah build", log, Path(tmp), gentle=True)
         except BaseException as exc:
+            # a stopped RUN's bind mounts, left in buildah's TMPDIR, would keep it on disk
+            leftovers.unmount_under(Path(tmp))
             # Stopped (or failed) after buildah wrote the image: it is no one's.
             if iid.is_file():
                 remove_images([tag or iid.read_text().strip().removeprefix("sha256:")])
