@@ -197,6 +197,7 @@ def reap(
             continue
         token = f"{match['pid']}-{match['start']}"
         if is_gone(token):
+            unmount_under(path)  # a killed buildah's RUN mounts would keep the folder
             shutil.rmtree(path, ignore_errors=True)
             if not path.exists():
                 removed += 1

@@ -268,9 +268,9 @@ def bud(
         argv.append("--no-cache")
     if dockerfile is not None:
         argv += ["--file", str(dockerfile)]
-    # buildah's TMPDIR too: a RUN that failed may leave a bind mount in it (seen on Debian 13's
-    # buildah 1.39 under load), which the clean-up cannot remove; the build's own error is the
-    # one line to say, and the next run reaps the folder (leftovers)
+    # buildah's TMPDIR too: a RUN that failed or was stopped may leave a bind mount in it (seen
+    # on Debian 13's buildah 1.39), unmounted below before the clean-up; should one still hold
+    # the folder, the build's own error is the one line to say, and the next run reaps it
     with tempfile.TemporaryDirectory(
         prefix=leftovers.temp_prefix("iid"), ignore_cleanup_errors=True
     ) as tmp:

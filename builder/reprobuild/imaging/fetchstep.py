@@ -66,10 +66,11 @@ def prepare_context(
     if uv is not None:  # a copy: the context's times are clamped, the venv's uv is not ours
         # in a folder of its own, which the steps mount (a mounted file, buildah 1.39 opens
         # for writing: "text file busy" while a stage beside runs it)
-        (ctx / UV_IN_CONTEXT).parent.mkdir()
-        (ctx / UV_IN_CONTEXT).parent.chmod(0o755)  # the sdists' builds run as nobody
-        shutil.copyfile(uv, ctx / UV_IN_CONTEXT)
-        (ctx / UV_IN_CONTEXT).chmod(0o755)
+        dest = ctx / UV_IN_CONTEXT
+        dest.parent.mkdir()
+        dest.parent.chmod(0o755)  # the sdists' builds run as nobody
+        shutil.copyfile(uv, dest)
+        dest.chmod(0o755)
     checked: Callable[[], None] = nothing_to_check
     if not online:
         target = Target.from_probe(probe)
