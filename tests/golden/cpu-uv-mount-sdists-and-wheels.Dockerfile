@@ -41,22 +41,49 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 REPROBUILD_IN_PLACE=1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b01 (1 wheel): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b01
+# ---- packages sympy (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-sympy
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
-    --mount=type=bind,source=groups/b01,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
+    --mount=type=bind,source=groups/sympy,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b08 (2 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b08
+# ---- packages networkx (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-networkx
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
-    --mount=type=bind,source=groups/b08,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=05555e63ef841d94455a5d9ffd5e9b29f99e9bbbfd6ef4b56e9579a391266ac2 \
+    --mount=type=bind,source=groups/networkx,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=79cd09e248a094da2c84b7eb47ce0faebc38a9dc05dc7b68edeb8360f4eb3e3c \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b00 (2 wheels): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b00
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
+    --mount=type=bind,source=groups/b00,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=d3590b24b80015f20db49a848f714951025b82c6b514478ce5a1789ac7bf22b1 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b04 (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b04
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
+    --mount=type=bind,source=groups/b04,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=cb432b3e73961dcfc0b479df5790763ba1d3f1374d5cab41ebbdb97b684f06f0 \
+    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
+
+# ---- packages b05 (1 wheel): installed by uv from their own pins and wheels alone ----
+FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b05
+RUN --mount=type=tmpfs,target=/.reprobuild \
+    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
+    --mount=type=bind,source=bin,target=/.reprobuild/bin \
+    --mount=type=bind,source=groups/b05,target=/.reprobuild/group \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b09 (1 wheel): installed by uv from their own pins and wheels alone ----
@@ -65,43 +92,16 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b09,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=102dbd42277fb5a2f2ac55548a3e7ea0ddb21b2f2dd4edae6e36f5c9b2f65ae6 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
-# ---- packages b10 (1 wheel): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b10
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=bin,target=/.reprobuild/bin \
-    --mount=type=bind,source=groups/b10,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b12 (2 wheels): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b12
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=bin,target=/.reprobuild/bin \
-    --mount=type=bind,source=groups/b12,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6b63e775e4e48053e7f5e2b603179b859c05b0989a43b921d36159ad4323b69f \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b13 (1 wheel): installed by uv from their own pins and wheels alone ----
-FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b13
-RUN --mount=type=tmpfs,target=/.reprobuild \
-    --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
-    --mount=type=bind,source=bin,target=/.reprobuild/bin \
-    --mount=type=bind,source=groups/b13,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
-    sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
-
-# ---- packages b17 (1 wheel): installed by uv from their own pins and wheels alone ----
+# ---- packages b17 (2 wheels): installed by uv from their own pins and wheels alone ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS pkgs-b17
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b17,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=0d5ab27e0fa2cc72eeb7a0b3fa12dba6f34bbc8df2c7dac705c08aafb18c20d7 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=fbb494d104830028731efb8dd93e7fb25ab582e85bd12da25bdd06b31623c980 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages built: the wheels the wheel-build stage built, installed apart ----
@@ -116,12 +116,12 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
 
 # ---- the image that ships: the foot, then each other group's layer ----
 FROM foot
-COPY --from=pkgs-b01 /opt/venv/ /opt/venv/
-COPY --from=pkgs-b08 /opt/venv/ /opt/venv/
+COPY --from=pkgs-sympy /opt/venv/ /opt/venv/
+COPY --from=pkgs-networkx /opt/venv/ /opt/venv/
+COPY --from=pkgs-b00 /opt/venv/ /opt/venv/
+COPY --from=pkgs-b04 /opt/venv/ /opt/venv/
+COPY --from=pkgs-b05 /opt/venv/ /opt/venv/
 COPY --from=pkgs-b09 /opt/venv/ /opt/venv/
-COPY --from=pkgs-b10 /opt/venv/ /opt/venv/
-COPY --from=pkgs-b12 /opt/venv/ /opt/venv/
-COPY --from=pkgs-b13 /opt/venv/ /opt/venv/
 COPY --from=pkgs-b17 /opt/venv/ /opt/venv/
 # The wheels built from the lock's sdists, with built.json (the record of what was built).
 COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/

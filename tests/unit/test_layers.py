@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from layerimage import Layer, overlaps, writable_by
-from reprobuild.imaging.layers import BUCKETS, FRAMEWORKS, bucket, link_wheels, plan_groups
+from reprobuild.imaging.layers import (
+    BUCKETS,
+    FRAMEWORKS,
+    HEAVY,
+    bucket,
+    link_wheels,
+    plan_groups,
+)
 from reprobuild.locks.lockfile import parse_lock_bytes
 
 # A torch-shaped lock: torch with its CUDA wheels and triton, jax, and a tail of small ones.
@@ -55,7 +62,7 @@ def test_frameworks_get_a_layer_each_and_the_cuda_wheels_follow_torch() -> None:
     assert list(groups)[:2] == ["torch", "jax"]  # the frameworks first, in FRAMEWORKS' order
     rest = [n for g, names in groups.items() if g not in ("torch", "jax") for n in names]
     assert sorted(rest) == sorted(n for n, _ in NAMES[7:])
-    assert len(groups) <= len(FRAMEWORKS) + 1 + BUCKETS
+    assert len(groups) <= len(FRAMEWORKS) + 1 + len(HEAVY) + BUCKETS
 
 
 def test_without_a_framework_the_cuda_wheels_share_a_layer_of_their_own() -> None:
@@ -63,6 +70,26 @@ def test_without_a_framework_the_cuda_wheels_share_a_layer_of_their_own() -> Non
     lock = parse_lock_bytes(lock_of(pins), Path("requirements.lock"))
     groups = {g.name: [r.name for r in g.requirements] for g in plan_groups(lock)}
     assert groups["cuda"] == ["nvidia-cuda-cupti", "nvidia-nvtx"]
+
+
+def test_the_big_libraries_come_after_the_frameworks_and_before_the_buckets() -> None:
+    """What a bump re-does is its layer and every layer above it: the big libraries get a
+    layer each, in HEAVY's order, below the small buckets; a family by its first word."""
+    pins = [
+        ("six", "1.17.0"),
+        ("scikit-learn", "1.6.1"),
+        ("scikit-image", "0.25.0"),
+        ("numpy", "2.1.3"),
+        ("torch", "2.5.1"),
+        ("opencv-python-headless", "4.10.0.84"),
+        ("scipy", "1.15.1"),
+    ]
+    lock = parse_lock_bytes(lock_of(pins), Path("requirements.lock"))
+    groups = {g.name: [r.name for r in g.requirements] for g in plan_groups(lock)}
+    assert list(groups) == ["torch", "scipy", "opencv", "numpy", "scikit", bucket("six")]
+    assert groups["scikit"] == ["scikit-image", "scikit-learn"]
+    assert list(HEAVY) == sorted(set(HEAVY), key=HEAVY.index)  # no word twice
+    assert not {f"b{n:02d}" for n in range(BUCKETS)} & set(HEAVY)
 
 
 def test_a_namespace_family_shares_one_bucket() -> None:

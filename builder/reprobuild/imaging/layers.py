@@ -5,11 +5,17 @@ first where it ships (on the venv's skeleton, in the stage the image starts from
 in a build stage of its own, copied into the image. A lock change re-installs the groups it
 touches, and every other group keeps its layer's diff ID. The big frameworks get a layer each
 (torch with triton and the ``nvidia-*`` wheels, tensorflow, jax with jaxlib and its CUDA
-plugins); every other package goes to one of :data:`BUCKETS` buckets chosen by a hash of its
-name's first word, so a bump or an added package moves its own bucket and no other (never
-alphabetical chunks, which shift). One word, one bucket: a family that shares a namespace
-folder (``backports-*``, ``jaraco-*``, ``zope-*``) lands in one layer, so no two layers ship
-one file. Pure: no engine, no disk but :func:`link_wheels`.
+plugins), then the big libraries (:data:`HEAVY`), each by its name's first word; every other
+package goes to one of :data:`BUCKETS` buckets chosen by a hash of its name's first word, so a
+bump or an added package moves its own bucket and no other (never alphabetical chunks, which
+shift). One word, one group: a family that shares a namespace folder (``backports-*``,
+``jaraco-*``, ``zope-*``) lands in one layer, so no two layers ship one file.
+
+The order is the cost of a bump: every store keys a layer by the layers below it (buildah's
+cache, the engine's layer store, what ``docker pull`` finds it holds), so a changed group's
+layer and every layer above it are copied, loaded and pulled again, though each keeps its
+diff ID. The big and rarely bumped go first, the small buckets last.
+Pure: no engine, no disk but :func:`link_wheels`.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from reprobuild.locks.records import Lock, Requirement
 
-# How many buckets the packages outside the frameworks share: with the base's few layers,
-# the frameworks', the built wheels', the runtime's and the code's, an image stays near 40.
-BUCKETS = 24
+# How many buckets the packages outside the frameworks and the big libraries share: with the
+# base's few layers, the frameworks', the big libraries' present, the built wheels', the
+# runtime's and the code's, an image stays near 40.
+BUCKETS = 20
 GROUPS_DIR = "groups"
 # Each stage's install, in the context (templates/install_group.sh): its sha256 is in the
 # steps' text, as buildah's cache does not look into mounted files.
@@ -50,6 +57,28 @@ FRAMEWORKS: tuple[tuple[str, frozenset[str]], ...] = (
 # Where the nvidia-* wheels go: with the first framework present (they are its CUDA), else a
 # layer of their own. Never split: each ships the nvidia/ namespace's own __init__.py.
 CUDA_GROUP = "cuda"
+# The big libraries, by their names' first word (``scikit``: scikit-learn and scikit-image;
+# ``opencv``: each opencv-python flavour, which ship one cv2/), each a layer of its own right
+# above the frameworks', in this order: tens to hundreds of MB installed, released every few
+# months at most first; the big ones bumped every week or two (transformers, polars) last.
+HEAVY: tuple[str, ...] = (
+    "xgboost",
+    "pyarrow",
+    "scipy",
+    "llvmlite",
+    "opencv",
+    "pandas",
+    "numpy",
+    "sympy",
+    "scikit",
+    "numba",
+    "matplotlib",
+    "networkx",
+    "grpcio",
+    "onnxruntime",
+    "transformers",
+    "polars",
+)
 
 
 @dataclass(frozen=True)
@@ -81,10 +110,14 @@ def _framework(name: str) -> str | None:
     return None
 
 
+def first_word(name: str) -> str:
+    return canonicalize_name(name).split("-", 1)[0]
+
+
 def bucket(name: str) -> str:
-    """``bNN``: the bucket of a package outside the frameworks, by a hash of its canonical
-    name's first word (stable across runs, machines and lock changes)."""
-    word = canonicalize_name(name).split("-", 1)[0]
+    """``bNN``: the bucket of a package outside the frameworks and the big libraries, by a
+    hash of its canonical name's first word (stable across runs, machines and lock changes)."""
+    word = first_word(name)
     number = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big") % BUCKETS
     return f"b{number:02d}"
 
@@ -96,18 +129,22 @@ def group_of(name: str, present: frozenset[str]) -> str:
         return found
     if name.startswith("nvidia-"):
         return next((g for g, _ in FRAMEWORKS if g in present), CUDA_GROUP)
+    if (word := first_word(name)) in HEAVY:
+        return word
     return bucket(name)
 
 
 def plan_groups(lock: Lock) -> tuple[Group, ...]:
     """The lock's wheels by layer: the frameworks present (in :data:`FRAMEWORKS`' order), the
-    CUDA wheels where no framework takes them, then the buckets by number. No empty group."""
+    CUDA wheels where no framework takes them, the big libraries (in :data:`HEAVY`'s order),
+    then the buckets by number. No empty group."""
     reqs = lock.wheel_requirements
     present = frozenset(g for r in reqs if (g := _framework(r.name)) is not None)
     by_group: dict[str, list[Requirement]] = {}
     for req in reqs:
         by_group.setdefault(group_of(req.name, present), []).append(req)
-    order = [g for g, _ in FRAMEWORKS] + [CUDA_GROUP] + [f"b{n:02d}" for n in range(BUCKETS)]
+    order = [g for g, _ in FRAMEWORKS] + [CUDA_GROUP, *HEAVY]
+    order += [f"b{n:02d}" for n in range(BUCKETS)]
     return tuple(
         Group(name, tuple(sorted(by_group[name], key=lambda r: r.name)))
         for name in order
