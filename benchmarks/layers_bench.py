@@ -2,11 +2,12 @@
 moves, against the cold build in the same run, with the venv as layers by package.
 
     python benchmarks/layers_bench.py --base REF@sha256:... [--baseline-src DIR] [--rounds 3]
-                                      [--out FILE]
+                                      [--cuda] [--out FILE]
 
 The lock: torch 2.13 CPU (the machine's own wheel, /opt/wheels) with its seven dependencies,
 numpy, six, idna, packaging and threadpoolctl, every file from the machine's PyPI mirror
-(/opt/pypi); the bump: fsspec 2026.6.0 to 2026.7.0 (one of torch's dependencies, 0.2 MB).
+(/opt/pypi), and with ``--cuda`` triton and five ``nvidia-*`` wheels of the mirror; the
+bump: fsspec 2026.6.0 to 2026.7.0 (one of torch's dependencies, 0.2 MB).
 Steps, each ``reprobuild image --builder buildah`` ending with the image in the engine:
 
 - ``cold``: the lock, ``--no-cache``;
@@ -16,7 +17,9 @@ Steps, each ``reprobuild image --builder buildah`` ending with the image in the 
 For the bump: its time against each cold build's, which of the image's layers keep their diff
 IDs, the bytes of the new layers (their tars, uncompressed), and, pushed with ``docker push``
 to the loopback registry after the cold build's image, the compressed bytes of the blobs the
-registry lacked (what a node holding the old image pulls). ``--baseline-src DIR`` runs
+registry lacked, and what this engine, holding the old image, downloads for a ``docker pull``
+of the new one (the classic store pulls every layer above the lowest new one again).
+``--baseline-src DIR`` runs
 ``cold`` and ``bump`` again with the reprobuild source tree in DIR (e.g. a worktree of the
 commit before the layers by package) and reports the same figures for it. Each of ``--rounds``
 rounds runs every arm once, the arms alternating which goes first; after one untimed warm-up
@@ -49,6 +52,7 @@ import docker
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent
 REGISTRY = "127.0.0.1:5000"
+EXTRA: dict[str, str] = {}  # CUDA_PINS with --cuda
 TORCH = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
 FILES = Path("/opt/pypi/files")
 PINS = {
@@ -68,6 +72,16 @@ PINS = {
     "threadpoolctl": "3.7.0",
 }
 BUMP = ("fsspec", "2026.7.0")
+# --cuda: the CUDA wheels of the mirror (public wheels, 0.35 GB), in torch's layer as in a
+# torch + CUDA-wheel lock: the shape the issue measures, if not the whole weight.
+CUDA_PINS = {
+    "triton": "3.8.0",
+    "nvidia-cuda-nvcc": "13.0.88",
+    "nvidia-nvvm": "13.0.88",
+    "nvidia-cuda-cccl": "13.0.85",
+    "nvidia-cuda-runtime": "13.0.96",
+    "nvidia-cuda-crt": "13.0.88",
+}
 
 
 def wheel_file(name: str, version: str) -> Path:
@@ -80,7 +94,7 @@ def wheel_file(name: str, version: str) -> Path:
 
 def lock_text(bumped: bool) -> str:
     lines = [f"torch==2.13.0+cpu --hash=sha256:{sha256(TORCH)}"]
-    for name, version in PINS.items():
+    for name, version in {**PINS, **EXTRA}.items():
         if bumped and name == BUMP[0]:
             version = BUMP[1]
         lines.append(f"{name}=={version} --hash=sha256:{sha256(wheel_file(name, version))}")
@@ -157,6 +171,24 @@ def pushed(client: docker.DockerClient, tag: str, ref: str) -> dict[str, int]:
     return {str(b["digest"]): int(b["size"]) for b in manifest["layers"]}
 
 
+def pulled_by_holder(
+    client: docker.DockerClient, ref: str, blobs: dict[str, int]
+) -> dict[str, int]:
+    """``docker pull ref`` on this engine, which holds the old image (the cold build's) and not
+    the new one: the blobs it downloaded (the layers it did not report "Already exists", by the
+    short IDs its progress names them by) and their compressed sizes. The engine's classic
+    store keys a layer by the layers below it, so this is every layer above the lowest new one,
+    where a registry push sends only the new blobs."""
+    held: set[str] = set()
+    for line in client.api.pull(ref, stream=True, decode=True):
+        if "error" in line:
+            sys.exit(f"error: pull {ref}: {line['error']}")
+        if line.get("status") == "Already exists":
+            held.add(str(line.get("id")))
+    client.images.remove(ref)
+    return {d: n for d, n in blobs.items() if d.removeprefix("sha256:")[:12] not in held}
+
+
 def scenario(
     client: docker.DockerClient, base: str, src: Path, label: str, *, control: bool
 ) -> dict[str, Any]:
@@ -180,6 +212,10 @@ def scenario(
         repo = f"{REGISTRY}/bench/layers-{run}"
         blobs_old = pushed(client, tags["cold"], f"{repo}:{label}-old")
         blobs_new = pushed(client, tags["bump"], f"{repo}:{label}-new")
+        for tag in (tags["bump"], tags["coldb"]):
+            if client.images.list(name=tag):
+                client.images.remove(tag, force=True)
+        pulled = pulled_by_holder(client, f"{repo}:{label}-new", blobs_new)
         for tag in tags.values():
             if client.images.list(name=tag):
                 client.images.remove(tag, force=True)
@@ -200,6 +236,8 @@ def scenario(
         "image_bytes": sum(s for _, s in new),
         "pushed_new_compressed_bytes": sum(s for d, s in blobs_new.items() if d not in blobs_old),
         "pushed_image_compressed_bytes": sum(blobs_new.values()),
+        "pulled_by_old_image_holder_bytes": sum(pulled.values()),
+        "pulled_by_old_image_holder_layers": len(pulled),
         "bumped_cold_same_layers": same_as_cold,
         "pushed_ref": f"{repo}:{label}-new",
     }
@@ -247,10 +285,13 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the base, REF@sha256:...")
     parser.add_argument("--baseline-src", type=Path, help="a reprobuild source tree to compare")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each arm (default 3)")
+    parser.add_argument("--cuda", action="store_true", help="add the mirror's CUDA wheels")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be 1 or more, not {args.rounds}")
+    if args.cuda:
+        EXTRA.update(CUDA_PINS)
     client = docker.from_env(timeout=900)
     arms = {"layered": SOURCE}
     if args.baseline_src:
@@ -276,7 +317,9 @@ def main() -> None:
             f"({r['median_bump_over_cold']:.1%} of cold); {last['layers_kept']}/{last['layers']} "
             f"layers kept; new layers {mb:.1f} MB of {last['image_bytes'] / 1e6:.1f} MB; pushed "
             f"after the old image {last['pushed_new_compressed_bytes'] / 1e6:.2f} MB of "
-            f"{last['pushed_image_compressed_bytes'] / 1e6:.1f} MB compressed"
+            f"{last['pushed_image_compressed_bytes'] / 1e6:.1f} MB compressed; pulled by an "
+            f"engine holding the old image {last['pulled_by_old_image_holder_bytes'] / 1e6:.2f} "
+            f"MB ({last['pulled_by_old_image_holder_layers']} layers)"
         )
     if "baseline" in results:
         ratio = (
