@@ -1,7 +1,7 @@
 # Rendered by reprobuild 0.0.0-golden from requirements.lock (sha256 96867f79dc4942bc3a6522cfe08a01b4c3e9ce76134d4573785cd6eef315b4f4).
 # Do not edit: change reprobuild.yaml or the lock and run `reprobuild render` again.
 
-# ---- the image's foot: the user, /app, the venv's skeleton, and packages b06 (1 wheel) in place ----
+# ---- the image's foot: the user, /app, the venv's skeleton, and packages b06 in place ----
 FROM python@sha256:abababababababababababababababababababababababababababababababab AS foot
 # The layers' time first: buildah's layer cache does not look at --timestamp.
 LABEL org.opencontainers.image.created="2023-11-14T22:13:20Z"
@@ -11,11 +11,12 @@ RUN useradd --no-log-init --create-home --uid 10001 --user-group --shell /bin/sh
  && install -d -o 10001 -g 10001 /app \
  && install -d /opt/reprobuild \
  && python3 -m venv --without-pip /opt/venv
+# Packages b06 (1 wheel), from their own pins and wheels alone.
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b06,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c REPROBUILD_IN_PLACE=1 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c REPROBUILD_IN_PLACE=1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b15 (1 wheel): installed by uv from their own pins and wheels alone ----
@@ -24,7 +25,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b15,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=416a07b8a24dad1c40d9bfd01d11afed210eb0c6e8f4be4b247981e3bf4d3461 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- the image that ships: the foot, then each other group's layer ----

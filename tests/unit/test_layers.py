@@ -16,6 +16,7 @@ from reprobuild.imaging.layers import (
     FRAMEWORKS,
     HEAVY,
     bucket,
+    in_place,
     link_wheels,
     plan_groups,
 )
@@ -88,8 +89,16 @@ def test_the_big_libraries_come_after_the_frameworks_and_before_the_buckets() ->
     groups = {g.name: [r.name for r in g.requirements] for g in plan_groups(lock)}
     assert list(groups) == ["torch", "scipy", "opencv", "numpy", "scikit", bucket("six")]
     assert groups["scikit"] == ["scikit-image", "scikit-learn"]
+    # the frameworks' and the big libraries' installed in place, the buckets as stages
+    assert in_place(plan_groups(lock)) == 5
     assert list(HEAVY) == sorted(set(HEAVY), key=HEAVY.index)  # no word twice
     assert not {f"b{n:02d}" for n in range(BUCKETS)} & set(HEAVY)
+
+
+def test_a_lock_of_small_packages_has_its_first_group_in_place() -> None:
+    pins = [("six", "1.17.0"), ("idna", "3.10")]
+    assert in_place(plan_groups(parse_lock_bytes(lock_of(pins), Path("r.lock")))) == 1
+    assert in_place(()) == 0
 
 
 def test_a_namespace_family_shares_one_bucket() -> None:

@@ -1,8 +1,9 @@
 """The venv as layers by package (issue 52): which locked wheels share a layer.
 
 Each group is installed from its own requirements and its own wheels only, as one layer: the
-first where it ships (on the venv's skeleton, in the stage the image starts from), each other
-in a build stage of its own, copied into the image. A lock change re-installs the groups it
+big ones where they ship (:func:`in_place`: one on another on the venv's skeleton, in the stage
+the image starts from), each other in a build stage of its own, copied into the image. A lock
+change re-installs the groups it
 touches, and every other group keeps its layer's diff ID. The big frameworks get a layer each
 (torch with triton and the ``nvidia-*`` wheels, tensorflow, jax with jaxlib and its CUDA
 plugins), then the big libraries (:data:`HEAVY`), each by its name's first word; every other
@@ -150,6 +151,17 @@ def plan_groups(lock: Lock) -> tuple[Group, ...]:
         for name in order
         if name in by_group
     )
+
+
+def in_place(groups: tuple[Group, ...]) -> int:
+    """How many of ``groups`` (the first ones) are installed where they ship, one on another in
+    the stage the image starts from: the frameworks', the CUDA wheels' and the big libraries'
+    (at least the first group). Each such step is found in the cache by its text, where a
+    ``COPY --from`` hashes every file it copies first (seconds for numpy and scipy, on every
+    build); a bump re-installs the big groups above its own, the buckets stay stages."""
+    buckets = {f"b{n:02d}" for n in range(BUCKETS)}
+    named = next((n for n, g in enumerate(groups) if g.name in buckets), len(groups))
+    return max(named, min(1, len(groups)))
 
 
 def group_files(groups: tuple[Group, ...]) -> dict[str, bytes]:

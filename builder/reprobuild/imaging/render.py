@@ -23,6 +23,7 @@ from reprobuild.imaging.layers import (
     INSTALL_SCRIPT,
     Group,
     group_files,
+    in_place,
     install_script,
     plan_groups,
 )
@@ -224,6 +225,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
         uv_sha256=spec.uv_sha256 if spec.mount_install and not spec.online else None,
         layered=layered(spec),
         groups=package_groups(spec),
+        in_place=in_place(package_groups(spec)),
         install_script=INSTALL_SCRIPT,
         install_sha256=hashlib.sha256(install_script()).hexdigest(),
         uv_record=UV_RECORD,

@@ -1,8 +1,8 @@
 # One group's install (reprobuild.imaging.layers): the group's locked wheels into /opt/venv
-# by reprobuild's pinned uv (its folder mounted at /.reprobuild/bin). In a pkgs-* stage, /opt/venv is then
-# left with the group's own files alone, to be copied into the image as one layer; with
-# REPROBUILD_IN_PLACE=1 (the image's first group) the install goes into the venv a layer below
-# made and removes nothing. Arguments: uv's requirement options (-r FILE, --find-links DIR).
+# by reprobuild's pinned uv (its folder mounted at /.reprobuild/bin). In a pkgs-* stage,
+# /opt/venv is then left with the group's own files alone, to be copied into the image as one
+# layer; with REPROBUILD_IN_PLACE=1 (the image's big groups, one on another) the install goes
+# into the venv the layers below made and removes nothing. Arguments: uv's requirement options (-r FILE, --find-links DIR).
 # Run with sh from a tmpfs on /.reprobuild.
 set -eu
 export TMPDIR=/.reprobuild UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
