@@ -12,7 +12,8 @@ Steps, each ``reprobuild image --builder buildah`` ending with the image in the 
 
 - ``cold``: the lock, ``--no-cache``;
 - ``bump``: fsspec bumped, the cache on (the cold build's layers held);
-- ``cold-bumped``: the bumped lock again, ``--no-cache``.
+- ``cold-bumped``: the bumped lock again, ``--no-cache`` (the first round's control);
+- ``code``: then a line added to the project's script, the cache on.
 
 For the bump: its time against each cold build's, which of the image's layers keep their diff
 IDs, the bytes of the new layers (their tars, uncompressed), and, pushed with ``docker push``
@@ -200,7 +201,9 @@ def scenario(
         root = Path(tmp) / "project"
         make_project(root, base)
         store = own_store(Path(tmp))
-        tags = {step: f"bench/layers:{label}-{step}-{run}" for step in ("cold", "bump", "coldb")}
+        tags = {
+            step: f"bench/layers:{label}-{step}-{run}" for step in ("cold", "bump", "coldb", "code")
+        }
         times = {"cold": build(root, tags["cold"], src, no_cache=True, store=store)}
         (root / "requirements.lock").write_text(lock_text(bumped=True))
         times["bump"] = build(root, tags["bump"], src, no_cache=False, store=store)
@@ -209,10 +212,15 @@ def scenario(
         if control:
             times["cold-bumped"] = build(root, tags["coldb"], src, no_cache=True, store=store)
             same_as_cold = [d for d, _ in layers(client, tags["coldb"])] == [d for d, _ in new]
+        # a code-only change on top of the bump
+        (root / "train.py").write_text((root / "train.py").read_text() + "print('changed')\n")
+        times["code"] = build(root, tags["code"], src, no_cache=False, store=store)
+        code = layers(client, tags["code"])
         repo = f"{REGISTRY}/bench/layers-{run}"
         blobs_old = pushed(client, tags["cold"], f"{repo}:{label}-old")
         blobs_new = pushed(client, tags["bump"], f"{repo}:{label}-new")
-        for tag in (tags["bump"], tags["coldb"]):
+        blobs_code = pushed(client, tags["code"], f"{repo}:{label}-code")
+        for tag in (tags["bump"], tags["coldb"], tags["code"]):
             if client.images.list(name=tag):
                 client.images.remove(tag, force=True)
         pulled = pulled_by_holder(client, f"{repo}:{label}-new", blobs_new)
@@ -239,6 +247,11 @@ def scenario(
         "pulled_by_old_image_holder_bytes": sum(pulled.values()),
         "pulled_by_old_image_holder_layers": len(pulled),
         "bumped_cold_same_layers": same_as_cold,
+        "code_over_cold": round(times["code"] / times["cold"], 3),
+        "code_new_layers_bytes": [s for d, s in code if d not in {d for d, _ in new}],
+        "code_pushed_new_compressed_bytes": sum(
+            s for d, s in blobs_code.items() if d not in blobs_new
+        ),
         "pushed_ref": f"{repo}:{label}-new",
     }
 
@@ -265,6 +278,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "rounds": runs,
         "median_seconds": medians,
         "median_bump_over_cold": round(statistics.median(r["bump_over_cold"] for r in runs), 3),
+        "median_code_over_cold": round(statistics.median(r["code_over_cold"] for r in runs), 3),
     }
 
 
@@ -319,7 +333,9 @@ def main() -> None:
             f"after the old image {last['pushed_new_compressed_bytes'] / 1e6:.2f} MB of "
             f"{last['pushed_image_compressed_bytes'] / 1e6:.1f} MB compressed; pulled by an "
             f"engine holding the old image {last['pulled_by_old_image_holder_bytes'] / 1e6:.2f} "
-            f"MB ({last['pulled_by_old_image_holder_layers']} layers)"
+            f"MB ({last['pulled_by_old_image_holder_layers']} layers); a code-only change "
+            f"{sec['code']} s ({r['median_code_over_cold']:.1%} of cold), pushed "
+            f"{last['code_pushed_new_compressed_bytes'] / 1e6:.2f} MB"
         )
     if "baseline" in results:
         ratio = (

@@ -251,6 +251,25 @@ def parse_export(text: str, label: str = "the export", python: str = "3.11") -> 
     return out
 
 
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json, "
+    "application/vnd.docker.distribution.manifest.v2+json"
+)
+
+
+def registry_manifest(repository: str, reference: str) -> dict[str, Any]:
+    """The loopback registry's image manifest of ``repository`` at ``reference`` (a tag or a
+    digest)."""
+    answer = requests.get(
+        f"http://{REGISTRY}/v2/{repository}/manifests/{reference}",
+        headers={"Accept": MANIFEST_TYPES},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text[:500]
+    document: dict[str, Any] = answer.json()
+    return document
+
+
 def registry_digest(ref: str) -> str:
     """The loopback registry's digest of ``ref`` (REGISTRY/REPO:TAG)."""
     name, tag = ref.rsplit(":", 1)

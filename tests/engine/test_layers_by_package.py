@@ -1,6 +1,7 @@
 """The venv as layers by package (issue 52), on real builders, with a torch-shaped lock of
 small stand-in wheels (tests/layerimage.py): a one-package bump together with a code change
-re-installs only that package's group, and every other layer keeps its diff ID; no layer
+re-installs only that package's group, and every other layer keeps its diff ID, and an engine
+that pulled the old image downloads none of the big groups' layers for the new one; no layer
 rewrites another's files (listed from each layer's tar: no whiteout, no file in two layers,
 no folder with two owners or modes); and nothing outside /app, /tmp and the home is writable by
 the user the image runs as, nor is any installer's leftover shipped. On buildah, and on the
@@ -9,15 +10,17 @@ case ``IMAGE_STORE=containerd scripts/test-debian13`` runs)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import docker.errors
 import pytest
 
-from helpers import DATA, MakeTag, run_cli
+from helpers import DATA, REGISTRY, MakeTag, registry_manifest, run_cli
 from layerimage import BUMPED, STANDINS, Layer, image_layers, overlaps, standin_lock, writable_by
 from reprobuild.backends import buildah
 from reprobuild.backends.engine import Engine
@@ -117,6 +120,51 @@ def test_a_bump_moves_only_its_own_group(
     ran = docker_client.containers.run(second, remove=True)
     assert ran.strip().splitlines()[-2:] == [b"3.6.0", b"changed"]
     assert f"{BUMPED[0]}=={BUMPED[1]}+standin" in log
+
+    # A node that pulled the old image pulls the new one: the big groups' layers (torch's,
+    # the big libraries' in place above it) are never downloaded again. The containerd store
+    # downloads the new blobs alone; the classic store keys a layer by those below it, so it
+    # downloads every layer from the lowest new one up: the small buckets', by the layers' order.
+    big = [n for n, layer in enumerate(before) if _venv_names(layer) & {"torch", "sympy"}]
+    assert len(big) == 2, [sorted(_venv_names(layer)) for layer in before]
+    downloaded, blobs, held_blobs = _pulled_again(docker_client, first, second)
+    if Engine().image_store()[1]:
+        assert downloaded == {n for n, d in enumerate(blobs) if d not in held_blobs}, downloaded
+    else:
+        lowest = min(n for n, layer in enumerate(after) if layer.diff_id not in old)
+        assert downloaded == set(range(lowest, len(after))), (downloaded, lowest)
+    assert downloaded and not downloaded & set(big), (downloaded, big)
+
+
+def _pulled_again(client: DockerClient, old: str, new: str) -> tuple[set[int], list[str], set[str]]:
+    """Push ``old`` and ``new`` (``reprobuild push``) to the loopback registry, remove both
+    from the engine, pull ``old``, then pull ``new``: the indexes of ``new``'s layers the
+    engine downloaded (those it did not report "Already exists", by the short IDs its
+    progress names them by), ``new``'s layer blobs and ``old``'s."""
+    repository = f"reprobuild-test/layers-pull-{uuid.uuid4().hex[:12]}"
+    refs = {old: f"{REGISTRY}/{repository}:old", new: f"{REGISTRY}/{repository}:new"}
+    for tag, ref in refs.items():
+        proc = run_cli("push", tag, ref)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        client.images.remove(client.images.get(tag).id, force=True)  # every tag (push's too)
+    held: set[str] = set()
+    try:
+        client.images.pull(refs[old])
+        for line in client.api.pull(refs[new], stream=True, decode=True):
+            assert "error" not in line, line
+            if line.get("status") == "Already exists":
+                held.add(str(line.get("id")))
+    finally:
+        for ref in refs.values():
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                client.images.remove(ref, force=True)
+    blobs = _registry_layers(repository, "new")
+    downloaded = {n for n, d in enumerate(blobs) if d.removeprefix("sha256:")[:12] not in held}
+    return downloaded, blobs, set(_registry_layers(repository, "old"))
+
+
+def _registry_layers(repository: str, reference: str) -> list[str]:
+    return [str(layer["digest"]) for layer in registry_manifest(repository, reference)["layers"]]
 
 
 @pytest.mark.parametrize("builder", ["buildah", "buildkit"])

@@ -15,20 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import requests
 import yaml
 
-from helpers import DATA, REGISTRY, build_json, run_cli
+from helpers import DATA, REGISTRY, build_json, registry_manifest, run_cli
 
 if TYPE_CHECKING:
     from docker import DockerClient
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
-
-MANIFEST_TYPES = (
-    "application/vnd.oci.image.manifest.v1+json, "
-    "application/vnd.docker.distribution.manifest.v2+json"
-)
 
 
 def _push(image: str, ref: str) -> dict[str, Any]:
@@ -36,17 +30,6 @@ def _push(image: str, ref: str) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr[-3000:]
     report: dict[str, Any] = json.loads(proc.stdout)
     return report
-
-
-def _manifest(repository: str, digest: str) -> dict[str, Any]:
-    answer = requests.get(
-        f"http://{REGISTRY}/v2/{repository}/manifests/{digest}",
-        headers={"Accept": MANIFEST_TYPES},
-        timeout=30,
-    )
-    assert answer.status_code == 200, answer.text[:500]
-    document: dict[str, Any] = answer.json()
-    return document
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +63,7 @@ def test_push_sends_only_what_the_registry_lacks_and_compose_pins_the_digest(
         assert proc.stdout == f"{target}@{digest}\n"
         summary = proc.stderr.strip().splitlines()[-1]
         assert summary.startswith(f"pushed {target}@{digest}: "), proc.stderr
-        manifest = _manifest(repository, digest)
+        manifest = registry_manifest(repository, digest)
         sizes = [layer["size"] for layer in manifest["layers"]]
         layers = docker_client.images.get(first_id).attrs["RootFS"]["Layers"]
         assert len(sizes) == len(layers)
@@ -112,7 +95,8 @@ def test_push_sends_only_what_the_registry_lacks_and_compose_pins_the_digest(
         report = second["push"]
         assert second["digest"] == report["digest"] and second["pushed"] == f"{target}:v1"
         assert docker_client.images.get(f"{target}:v1").id == second["id"]
-        new_sizes = [layer["size"] for layer in _manifest(repository, report["digest"])["layers"]]
+        pushed = registry_manifest(repository, report["digest"])
+        new_sizes = [layer["size"] for layer in pushed["layers"]]
         old = set(layers)
         new = docker_client.images.get(second["id"]).attrs["RootFS"]["Layers"]
         changed = [i for i, layer in enumerate(new) if layer not in old]
