@@ -12,6 +12,7 @@ from typing import Any
 
 from layerimage import Layer, overlaps, writable_by
 from reprobuild.imaging.layers import (
+    BUCKET_NAMES,
     BUCKETS,
     FRAMEWORKS,
     HEAVY,
@@ -92,7 +93,7 @@ def test_the_big_libraries_come_after_the_frameworks_and_before_the_buckets() ->
     # the frameworks' and the big libraries' installed in place, the buckets as stages
     assert in_place(plan_groups(lock)) == 5
     assert list(HEAVY) == sorted(set(HEAVY), key=HEAVY.index)  # no word twice
-    assert not {f"b{n:02d}" for n in range(BUCKETS)} & set(HEAVY)
+    assert not set(BUCKET_NAMES) & set(HEAVY)
 
 
 def test_a_lock_of_small_packages_has_its_first_group_in_place() -> None:

@@ -35,6 +35,7 @@ from reprobuild.locks.records import Lock, Requirement
 # base's few layers, the frameworks', the big libraries' present, the built wheels', the
 # runtime's and the code's, an image stays near 40.
 BUCKETS = 20
+BUCKET_NAMES = tuple(f"b{n:02d}" for n in range(BUCKETS))
 GROUPS_DIR = "groups"
 # Each stage's install, in the context (templates/install_group.sh): its sha256 is in the
 # steps' text, as buildah's cache does not look into mounted files.
@@ -119,8 +120,7 @@ def bucket(name: str) -> str:
     """``bNN``: the bucket of a package outside the frameworks and the big libraries, by a
     hash of its canonical name's first word (stable across runs, machines and lock changes)."""
     word = first_word(name)
-    number = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big") % BUCKETS
-    return f"b{number:02d}"
+    return BUCKET_NAMES[int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big") % BUCKETS]
 
 
 def group_of(name: str, present: frozenset[str]) -> str:
@@ -144,8 +144,7 @@ def plan_groups(lock: Lock) -> tuple[Group, ...]:
     by_group: dict[str, list[Requirement]] = {}
     for req in reqs:
         by_group.setdefault(group_of(req.name, present), []).append(req)
-    order = [g for g, _ in FRAMEWORKS] + [CUDA_GROUP, *HEAVY]
-    order += [f"b{n:02d}" for n in range(BUCKETS)]
+    order = [*(g for g, _ in FRAMEWORKS), CUDA_GROUP, *HEAVY, *BUCKET_NAMES]
     return tuple(
         Group(name, tuple(sorted(by_group[name], key=lambda r: r.name)))
         for name in order
@@ -159,8 +158,7 @@ def in_place(groups: tuple[Group, ...]) -> int:
     (at least the first group). Each such step is found in the cache by its text, where a
     ``COPY --from`` hashes every file it copies first (seconds for numpy and scipy, on every
     build); a bump re-installs the big groups above its own, the buckets stay stages."""
-    buckets = {f"b{n:02d}" for n in range(BUCKETS)}
-    named = next((n for n, g in enumerate(groups) if g.name in buckets), len(groups))
+    named = next((n for n, g in enumerate(groups) if g.name in BUCKET_NAMES), len(groups))
     return max(named, min(1, len(groups)))
 
 

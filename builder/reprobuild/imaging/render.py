@@ -194,6 +194,7 @@ def render_dockerfile(spec: RenderSpec) -> str:
     if not spec.base.digest:
         raise ReprobuildError(f"base {spec.base} is not pinned by digest")
     template = _environment().get_template("Dockerfile.j2")
+    groups = package_groups(spec)
     return template.render(
         builder_version=spec.builder_version,
         lock_name=spec.lock.path.name,
@@ -224,8 +225,8 @@ def render_dockerfile(spec: RenderSpec) -> str:
         wheel_count=len(spec.lock.wheel_requirements),
         uv_sha256=spec.uv_sha256 if spec.mount_install and not spec.online else None,
         layered=layered(spec),
-        groups=package_groups(spec),
-        in_place=in_place(package_groups(spec)),
+        groups=groups,
+        in_place=in_place(groups),
         install_script=INSTALL_SCRIPT,
         install_sha256=hashlib.sha256(install_script()).hexdigest(),
         uv_record=UV_RECORD,
