@@ -39,21 +39,21 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/torch,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 REPROBUILD_IN_PLACE=1 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=828cb4dfcd9dae7076c6b16faf04ea781d6d95b063ce57535839cd97371555a5 REPROBUILD_IN_PLACE=1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 # Packages sympy (1 wheel), from their own pins and wheels alone.
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/sympy,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 REPROBUILD_IN_PLACE=1 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=bcc61197c0f60503c7149e513d92cc7ba49430eb37f8ddc58c5f91abf97e6b44 REPROBUILD_IN_PLACE=1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 # Packages networkx (1 wheel), from their own pins and wheels alone.
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/networkx,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=79cd09e248a094da2c84b7eb47ce0faebc38a9dc05dc7b68edeb8360f4eb3e3c REPROBUILD_IN_PLACE=1 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=79cd09e248a094da2c84b7eb47ce0faebc38a9dc05dc7b68edeb8360f4eb3e3c REPROBUILD_IN_PLACE=1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b00 (2 wheels): installed by uv from their own pins and wheels alone ----
@@ -62,7 +62,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b00,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=d3590b24b80015f20db49a848f714951025b82c6b514478ce5a1789ac7bf22b1 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=d3590b24b80015f20db49a848f714951025b82c6b514478ce5a1789ac7bf22b1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b04 (1 wheel): installed by uv from their own pins and wheels alone ----
@@ -71,7 +71,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b04,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=cb432b3e73961dcfc0b479df5790763ba1d3f1374d5cab41ebbdb97b684f06f0 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=cb432b3e73961dcfc0b479df5790763ba1d3f1374d5cab41ebbdb97b684f06f0 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b05 (1 wheel): installed by uv from their own pins and wheels alone ----
@@ -80,7 +80,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b05,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=30feac5235b93793920413dd51f1e8617b465cf90ce6e3e89cc5eff3faabff46 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b09 (1 wheel): installed by uv from their own pins and wheels alone ----
@@ -89,7 +89,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b09,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=5249f39c038fcb17e7cb839ba35380a4d7a9d3d7167b81fd9362d74e9d5edf16 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b17 (2 wheels): installed by uv from their own pins and wheels alone ----
@@ -98,7 +98,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b17,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=fbb494d104830028731efb8dd93e7fb25ab582e85bd12da25bdd06b31623c980 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=fbb494d104830028731efb8dd93e7fb25ab582e85bd12da25bdd06b31623c980 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages built: the wheels the wheel-build stage built, installed apart ----
@@ -107,7 +107,7 @@ COPY --from=sdist-build /.reprobuild-build/out/ /opt/reprobuild/built/
 RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
-    export SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
+    export SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef BUILT_REQUIREMENTS="import json, sys; d = sys.argv[1]; [print(b['name'] + ' @ file://' + d + '/' + b['wheel'] + ' --hash=' + b['wheel_sha256']) for b in json.load(open(d + '/built.json'))]" \
  && python3 -I -c "$BUILT_REQUIREMENTS" /opt/reprobuild/built > /.reprobuild/built.txt \
  && sh /.reprobuild/install.sh -r /.reprobuild/built.txt
 

@@ -16,7 +16,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b06,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c REPROBUILD_IN_PLACE=1 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=6fefeb475c6294ec9f141347444efe1b373a45f5bb518bd8ceedf74f6e66694c REPROBUILD_IN_PLACE=1 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- packages b15 (1 wheel): installed by uv from their own pins and wheels alone ----
@@ -25,7 +25,7 @@ RUN --mount=type=tmpfs,target=/.reprobuild \
     --mount=type=bind,source=groups/install.sh,target=/.reprobuild/install.sh \
     --mount=type=bind,source=bin,target=/.reprobuild/bin \
     --mount=type=bind,source=groups/b15,target=/.reprobuild/group \
-    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=995f33ef01d4eeb2cbfc48fe9f4c600b4ffda9b554a4f2c8945bfcc45276f737 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 \
+    SOURCE_DATE_EPOCH=1700000000 REPROBUILD_INSTALL_SHA256=45f4e77b72d692f90a4882c4e8688f9a2c635b5bc2d81454d089e9ea9fa4ee05 REPROBUILD_UV_SHA256=efefefefefefefefefefefefefefefefefefefefefefefefefefefefefefefef REPROBUILD_GROUP_SHA256=232cd9fc46efc1858793e756e714fc799c01e711d02af9b6aebd5473b4795847 \
     sh /.reprobuild/install.sh --find-links /.reprobuild/group/wheels -r /.reprobuild/group/requirements.txt
 
 # ---- the image that ships: the foot, then each other group's layer ----

@@ -2,7 +2,8 @@
 # by reprobuild's pinned uv (its folder mounted at /.reprobuild/bin). In a pkgs-* stage,
 # /opt/venv is then left with the group's own files alone, to be copied into the image as one
 # layer; with REPROBUILD_IN_PLACE=1 (the image's big groups, one on another) the install goes
-# into the venv the layers below made and removes nothing. Arguments: uv's requirement options (-r FILE, --find-links DIR).
+# into the venv the layers below made and removes nothing. Arguments: uv's requirement
+# options (-r FILE, --find-links DIR).
 # Run with sh from a tmpfs on /.reprobuild.
 set -eu
 export TMPDIR=/.reprobuild UV_CACHE_DIR=/.reprobuild-uv-cache UV_LINK_MODE=hardlink \
