@@ -2,7 +2,7 @@
 moves, against the cold build in the same run, with the venv as layers by package.
 
     python benchmarks/layers_bench.py --base REF@sha256:... [--baseline-src DIR] [--rounds 3]
-                                      [--cuda] [--out FILE]
+                                      [--cuda] [--out FILE] [--write-project DIR]
 
 The lock: torch 2.13 CPU (the machine's own wheel, /opt/wheels) with its seven dependencies,
 numpy, six, idna, packaging and threadpoolctl, every file from the machine's PyPI mirror
@@ -302,11 +302,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each arm (default 3)")
     parser.add_argument("--cuda", action="store_true", help="add the mirror's CUDA wheels")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--write-project",
+        type=Path,
+        metavar="DIR",
+        help="only write the bench's project (its unbumped lock) into DIR, which must not exist, "
+        "e.g. for build_bench.py --project DIR",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be 1 or more, not {args.rounds}")
     if args.cuda:
         EXTRA.update(CUDA_PINS)
+    if args.write_project:
+        if args.write_project.exists():
+            parser.error(f"--write-project: {args.write_project} exists; name a new folder")
+        make_project(args.write_project, args.base)
+        print(f"wrote {args.write_project}")
+        return
     client = docker.from_env(timeout=900)
     arms = {"layered": SOURCE}
     if args.baseline_src:
