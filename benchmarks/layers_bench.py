@@ -6,7 +6,8 @@ moves, against the cold build in the same run, with the venv as layers by packag
 
 The lock: torch 2.13 CPU (the machine's own wheel, /opt/wheels) with its seven dependencies,
 numpy, six, idna, packaging and threadpoolctl, every file from the machine's PyPI mirror
-(/opt/pypi), and with ``--cuda`` triton and five ``nvidia-*`` wheels of the mirror; the
+(/opt/pypi), and with ``--cuda`` triton and five ``nvidia-*`` wheels of the mirror, built as
+``reprobuild init`` sets such a lock up (a GPU image on the plain base); the
 bump: fsspec 2026.6.0 to 2026.7.0 (one of torch's dependencies, 0.2 MB).
 Steps, each ``reprobuild image --builder buildah`` ending with the image in the engine:
 
@@ -111,9 +112,12 @@ def sha256(path: Path) -> str:
 
 
 def make_project(root: Path, base: str) -> None:
+    """The bench's project; with --cuda, as ``reprobuild init`` writes one for a lock that
+    carries CUDA as wheels: a GPU image on the plain base, built with no flag."""
     root.mkdir(parents=True)
+    image = "gpu_lock: requirements.lock\nbase:\n  gpu" if EXTRA else "base:\n  cpu"
     (root / "reprobuild.yaml").write_text(
-        f"name: bench/layers\nlock: requirements.lock\nbase:\n  cpu: {base}\n"
+        f"name: bench/layers\nlock: requirements.lock\n{image}: {base}\n"
         "include:\n  - train.py\ncommand: [python, train.py]\n"
     )
     (root / "train.py").write_text("import torch, fsspec\nprint(torch.ones(2).sum().item())\n")

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import io
 import json
+import re
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -141,6 +142,16 @@ def image_layers(docker_client: DockerClient, tag: str) -> Iterator[Layer]:
             data = raw.read()
             with tarfile.open(fileobj=io.BytesIO(data)) as layer:
                 yield Layer(diff_id, len(data), tuple(layer.getmembers()))
+
+
+def dist_infos(layer: Layer) -> set[str]:
+    """The distributions whose dist-info a layer holds (their names as the folders spell them)."""
+    found = set()
+    for m in layer.members:
+        hit = re.fullmatch(r"opt/venv/lib/python[0-9.]+/site-packages/([^/]+)\.dist-info", m.name)
+        if hit:
+            found.add(hit.group(1).rsplit("-", 1)[0].lower())
+    return found
 
 
 def overlaps(layers: list[Layer]) -> list[str]:

@@ -5,7 +5,8 @@ wheels carry, and the image runs on this GPU-less machine, deterministically.
 The lock (tests/data/projects/cuda-wheels) is a small stand-in for PyPI's torch and its
 nvidia-* wheels: two CUDA 13 toolkit components (CUPTI, NVTX) from this machine's wheel index
 beside numpy. It takes the same path as torch's 3.7 GB: nvidia-* wheels hash-checked from the
-lock, no NGC base, the stack probed in the built image."""
+lock, no NGC base, the stack probed in the built image. Installed by uv as layers by package
+(issue 52) as a CPU image is: the base is plain, so the venv sees nothing else of it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import docker.errors
 import pytest
 
 from helpers import DATA, MakeTag, build_json, published_image, run_cli, tar_context
+from layerimage import dist_infos, image_layers, overlaps, writable_by
+from reprobuild.imaging.render import UID
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -66,6 +69,19 @@ def test_cuda_wheels_build_on_the_plain_base_and_run_without_a_gpu(
         assert manifest["stack"]["labels"]["io.reprobuild.cuda"] == "13.0"
         labels = docker_client.images.get(tag).labels
         assert labels["io.reprobuild.driver.min"] == manifest["gpu"]["driver_min"]
+        # layers by package, as a CPU image's: the CUDA wheels' group and numpy's apart, no
+        # file in two layers, nothing the run user can write; the venv still sees the base's
+        # site-packages, as a GPU image's does
+        layers = list(image_layers(docker_client, tag))
+        held = [names for layer in layers if (names := dist_infos(layer))]
+        assert held == [{"nvidia_cuda_cupti", "nvidia_nvtx"}, {"numpy"}], held
+        assert overlaps(layers) == []
+        base = len(docker_client.images.get(base_ref).attrs["RootFS"]["Layers"])
+        assert writable_by(layers[base:], UID) == []
+        cfg = docker_client.containers.run(
+            tag, ["cat", "/opt/venv/pyvenv.cfg"], remove=True, entrypoint=[]
+        )
+        assert b"include-system-site-packages = true" in cfg, cfg
         # No GPU here: the image runs on CPU (strict mode; no REPRO_ALLOW_CPU), twice alike.
         verify = run_cli("verify", tag, "--", "python", "train.py", cwd=tmp_path, timeout=900)
         assert verify.returncode == 0, verify.stderr

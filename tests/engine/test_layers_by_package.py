@@ -21,7 +21,15 @@ import docker.errors
 import pytest
 
 from helpers import DATA, REGISTRY, MakeTag, registry_manifest, run_cli
-from layerimage import BUMPED, STANDINS, Layer, image_layers, overlaps, standin_lock, writable_by
+from layerimage import (
+    BUMPED,
+    STANDINS,
+    dist_infos,
+    image_layers,
+    overlaps,
+    standin_lock,
+    writable_by,
+)
 from reprobuild.backends import buildah
 from reprobuild.backends.engine import Engine
 from reprobuild.imaging.layers import plan_groups
@@ -69,16 +77,6 @@ def _installed(log: str) -> set[str]:
     return set(re.findall(r"^(?:#\d+ [0-9.]+ )? \+ ([a-z0-9_.-]+)==", log, re.MULTILINE))
 
 
-def _venv_names(layer: Layer) -> set[str]:
-    """The distributions whose dist-info a layer holds."""
-    found = set()
-    for m in layer.members:
-        hit = re.fullmatch(r"opt/venv/lib/python[0-9.]+/site-packages/([^/]+)\.dist-info", m.name)
-        if hit:
-            found.add(hit.group(1).rsplit("-", 1)[0].lower())
-    return found
-
-
 @pytest.mark.parametrize("builder", ["buildah", "buildkit"])
 def test_a_bump_moves_only_its_own_group(
     builder: str, base_ref: str, tmp_path: Path, unique_tag: MakeTag, docker_client: DockerClient
@@ -108,11 +106,11 @@ def test_a_bump_moves_only_its_own_group(
     # the layers of every group but the bumped one keep their diff IDs
     old = {layer.diff_id for layer in before}
     new = [layer for layer in after if layer.diff_id not in old]
-    held = [_venv_names(layer) for layer in after if layer.diff_id in old]
+    held = [dist_infos(layer) for layer in after if layer.diff_id in old]
     assert sum(1 for names in held if names) == len(groups) - 1, held
-    package_layers = [layer for layer in new if _venv_names(layer)]
-    assert len(package_layers) == 1, [sorted(_venv_names(layer)) for layer in new]
-    assert _venv_names(package_layers[0]) == {r.name.replace("-", "_") for r in bumped.requirements}
+    package_layers = [layer for layer in new if dist_infos(layer)]
+    assert len(package_layers) == 1, [sorted(dist_infos(layer)) for layer in new]
+    assert dist_infos(package_layers[0]) == {r.name.replace("-", "_") for r in bumped.requirements}
     # besides it: the code's layer and the stamp's (manifest and SBOM), nothing else
     assert len(new) == 3, [sorted(m.name for m in layer.members)[:5] for layer in new]
     # only the bumped group was installed again (uv names each package it installs)
@@ -125,8 +123,8 @@ def test_a_bump_moves_only_its_own_group(
     # the big libraries' in place above it) are never downloaded again. The containerd store
     # downloads the new blobs at most; the classic store keys a layer by those below it, so it
     # downloads every layer from the lowest new one up: the small buckets', by the layers' order.
-    big = [n for n, layer in enumerate(before) if _venv_names(layer) & {"torch", "sympy"}]
-    assert len(big) == 2, [sorted(_venv_names(layer)) for layer in before]
+    big = [n for n, layer in enumerate(before) if dist_infos(layer) & {"torch", "sympy"}]
+    assert len(big) == 2, [sorted(dist_infos(layer)) for layer in before]
     downloaded, blobs, held_blobs, statuses = _pulled_again(docker_client, first, second)
     if Engine().image_store()[1]:
         # the new blobs at most (a blob the engine's own build left in its content store, as

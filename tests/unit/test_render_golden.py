@@ -89,6 +89,13 @@ CASES = {
         mount_install=True,
         uv_sha256=UV_SHA256,
     ),
+    # CUDA from the lock's wheels on a plain base: a GPU image, uv-installed and layered
+    "gpu-cuda-wheels-uv-mount": spec(
+        variant="gpu",
+        lock=load_lock(PROJECTS / "cuda-wheels" / "requirements.lock"),
+        mount_install=True,
+        uv_sha256=UV_SHA256,
+    ),
     # The shipped catalog's NGC entries, as a project naming them renders them: FROM by
     # digest, NGC's entrypoint chained, the GPU lock on top of the base's frameworks.
     **{

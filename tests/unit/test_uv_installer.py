@@ -33,9 +33,17 @@ def spec(**over: Any) -> RenderSpec:
     return RenderSpec(**values)
 
 
-def probe(machine: str | None = None, libc: str = "glibc", version: str = "2.36") -> dict[str, Any]:
+def probe(
+    machine: str | None = None,
+    libc: str = "glibc",
+    version: str = "2.36",
+    dists: tuple[str, ...] = (),
+    constraint: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return {
         "python": {"version": "3.11.2"},
+        "distributions": [{"name": n, "version": "1.0", "in_venv": False} for n in dists],
+        "pip_constraint": constraint,
         "platform": {
             "machine": machine or platform.machine(),
             "libc": libc,
@@ -49,6 +57,15 @@ def test_a_hermetic_cpu_mount_install_on_the_hosts_machine_gets_the_pinned_uv() 
 
     assert uv_installer(spec(), probe()) == Path(find_uv_bin())
     assert uv_installer(spec(), probe(version="2.17")) is not None
+    # a CPU venv sees none of the base's packages, whatever the base has
+    assert uv_installer(spec(), probe(dists=("torch", "numpy"))) is not None
+
+
+@pytest.mark.parametrize("dists", [(), ("pip", "setuptools", "wheel")])
+def test_a_gpu_image_on_a_plain_base_gets_the_pinned_uv(dists: tuple[str, ...]) -> None:
+    """The CUDA from the lock's wheels, on a plain Python base: the venv sees nothing of the
+    base's but the installer's tools, so uv installs it (and it is layered) as a CPU image's."""
+    assert uv_installer(spec(variant="gpu"), probe(dists=dists)) is not None
 
 
 @pytest.mark.parametrize(
@@ -56,7 +73,16 @@ def test_a_hermetic_cpu_mount_install_on_the_hosts_machine_gets_the_pinned_uv() 
     [
         ("no RUN --mount: the classic builder's stage", {"mount_install": False}, probe()),
         ("--online: pip's index options and CA", {"online": True}, probe()),
-        ("a GPU venv sees the base's packages", {"variant": "gpu"}, probe()),
+        (
+            "a GPU venv sees the base's packages (NGC's torch)",
+            {"variant": "gpu"},
+            probe(dists=("pip", "torch")),
+        ),
+        (
+            "NGC's PIP_CONSTRAINT is pip's",
+            {"variant": "gpu"},
+            probe(constraint={"path": "/etc/pip/constraint.txt", "pins": {}}),
+        ),
         ("another machine", {}, probe(machine="riscv64")),
         ("musl", {}, probe(libc="musl", version="1.2.4")),
         ("a glibc older than uv's manylinux 2.17", {}, probe(version="2.12")),

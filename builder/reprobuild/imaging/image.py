@@ -120,10 +120,10 @@ def uv_installer(spec: RenderSpec, probe: dict[str, Any]) -> Path | None:
     pip, as before. uv unpacks and compiles on every CPU, pip one file after another: torch's
     install step with its commit took 31 s with pip and 16 to 25 s with uv on 2 cores
     (docs/benchmarks.md). Only where it can stand in for pip in what it decides:
-    a hermetic RUN --mount install (buildah, BuildKit from an epoch), a CPU image (a GPU image's
-    venv sees the base's packages, and an NGC base's PIP_CONSTRAINT is pip's), and a base of
-    the host's machine with a glibc the binary runs on (manylinux 2.17)."""
-    if not spec.mount_install or spec.online or spec.variant != "cpu":
+    a hermetic RUN --mount install (buildah, BuildKit from an epoch), a plain base (see
+    :func:`plain_base`: a GPU image from the lock's CUDA wheels is built on one too), and a base
+    of the host's machine with a glibc the binary runs on (manylinux 2.17)."""
+    if not spec.mount_install or spec.online or not plain_base(spec, probe):
         return None
     try:
         target = Target.from_probe(probe)
@@ -132,6 +132,21 @@ def uv_installer(spec: RenderSpec, probe: dict[str, Any]) -> Path | None:
     if target.machine != platform.machine() or target.glibc is None or target.glibc < (2, 17):
         return None
     return pinned_uv()
+
+
+def plain_base(spec: RenderSpec, probe: dict[str, Any]) -> bool:
+    """Whether the image's venv sees nothing of the base's but the installer's tools: a CPU
+    image's venv sees none of them, and a GPU image's (--system-site-packages) sees only pip,
+    setuptools and wheel where the base has no pip constraint and no other distribution (a
+    plain Python base, the CUDA from the lock's wheels). An NGC base's torch, TensorFlow or
+    CUDA libraries are another matter: pip keeps what the base has at the locked version and
+    its PIP_CONSTRAINT, where uv would install a second copy beside them."""
+    if spec.variant != "gpu":
+        return True
+    if probe.get("pip_constraint"):
+        return False
+    names = {str(d.get("name", "")) for d in probe.get("distributions") or []}
+    return names <= INSTALLER_TOOLS
 
 
 def pinned_uv() -> Path | None:
