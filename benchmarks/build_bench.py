@@ -360,8 +360,10 @@ def _measure(
                     # cold as on a new machine: buildah's storage holds no build of this
                     # project (best-buildah's image is removed after each of its rounds,
                     # untimed, and so is ours here; with the previous round's image still
-                    # there, --no-cache would time its removal, about 5 s)
-                    buildah.forget(project_name, "cpu")
+                    # there, --no-cache would time its removal, about 5 s); of either
+                    # variant: a project whose lock carries CUDA wheels builds a GPU image
+                    for variant in ("cpu", "gpu"):
+                        buildah.forget(project_name, variant)
                 return ours(work, args.base, tag, builder, at, "--no-cache")
 
             return run

@@ -53,11 +53,14 @@ def test_cuda_wheels_build_on_the_plain_base_and_run_without_a_gpu(
     assert "carries CUDA as wheels" in proc.stderr
     config = (project / "reprobuild.yaml").read_text()
     assert f"  gpu: {base_ref}" in config and "  cpu:" not in config, config
-    tag = unique_tag("cuda-wheels")
+    tag, again = unique_tag("cuda-wheels"), unique_tag("cuda-wheels")
     try:
-        build_json(str(project), "--tag", tag)  # no --gpu: the project builds one image
+        built = build_json(str(project), "--tag", tag)  # no --gpu: the project builds one image
         manifest = json.loads(run_cli("inspect", tag, "--json").stdout)["manifest"]
         assert manifest["variant"] == "gpu"
+        assert manifest["build"]["installer"] == "uv", manifest["build"]
+        # the same inputs, nothing cached: the same image
+        assert build_json(str(project), "--tag", again, "--no-cache")["id"] == built["id"]
         assert manifest["gpu"]["stack"] == "wheels"
         assert manifest["gpu"]["cuda"] == "13.0"
         assert manifest["gpu"]["driver_min"]  # CUDA 13.0's floor, from the driver table
@@ -87,8 +90,9 @@ def test_cuda_wheels_build_on_the_plain_base_and_run_without_a_gpu(
         assert verify.returncode == 0, verify.stderr
         assert verify.stdout.startswith("identical: 2 runs of `python train.py`"), verify.stdout
     finally:
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            docker_client.images.remove(tag, force=True)
+        for name in (tag, again):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_client.images.remove(name, force=True)
 
 
 # A plain Debian base with Debian's python3-setuptools 66.1.1 (what python3-pip brings),
