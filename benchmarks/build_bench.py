@@ -110,6 +110,8 @@ CMD ["python", "train.py"]
 BASELINES = ("naive", "best-buildah", "best-uv-buildah", "best-buildkit", "best-buildkit-epoch")
 # the baselines each build of ours is also held to, by name, beside its best-practice one
 COMPARED = ("naive", "best-buildah", "best-uv-buildah")
+# the baselines built from the BEST Dockerfile's context
+FROM_BEST = frozenset({"best-buildah", "best-buildkit", "best-buildkit-epoch"})
 
 
 def over(baseline: str) -> str:
@@ -252,6 +254,51 @@ def best_practice(builder: str, cold: dict[str, float]) -> str:
     return "best-buildkit"
 
 
+def hand_written(
+    want: set[str],
+    stack: dict[str, object],
+    tmp: Path,
+    env: dict[str, str],
+    context: Callable[[str, str], Path],
+) -> dict[str, Callable[[str, int], float]]:
+    """The hand-written configurations asked for (``want``) that this host can build, each a
+    function of the round's tag and number that builds it and gives its seconds. A context
+    (``context(folder name, Dockerfile template)``, the lock's wheels copied in: 548 MB for a
+    torch + CUDA-wheel lock) is made only for a configuration that uses it."""
+    configs: dict[str, Callable[[str, int], float]] = {}
+    if "naive" in want:
+        naive = context("naive", NAIVE)
+        configs["naive"] = lambda tag, n: timed(
+            ["docker", "build", "--no-cache", "-q", "-t", tag, str(naive)],
+            {**env, "DOCKER_BUILDKIT": "0"},
+        )
+    best = context("best", BEST) if want & FROM_BEST else tmp / "best"
+    if shutil.which("buildah"):
+        if "best-buildah" in want:
+            configs["best-buildah"] = lambda tag, n: buildah_into_engine(best, tag, tmp)
+        if "best-uv-buildah" in want and (uv := pinned_uv()):
+            best_uv = context("best-uv", BEST_UV)
+            (best_uv / "bin").mkdir()
+            shutil.copy(uv, best_uv / "bin" / "uv")
+            configs["best-uv-buildah"] = lambda tag, n: buildah_into_engine(best_uv, tag, tmp)
+    legacy = legacy_buildkit_client()  # the client --builder buildkit uses
+    buildkit_argv = (
+        [legacy, "build"] if legacy
+        else ["docker", "buildx", "build", "--builder", "default", "--provenance=false"]
+    )  # fmt: skip
+    if "best-buildkit" in want and (legacy or stack["buildx"]):
+        configs["best-buildkit"] = lambda tag, n: timed(
+            [*buildkit_argv, *([] if legacy else ["--load"]), "--no-cache", "-q", "-t", tag,
+             str(best)], {**env, "DOCKER_BUILDKIT": "1"},
+        )  # fmt: skip
+    if "best-buildkit-epoch" in want and stack["buildkit_reproducible"]:
+        # the archive is part of the build, as in ours
+        configs["best-buildkit-epoch"] = lambda tag, n: buildkit_epoch_into_engine(
+            buildkit_argv, best, tag, tmp, n + 1
+        )
+    return configs
+
+
 def hand_context(
     folder: Path, template: str, base: str, lock: Path, cache: Path, app: Path
 ) -> Path:
@@ -342,13 +389,6 @@ def _measure(
             check=True, capture_output=True, env=env,
         )  # fmt: skip
         lock, app = tmp / "ctx" / "requirements.lock", work / args.app
-        want = args.baselines
-        best = hand_context(tmp / "best", BEST, args.base, lock, cache, app)
-        legacy = legacy_buildkit_client()  # the client --builder buildkit uses
-        buildkit_argv = (
-            [legacy, "build"] if legacy
-            else ["docker", "buildx", "build", "--builder", "default", "--provenance=false"]
-        )  # fmt: skip
 
         def ours_cold(builder: str) -> Callable[[str, int], float]:
             def run(tag: str, n: int) -> float:
@@ -371,30 +411,17 @@ def _measure(
         configs: dict[str, Callable[[str, int], float]] = {
             f"ours-{b}": ours_cold(b) for b in builders
         }
-        if "naive" in want:
-            naive = hand_context(tmp / "naive", NAIVE, args.base, lock, cache, app)
-            configs["naive"] = lambda tag, n: timed(
-                ["docker", "build", "--no-cache", "-q", "-t", tag, str(naive)],
-                {**env, "DOCKER_BUILDKIT": "0"},
+        configs.update(
+            hand_written(
+                args.baselines,
+                results["stack"],  # type: ignore[arg-type]
+                tmp,
+                env,
+                lambda name, template: hand_context(
+                    tmp / name, template, args.base, lock, cache, app
+                ),
             )
-        if shutil.which("buildah"):
-            configs["best-buildah"] = lambda tag, n: buildah_into_engine(best, tag, tmp)
-            if "best-uv-buildah" in want and (uv := pinned_uv()):
-                best_uv = hand_context(tmp / "best-uv", BEST_UV, args.base, lock, cache, app)
-                (best_uv / "bin").mkdir()
-                shutil.copy(uv, best_uv / "bin" / "uv")
-                configs["best-uv-buildah"] = lambda tag, n: buildah_into_engine(best_uv, tag, tmp)
-        if legacy or results["stack"]["buildx"]:  # type: ignore[index]
-            configs["best-buildkit"] = lambda tag, n: timed(
-                [*buildkit_argv, *([] if legacy else ["--load"]), "--no-cache", "-q", "-t", tag,
-                 str(best)], {**env, "DOCKER_BUILDKIT": "1"},
-            )  # fmt: skip
-        if results["stack"]["buildkit_reproducible"]:  # type: ignore[index]
-            # the archive is part of the build, as in ours
-            configs["best-buildkit-epoch"] = lambda tag, n: buildkit_epoch_into_engine(
-                buildkit_argv, best, tag, tmp, n + 1
-            )
-        configs = {n: w for n, w in configs.items() if n.startswith("ours-") or n in want}
+        )
         for n in range(args.rounds):
             for name, run in configs.items():
                 tag = f"reprobuild-bench/{name}:{run_id}-{n}"
