@@ -257,7 +257,14 @@ class Masker:
         if hit:
             self.ignored.lines += 1
             masked = _unpad(masked, [r.placeholder for r in self.rules])
+            masked = _BANNER_FILL.sub(lambda m: (m.group(1) or m.group(2)) * 3, masked)
         return masked
+
+
+# A banner centred in a fill (pytest's "=== 1 passed in 8.80s ===") fills its ends to a width
+# that depends on the value left out: on a masked line, each end's run of one fill character
+# counts as three of it.
+_BANNER_FILL = re.compile(r"^([=\-*#~_])\1{2,}(?= )|(?<= )([=\-*#~_])\2{2,}$")
 
 
 _BLANK = " \t"
